@@ -1,0 +1,115 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"net"
+	"syscall"
+)
+
+// Sentinel errors. Test with errors.Is.
+var (
+	// ErrPermanent marks a publish error that retrying cannot fix (a message
+	// over the broker's size limit, an authorization failure): the row becomes
+	// a dead letter at once.
+	ErrPermanent = errors.New("permanent publish error")
+	// ErrUnavailable marks a publish error caused by the broker being
+	// unreachable rather than by the message: the relay backs off as a whole
+	// and burns no attempt, so an outage never produces dead letters.
+	ErrUnavailable = errors.New("broker unavailable")
+	// ErrNotMigrated is returned when the outbox table is missing or older than
+	// this version of pgoutbox: run `outbox migrate` (or Migrate).
+	ErrNotMigrated = errors.New("outbox table not migrated")
+)
+
+type classified struct {
+	kind error
+	err  error
+}
+
+func (c *classified) Error() string {
+	if c.err == nil {
+		return c.kind.Error()
+	}
+	return c.err.Error()
+}
+func (c *classified) Unwrap() []error { return []error{c.kind, c.err} }
+
+// Permanent wraps err so the relay dead-letters the message immediately.
+// Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &classified{kind: ErrPermanent, err: err}
+}
+
+// Unavailable wraps err so the relay treats it as a broker outage: the message
+// is left untouched and the relay backs off. Unavailable(nil) is nil.
+func Unavailable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &classified{kind: ErrUnavailable, err: err}
+}
+
+// ErrorClass is how the relay treats a publish error.
+type ErrorClass int
+
+const (
+	// ClassTransient: retry this message later with backoff, counting an attempt.
+	ClassTransient ErrorClass = iota
+	// ClassPermanent: dead-letter this message now.
+	ClassPermanent
+	// ClassUnavailable: the broker is down; retry later without counting an attempt.
+	ClassUnavailable
+)
+
+func (c ErrorClass) String() string {
+	switch c {
+	case ClassPermanent:
+		return "permanent"
+	case ClassUnavailable:
+		return "unavailable"
+	default:
+		return "transient"
+	}
+}
+
+// Classify tells how the relay treats err. Explicit wrapping with Permanent or
+// Unavailable wins; otherwise network errors that mean "cannot reach the
+// broker" (connection refused or reset, DNS failure, dial errors) count as
+// unavailable, and everything else as transient.
+func Classify(err error) ErrorClass {
+	switch {
+	case err == nil:
+		return ClassTransient
+	case errors.Is(err, ErrPermanent):
+		return ClassPermanent
+	case errors.Is(err, ErrUnavailable):
+		return ClassUnavailable
+	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH),
+		errors.Is(err, syscall.EPIPE):
+		return ClassUnavailable
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		return ClassUnavailable
+	}
+	var opErr *net.OpError
+	if errors.As(err, &opErr) && opErr.Op == "dial" {
+		return ClassUnavailable
+	}
+	return ClassTransient
+}
+
+// isTimeout reports a publish that ran out of time, which, for a whole batch,
+// means the broker is not answering.
+func isTimeout(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}

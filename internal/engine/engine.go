@@ -1,0 +1,537 @@
+// Package engine is the relay's claim → publish → mark loop. The public
+// outbox.Relay configures it; nothing here is part of the API.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgoutbox/outbox/internal/ident"
+	"github.com/pgoutbox/outbox/internal/metrics"
+	"github.com/pgoutbox/outbox/internal/store"
+)
+
+// Row is one claimed outbox row.
+type Row struct {
+	ID            uuid.UUID
+	Seq           int64
+	AggregateType string
+	AggregateID   string
+	EventType     string
+	Payload       []byte
+	Headers       map[string]string
+	CreatedAt     time.Time
+	Attempts      int // attempts before this one
+}
+
+// Class is how a publish error is handled.
+type Class int
+
+// Error classes, mirroring outbox.ErrorClass.
+const (
+	Transient Class = iota
+	Permanent
+	Unavailable
+)
+
+// Backoff is an exponential backoff with jitter.
+type Backoff struct {
+	Base, Max time.Duration
+}
+
+// Delay returns the wait before retry number n (n >= 1): Base*2^(n-1) capped at
+// Max, with "equal jitter" (half fixed, half random) so a burst of failures
+// spreads out without ever retrying immediately.
+func (b Backoff) Delay(n int) time.Duration {
+	d := b.Base
+	for i := 1; i < n && d < b.Max; i++ {
+		d *= 2
+	}
+	d = min(d, b.Max)
+	if d <= 1 {
+		return d
+	}
+	half := d / 2
+	return half + rand.N(d-half+1)
+}
+
+// Config is the engine's validated configuration.
+type Config struct {
+	Names          ident.Names
+	BatchSize      int
+	Workers        int
+	PollInterval   time.Duration
+	MaxAttempts    int
+	RetryBackoff   Backoff
+	OutageBackoff  Backoff
+	PublishTimeout time.Duration
+	StatsInterval  time.Duration
+
+	Retention       time.Duration // 0: no cleanup loop
+	CleanupInterval time.Duration
+	CleanupBatch    int
+
+	Logger  *slog.Logger
+	Metrics *metrics.Metrics
+
+	// Publish sends rows and returns one error per row (nil slice: all ok).
+	Publish func(ctx context.Context, rows []*Row) []error
+	// Classify maps a publish error to its class.
+	Classify func(error) Class
+	// IsTimeout reports a publish that ran out of time.
+	IsTimeout func(error) bool
+}
+
+// Engine runs the relay.
+type Engine struct {
+	cfg  Config
+	q    *store.Queries
+	pool *pgxpool.Pool
+	wake chan struct{}
+
+	brokerDown atomic.Bool
+	dbDown     atomic.Bool
+}
+
+// New returns an engine; cfg must be validated by the caller.
+func New(pool *pgxpool.Pool, cfg Config) *Engine {
+	return &Engine{cfg: cfg, q: store.New(cfg.Names), pool: pool, wake: make(chan struct{}, 1)}
+}
+
+// Wake makes an idle worker claim at once instead of waiting for the poll.
+func (e *Engine) Wake() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+// BrokerDown reports whether the last batch found the broker unreachable.
+func (e *Engine) BrokerDown() bool { return e.brokerDown.Load() }
+
+// DBDown reports whether the last database operation failed.
+func (e *Engine) DBDown() bool { return e.dbDown.Load() }
+
+// CheckSchema verifies that the table exists with every column this version
+// needs.
+func (e *Engine) CheckSchema(ctx context.Context) error {
+	rows, err := e.pool.Query(ctx, e.q.CheckColumns)
+	if err == nil {
+		rows.Close()
+		err = rows.Err()
+	}
+	return err
+}
+
+// Run starts the workers and the housekeeping loops and blocks until ctx is
+// cancelled and every batch in flight has been finished or rolled back.
+func (e *Engine) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for i := range e.cfg.Workers {
+		wg.Go(func() { e.worker(ctx, i) })
+	}
+	wg.Go(func() { e.statsLoop(ctx) })
+	if e.cfg.Retention > 0 {
+		wg.Go(func() { e.cleanupLoop(ctx) })
+	}
+	wg.Wait()
+	return nil
+}
+
+func (e *Engine) worker(ctx context.Context, id int) {
+	log := e.cfg.Logger.With("worker", id)
+	outages := 0
+	for ctx.Err() == nil {
+		res, err := e.Batch(ctx)
+		var wait time.Duration
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return
+		case err != nil:
+			outages++
+			e.dbDown.Store(true)
+			if e.cfg.Metrics != nil {
+				e.cfg.Metrics.DBErrors.Inc()
+			}
+			wait = e.cfg.OutageBackoff.Delay(outages)
+			log.Error("outbox relay batch failed", "err", err, "retry_in", wait)
+		case res.Unavailable > 0:
+			outages++
+			e.dbDown.Store(false)
+			wait = e.cfg.OutageBackoff.Delay(outages)
+			log.Warn("broker unavailable, relay backing off; no attempt counted",
+				"events", res.Unavailable, "err", res.UnavailableErr, "retry_in", wait)
+		case res.Claimed == e.cfg.BatchSize:
+			outages = 0
+			e.dbDown.Store(false)
+			continue // a full batch: more is likely waiting
+		default:
+			outages = 0
+			e.dbDown.Store(false)
+			wait = e.cfg.PollInterval
+		}
+		if !e.sleep(ctx, wait, err == nil && res.Unavailable == 0) {
+			return
+		}
+	}
+}
+
+// sleep waits d, or until a wake-up when wakeable; false when ctx is done.
+func (e *Engine) sleep(ctx context.Context, d time.Duration, wakeable bool) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	var wake <-chan struct{}
+	if wakeable {
+		wake = e.wake
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+	case <-wake:
+	}
+	return true
+}
+
+// Result summarizes one batch.
+type Result struct {
+	Claimed        int
+	Published      int
+	Retried        int // transient failures, attempt counted
+	DeadLettered   int
+	Unavailable    int // left untouched: broker down
+	UnavailableErr error
+}
+
+// Batch claims, publishes and marks one batch. Once rows are claimed the
+// batch runs to its end even if ctx is cancelled (bounded by the publish
+// timeout), so shutdown never wastes a confirmed publish; it never marks a
+// row the broker did not confirm.
+func (e *Engine) Batch(ctx context.Context) (Result, error) {
+	var res Result
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
+	start := time.Now()
+	tx, err := e.pool.Begin(ctx)
+	if err != nil {
+		return res, fmt.Errorf("begin: %w", err)
+	}
+	// From here on the batch is finished with a context that shutdown does not
+	// cancel; the deferred rollback covers every early return.
+	bg := context.WithoutCancel(ctx)
+	defer tx.Rollback(bg) //nolint:errcheck // no-op after commit
+
+	// If this process stalls (SIGSTOP, GC pause, hung broker beyond the publish
+	// timeout) PostgreSQL ends the session and frees the rows for another relay.
+	idle := strconv.FormatInt((e.cfg.PublishTimeout + 5*time.Second).Milliseconds(), 10)
+	b := &pgx.Batch{}
+	b.Queue(`SELECT set_config('idle_in_transaction_session_timeout', $1, true)`, idle)
+	b.Queue(e.q.Claim, e.cfg.BatchSize)
+	br := tx.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		br.Close()
+		return res, fmt.Errorf("claim: %w", err)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		br.Close()
+		return res, fmt.Errorf("claim: %w", err)
+	}
+	batch, err := scanRows(rows)
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		return res, fmt.Errorf("claim: %w", err)
+	}
+	res.Claimed = len(batch)
+	if len(batch) == 0 {
+		return res, tx.Commit(bg)
+	}
+
+	errs := e.publish(bg, batch)
+	ackedAt := time.Now()
+
+	var (
+		failIDs    []uuid.UUID
+		failErrs   []*string
+		failDelays []int64
+		failDead   []bool
+		okIDs      = make([]uuid.UUID, 0, len(batch))
+	)
+	anyOK := false
+	for _, err := range errs {
+		if err == nil {
+			anyOK = true
+			break
+		}
+	}
+	for i, r := range batch {
+		err := errs[i]
+		if err == nil {
+			okIDs = append(okIDs, r.ID)
+			continue
+		}
+		class := e.cfg.Classify(err)
+		// A batch where nothing was confirmed in time means the broker is not
+		// answering, not that every message is bad.
+		if class == Transient && !anyOK && e.cfg.IsTimeout(err) {
+			class = Unavailable
+		}
+		log := e.cfg.Logger.With("event_id", r.ID, "event_type", r.EventType,
+			"aggregate_type", r.AggregateType, "aggregate_id", r.AggregateID, "attempt", r.Attempts+1)
+		switch class {
+		case Unavailable:
+			res.Unavailable++
+			res.UnavailableErr = err
+			continue
+		case Permanent:
+			res.DeadLettered++
+			log.Error("publish failed permanently; event dead-lettered", "err", err)
+			failDelays = append(failDelays, 0)
+			failDead = append(failDead, true)
+		default:
+			attempt := r.Attempts + 1
+			dead := attempt >= e.cfg.MaxAttempts
+			delay := e.cfg.RetryBackoff.Delay(attempt)
+			if dead {
+				res.DeadLettered++
+				log.Error("publish failed; max attempts reached, event dead-lettered", "err", err, "max_attempts", e.cfg.MaxAttempts)
+			} else {
+				res.Retried++
+				log.Warn("publish failed; will retry", "err", err, "retry_in", delay)
+			}
+			failDelays = append(failDelays, delay.Milliseconds())
+			failDead = append(failDead, dead)
+		}
+		msg := truncate(err.Error(), 2000)
+		failIDs = append(failIDs, r.ID)
+		failErrs = append(failErrs, &msg)
+		if e.cfg.Metrics != nil {
+			e.cfg.Metrics.Failed.WithLabelValues(r.EventType).Inc()
+			if failDead[len(failDead)-1] {
+				e.cfg.Metrics.DeadLettered.WithLabelValues(r.EventType).Inc()
+			}
+		}
+	}
+	e.brokerDown.Store(res.Unavailable > 0)
+	if e.cfg.Metrics != nil {
+		if res.Unavailable > 0 {
+			e.cfg.Metrics.BrokerUnavailable.Set(1)
+		} else {
+			e.cfg.Metrics.BrokerUnavailable.Set(0)
+		}
+	}
+
+	switch {
+	case len(failIDs) == 0 && len(okIDs) == 0:
+		// Nothing to record: leave every row untouched for the next try.
+		return res, tx.Rollback(bg)
+	case len(failIDs) == 0:
+		_, err = tx.Exec(bg, e.q.MarkPublished, okIDs)
+	default:
+		ids := append(okIDs, failIDs...)
+		errsCol := make([]*string, len(okIDs), len(ids))
+		errsCol = append(errsCol, failErrs...)
+		delays := append(make([]int64, len(okIDs), len(ids)), failDelays...)
+		dead := append(make([]bool, len(okIDs), len(ids)), failDead...)
+		_, err = tx.Exec(bg, e.q.MarkOutcomes, ids, errsCol, delays, dead)
+	}
+	if err != nil {
+		return res, fmt.Errorf("mark %d event(s): %w", len(batch)-res.Unavailable, err)
+	}
+	if err := tx.Commit(bg); err != nil {
+		return res, fmt.Errorf("commit marks: %w", err)
+	}
+	res.Published = len(okIDs)
+	if m := e.cfg.Metrics; m != nil {
+		for i, r := range batch {
+			if errs[i] == nil {
+				m.ObservePublished(r.CreatedAt, ackedAt)
+			}
+		}
+		if len(okIDs) > 0 {
+			m.LastPublish.Set(float64(ackedAt.UnixNano()) / 1e9)
+		}
+		m.BatchDuration.Observe(time.Since(start).Seconds())
+	}
+	if e.cfg.Logger.Enabled(ctx, slog.LevelDebug) {
+		for i, r := range batch {
+			if errs[i] == nil {
+				e.cfg.Logger.Debug("event published", "event_id", r.ID, "event_type", r.EventType,
+					"aggregate_id", r.AggregateID, "attempt", r.Attempts+1)
+			}
+		}
+	}
+	return res, nil
+}
+
+// publish calls the publisher with a deadline it cannot overrun: if it ignores
+// ctx, the batch still ends at the publish timeout (its rows rolled back and
+// retried later), so a hung broker never pins row locks.
+func (e *Engine) publish(ctx context.Context, batch []*Row) []error {
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.PublishTimeout)
+	defer cancel()
+	done := make(chan []error, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				errs := make([]error, len(batch))
+				for i := range errs {
+					errs[i] = fmt.Errorf("publisher panicked: %v", p)
+				}
+				done <- errs
+			}
+		}()
+		done <- e.cfg.Publish(ctx, batch)
+	}()
+	var errs []error
+	select {
+	case errs = <-done:
+	case <-ctx.Done():
+		// Give a ctx-honouring publisher a moment to report what it confirmed.
+		select {
+		case errs = <-done:
+		case <-time.After(100 * time.Millisecond):
+			errs = make([]error, len(batch))
+			for i := range errs {
+				errs[i] = fmt.Errorf("publish: no answer within %s: %w", e.cfg.PublishTimeout, context.DeadlineExceeded)
+			}
+		}
+	}
+	if errs == nil {
+		return make([]error, len(batch))
+	}
+	if len(errs) != len(batch) {
+		out := make([]error, len(batch))
+		for i := range out {
+			out[i] = fmt.Errorf("publisher returned %d results for %d messages", len(errs), len(batch))
+		}
+		return out
+	}
+	return errs
+}
+
+func scanRows(rows pgx.Rows) ([]*Row, error) {
+	var out []*Row
+	for rows.Next() {
+		r := &Row{}
+		var headers map[string]string
+		if err := rows.Scan(&r.ID, &r.Seq, &r.AggregateType, &r.AggregateID, &r.EventType,
+			&r.Payload, &headers, &r.CreatedAt, &r.Attempts); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		r.Headers = headers
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
+
+func (e *Engine) statsLoop(ctx context.Context) {
+	if e.cfg.Metrics == nil || e.cfg.StatsInterval <= 0 {
+		return
+	}
+	t := time.NewTicker(e.cfg.StatsInterval)
+	defer t.Stop()
+	for {
+		if err := e.refreshGauges(ctx); err != nil && ctx.Err() == nil {
+			e.cfg.Logger.Warn("outbox gauges refresh failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (e *Engine) refreshGauges(ctx context.Context) error {
+	var pending, dead int64
+	b := &pgx.Batch{}
+	b.Queue(e.q.CountPending).QueryRow(func(r pgx.Row) error { return r.Scan(&pending) })
+	b.Queue(e.q.CountDead).QueryRow(func(r pgx.Row) error { return r.Scan(&dead) })
+	if err := e.pool.SendBatch(ctx, b).Close(); err != nil {
+		return err
+	}
+	e.cfg.Metrics.Pending.Set(float64(pending))
+	e.cfg.Metrics.DeadLetters.Set(float64(dead))
+	return nil
+}
+
+func (e *Engine) cleanupLoop(ctx context.Context) {
+	t := time.NewTicker(e.cfg.CleanupInterval)
+	defer t.Stop()
+	for {
+		n, err := e.Cleanup(ctx, e.cfg.Retention, e.cfg.CleanupBatch, nil)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			e.cfg.Logger.Warn("outbox cleanup failed", "err", err, "deleted", n)
+		case n > 0:
+			e.cfg.Logger.Info("outbox cleanup", "deleted", n, "retention", e.cfg.Retention)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Cleanup deletes rows processed more than olderThan ago (by the database's
+// clock), batchSize rows per statement
+// (each its own short transaction, so no multi-minute DELETE holds locks or
+// bloats WAL in one go). progress, if set, is called after every batch with
+// the running total. It returns how many rows it deleted.
+func (e *Engine) Cleanup(ctx context.Context, olderThan time.Duration, batchSize int, progress func(deleted int64)) (int64, error) {
+	return Cleanup(ctx, e.pool, e.q, olderThan, batchSize, progress)
+}
+
+// Cleanup is Engine.Cleanup without an engine, for the admin functions.
+func Cleanup(ctx context.Context, pool *pgxpool.Pool, q *store.Queries, olderThan time.Duration, batchSize int, progress func(deleted int64)) (int64, error) {
+	var total int64
+	for {
+		tag, err := pool.Exec(ctx, q.Cleanup, olderThan, batchSize)
+		if err != nil {
+			return total, fmt.Errorf("cleanup: %w", err)
+		}
+		total += tag.RowsAffected()
+		if progress != nil {
+			progress(total)
+		}
+		if tag.RowsAffected() < int64(batchSize) {
+			return total, nil
+		}
+	}
+}
+
+// IsUndefined reports whether err says a table or column is missing.
+func IsUndefined(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "42703")
+}

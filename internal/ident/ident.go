@@ -1,0 +1,114 @@
+// Package ident validates and quotes the SQL identifiers that users configure
+// (schema and table names) and derives every object name pgoutbox creates from
+// them. Nothing configured by a user is ever spliced into SQL unquoted.
+package ident
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// DefaultTable is the article's table name.
+const DefaultTable = "outbox_events"
+
+// maxLen is PostgreSQL's NAMEDATALEN-1: longer identifiers are silently
+// truncated by the server, which could make two configured names collide.
+const maxLen = 63
+
+// Names holds the quoted, ready-to-splice names of every object that belongs to
+// one outbox table.
+type Names struct {
+	Schema string // raw schema name ("" means the search_path)
+	Table  string // raw table name
+
+	QTable          string // "schema"."table"
+	QDeadLetterView string // "schema"."<base>_dead_letters"
+	QMigrations     string // "schema"."pgoutbox_migrations"
+	PendingIndex    string // "<table>_pending_idx" (unqualified: an index lives in its table's schema)
+	ProcessedIndex  string // "<table>_processed_idx"
+	DeadIndex       string // "<table>_dead_idx"
+	QSchema         string // "schema" or "" when unset
+
+	// Target identifies this outbox in the migrations table and in advisory
+	// locks; it is always passed as a bind parameter, never spliced.
+	Target string
+	// Channel is the LISTEN/NOTIFY channel name (a bind parameter to
+	// pg_notify, quoted for LISTEN).
+	Channel string
+}
+
+// Validate checks one configured identifier.
+func Validate(field, name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%s: must not be empty", field)
+	case len(name) > maxLen:
+		return fmt.Errorf("%s: %q is %d bytes long, PostgreSQL identifiers are at most %d", field, name, len(name), maxLen)
+	case strings.ContainsRune(name, 0):
+		return fmt.Errorf("%s: contains a NUL byte", field)
+	case !isUTF8(name):
+		return fmt.Errorf("%s: not valid UTF-8", field)
+	}
+	return nil
+}
+
+func isUTF8(s string) bool { return strings.ToValidUTF8(s, "\uFFFD") == s }
+
+// Quote returns name as a quoted SQL identifier.
+func Quote(name string) string { return pgx.Identifier{name}.Sanitize() }
+
+// New validates schema and table and derives every name. An empty table means
+// DefaultTable; an empty schema means "resolve through search_path", as the
+// article's unqualified statements do.
+func New(schema, table string) (Names, error) {
+	if table == "" {
+		table = DefaultTable
+	}
+	if err := Validate("table", table); err != nil {
+		return Names{}, err
+	}
+	if schema != "" {
+		if err := Validate("schema", schema); err != nil {
+			return Names{}, err
+		}
+	}
+	base := strings.TrimSuffix(table, "_events")
+	view := base + "_dead_letters"
+	for field, derived := range map[string]string{
+		"dead-letter view": view,
+		"pending index":    table + "_pending_idx",
+	} {
+		if len(derived) > maxLen {
+			return Names{}, fmt.Errorf("table: %q is too long: the derived %s name %q exceeds %d bytes", table, field, derived, maxLen)
+		}
+	}
+	q := func(n string) string {
+		if schema == "" {
+			return Quote(n)
+		}
+		return pgx.Identifier{schema, n}.Sanitize()
+	}
+	n := Names{
+		Schema:          schema,
+		Table:           table,
+		QTable:          q(table),
+		QDeadLetterView: q(view),
+		QMigrations:     q("pgoutbox_migrations"),
+		PendingIndex:    Quote(table + "_pending_idx"),
+		ProcessedIndex:  Quote(table + "_processed_idx"),
+		DeadIndex:       Quote(table + "_dead_idx"),
+		Target:          table,
+		Channel:         "pgoutbox_" + table,
+	}
+	if schema != "" {
+		n.QSchema = Quote(schema)
+		n.Target = schema + "." + table
+		n.Channel = "pgoutbox_" + schema + "." + table
+	}
+	if len(n.Channel) > maxLen {
+		n.Channel = strings.ToValidUTF8(n.Channel[:maxLen], "")
+	}
+	return n, nil
+}

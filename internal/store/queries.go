@@ -1,0 +1,102 @@
+// Package store holds every SQL statement the relay and the admin functions
+// run, built once per outbox table from quoted identifiers. This file is the
+// one place to read pgoutbox's SQL (besides the migrations).
+package store
+
+import "github.com/pgoutbox/outbox/internal/ident"
+
+// Queries are the statements for one outbox table.
+type Queries struct {
+	// Claim locks up to $1 claimable rows in insertion order. SKIP LOCKED lets
+	// several relays claim disjoint batches; the predicate matches the partial
+	// pending index, so processed rows are never read.
+	Claim string
+	// MarkPublished marks a batch published in one statement ($1 uuid[]).
+	MarkPublished string
+	// MarkOutcomes records a batch with mixed outcomes in one statement:
+	// $1 uuid[], $2 text[] error (NULL = published), $3 bigint[] retry delay
+	// in ms, $4 bool[] dead-letter now.
+	MarkOutcomes string
+	// CountPending and CountDead feed the gauges.
+	CountPending string
+	CountDead    string
+	// Cleanup deletes up to $2 rows processed more than $1 (interval) ago.
+	Cleanup string
+	// Status aggregates per event type: pending, dead, published in the last
+	// minute and hour, oldest pending created_at. Each branch reads through
+	// its own partial index.
+	Status string
+	// DeadLetters lists dead letters: $1 event type ('' = any), $2 minimum
+	// age (interval), $3 limit.
+	DeadLetters string
+	// RetryIDs re-queues unprocessed rows by id ($1 uuid[]); RetryDead
+	// re-queues dead letters of a type ($1, '' = every type). The Count
+	// variants are their dry runs.
+	RetryIDs       string
+	RetryDead      string
+	CountRetryIDs  string
+	CountRetryDead string
+	// CheckColumns fails when the table is missing or lacks a column this
+	// version needs.
+	CheckColumns string
+}
+
+// New builds the statements for n.
+func New(n ident.Names) *Queries {
+	t := n.QTable
+	return &Queries{
+		Claim: `SELECT id, seq, aggregate_type, aggregate_id, event_type, payload, headers, created_at, attempts
+FROM ` + t + `
+WHERE processed_at IS NULL AND dead_at IS NULL
+  AND (retry_after IS NULL OR retry_after <= now())
+ORDER BY seq
+LIMIT $1
+FOR UPDATE SKIP LOCKED`,
+		MarkPublished: `UPDATE ` + t + ` SET processed_at = now() WHERE id = ANY($1::uuid[])`,
+		MarkOutcomes: `UPDATE ` + t + ` AS o SET
+    processed_at = CASE WHEN r.err IS NULL THEN now() END,
+    attempts     = o.attempts + CASE WHEN r.err IS NULL THEN 0 ELSE 1 END,
+    last_error   = COALESCE(r.err, o.last_error),
+    retry_after  = CASE WHEN r.err IS NULL THEN o.retry_after
+                        ELSE now() + r.delay_ms * interval '1 millisecond' END,
+    dead_at      = CASE WHEN r.dead THEN now() END
+FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::bool[]) AS r(id, err, delay_ms, dead)
+WHERE o.id = r.id`,
+		CountPending: `SELECT count(*) FROM ` + t + ` WHERE processed_at IS NULL AND dead_at IS NULL`,
+		CountDead:    `SELECT count(*) FROM ` + t + ` WHERE dead_at IS NOT NULL AND processed_at IS NULL`,
+		Cleanup: `DELETE FROM ` + t + ` WHERE id IN (
+    SELECT id FROM ` + t + `
+    WHERE processed_at IS NOT NULL AND processed_at < now() - $1::interval
+    ORDER BY processed_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED)`,
+		Status: `SELECT event_type, sum(p)::bigint, sum(d)::bigint, sum(m)::bigint, sum(h)::bigint, min(oldest)
+FROM (
+    SELECT event_type, 1 AS p, 0 AS d, 0 AS m, 0 AS h, created_at AS oldest
+    FROM ` + t + ` WHERE processed_at IS NULL AND dead_at IS NULL
+  UNION ALL
+    SELECT event_type, 0, 1, 0, 0, NULL
+    FROM ` + t + ` WHERE dead_at IS NOT NULL AND processed_at IS NULL
+  UNION ALL
+    SELECT event_type, 0, 0, (processed_at >= now() - interval '1 minute')::int, 1, NULL
+    FROM ` + t + ` WHERE processed_at IS NOT NULL AND processed_at >= now() - interval '1 hour'
+) s
+GROUP BY event_type
+ORDER BY event_type`,
+		DeadLetters: `SELECT id, seq, aggregate_type, aggregate_id, event_type, payload, headers,
+       attempts, created_at, processed_at, retry_after, dead_at, COALESCE(last_error, '')
+FROM ` + t + `
+WHERE dead_at IS NOT NULL AND processed_at IS NULL
+  AND ($1 = '' OR event_type = $1)
+  AND created_at <= now() - $2::interval
+ORDER BY seq
+LIMIT $3`,
+		RetryIDs:       `UPDATE ` + t + ` SET attempts = 0, retry_after = NULL, dead_at = NULL WHERE processed_at IS NULL AND id = ANY($1::uuid[])`,
+		RetryDead:      `UPDATE ` + t + ` SET attempts = 0, retry_after = NULL, dead_at = NULL WHERE dead_at IS NOT NULL AND processed_at IS NULL AND ($1 = '' OR event_type = $1)`,
+		CountRetryIDs:  `SELECT count(*) FROM ` + t + ` WHERE processed_at IS NULL AND id = ANY($1::uuid[])`,
+		CountRetryDead: `SELECT count(*) FROM ` + t + ` WHERE dead_at IS NOT NULL AND processed_at IS NULL AND ($1 = '' OR event_type = $1)`,
+		CheckColumns: `SELECT id, seq, aggregate_type, aggregate_id, event_type, payload, headers,
+       attempts, created_at, processed_at, retry_after, last_error, dead_at
+FROM ` + t + ` LIMIT 0`,
+	}
+}

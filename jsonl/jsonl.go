@@ -1,0 +1,77 @@
+// Package jsonl is an outbox.Publisher that writes each message as one JSON
+// line, for debugging a relay and piping events into scripts. It offers no
+// durability: a successful write to the io.Writer counts as confirmation.
+package jsonl
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/pgoutbox/outbox"
+)
+
+// Line is the JSON shape of one message.
+type Line struct {
+	ID            string            `json:"id"`
+	Topic         string            `json:"topic"`
+	EventType     string            `json:"event_type"`
+	AggregateType string            `json:"aggregate_type"`
+	AggregateID   string            `json:"aggregate_id"`
+	CreatedAt     time.Time         `json:"created_at"`
+	Attempt       int               `json:"attempt"`
+	Headers       map[string]string `json:"headers,omitempty"`
+	Payload       json.RawMessage   `json:"payload"`
+}
+
+// Config configures a Publisher.
+type Config struct {
+	// Topic is a topic template (see outbox.ParseTopicTemplate), rendered
+	// into each line's "topic". Default "{event_type}".
+	Topic string
+}
+
+// Publisher writes JSON lines. Safe for concurrent use: lines never interleave.
+type Publisher struct {
+	mu    sync.Mutex
+	w     io.Writer
+	topic *outbox.TopicTemplate
+}
+
+// New returns a Publisher writing to w (os.Stdout for the CLI).
+func New(w io.Writer, cfg Config) (*Publisher, error) {
+	if w == nil {
+		return nil, errors.New("jsonl: writer is nil")
+	}
+	t, err := outbox.ParseTopicTemplate(cfg.Topic)
+	if err != nil {
+		return nil, fmt.Errorf("jsonl: Config.Topic: %w", err)
+	}
+	return &Publisher{w: w, topic: t}, nil
+}
+
+// Publish writes msg as one line.
+func (p *Publisher) Publish(ctx context.Context, msg *outbox.Message) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	b, err := json.Marshal(Line{
+		ID: msg.ID.String(), Topic: p.topic.Render(msg), EventType: msg.EventType,
+		AggregateType: msg.AggregateType, AggregateID: msg.AggregateID, CreatedAt: msg.CreatedAt,
+		Attempt: msg.Attempt, Headers: msg.Headers, Payload: msg.Payload,
+	})
+	if err != nil {
+		return outbox.Permanent(fmt.Errorf("jsonl: encode: %w", err))
+	}
+	b = append(b, '\n')
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, err := p.w.Write(b); err != nil {
+		return fmt.Errorf("jsonl: write: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,118 @@
+// Package memory is an in-memory outbox.Publisher for tests: it confirms at
+// once, records every message, and can be told to fail.
+//
+//	pub := memory.New()
+//	relay, _ := outbox.NewRelay(pool, pub, outbox.RelayConfig{})
+//	...
+//	msgs := pub.Messages()
+package memory
+
+import (
+	"context"
+	"slices"
+	"sync"
+
+	"github.com/google/uuid"
+
+	"github.com/pgoutbox/outbox"
+)
+
+// Publisher records messages. The zero value is not usable; call New.
+type Publisher struct {
+	mu      sync.Mutex
+	msgs    []outbox.Message
+	fail    func(*outbox.Message) error
+	changed chan struct{} // closed and replaced on every publish
+}
+
+// New returns an empty Publisher.
+func New() *Publisher { return &Publisher{changed: make(chan struct{})} }
+
+// FailWith makes every later Publish call f first; a non-nil error from f is
+// returned instead of recording the message. nil restores normal behaviour.
+func (p *Publisher) FailWith(f func(*outbox.Message) error) {
+	p.mu.Lock()
+	p.fail = f
+	p.mu.Unlock()
+}
+
+// Publish records msg, or fails as configured with FailWith.
+func (p *Publisher) Publish(ctx context.Context, msg *outbox.Message) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	fail := p.fail
+	p.mu.Unlock()
+	if fail != nil {
+		if err := fail(msg); err != nil {
+			return err
+		}
+	}
+	m := *msg
+	m.Payload = slices.Clone(msg.Payload)
+	p.mu.Lock()
+	p.msgs = append(p.msgs, m)
+	close(p.changed)
+	p.changed = make(chan struct{})
+	p.mu.Unlock()
+	return nil
+}
+
+// Messages returns a copy of everything published so far, in publish order.
+func (p *Publisher) Messages() []outbox.Message {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.msgs)
+}
+
+// Len returns how many messages were published, duplicates included.
+func (p *Publisher) Len() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.msgs)
+}
+
+// Count returns how many times each event id was published.
+func (p *Publisher) Count() map[uuid.UUID]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[uuid.UUID]int, len(p.msgs))
+	for _, m := range p.msgs {
+		out[m.ID]++
+	}
+	return out
+}
+
+// WaitFor blocks until cond(messages) is true or ctx is done, re-checking
+// after every publish. It returns ctx's error on timeout.
+func (p *Publisher) WaitFor(ctx context.Context, cond func([]outbox.Message) bool) error {
+	for {
+		p.mu.Lock()
+		ok := cond(p.msgs)
+		ch := p.changed
+		p.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch:
+		}
+	}
+}
+
+// WaitDistinct blocks until n distinct event ids were published.
+func (p *Publisher) WaitDistinct(ctx context.Context, n int) error {
+	return p.WaitFor(ctx, func(ms []outbox.Message) bool {
+		if len(ms) < n {
+			return false
+		}
+		seen := make(map[uuid.UUID]struct{}, len(ms))
+		for _, m := range ms {
+			seen[m.ID] = struct{}{}
+		}
+		return len(seen) >= n
+	})
+}

@@ -1,0 +1,176 @@
+// Package nats publishes outbox events to NATS JetStream.
+//
+// A message counts as published only when JetStream answers with a PubAck,
+// meaning the stream stored it. Every message carries the event id as
+// Nats-Msg-Id, so JetStream's duplicate window drops the re-sends that
+// at-least-once delivery produces. A subject that no stream captures is a
+// failure (JetStream has no responder), never a silent drop.
+//
+// Creating or changing streams is the operator's job; EnsureStream exists for
+// tests, demos and teams that opt in explicitly. The publisher never creates a
+// stream as a side effect of publishing.
+package nats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/pgoutbox/outbox"
+)
+
+// Config configures a Publisher.
+type Config struct {
+	// Subject is a topic template (outbox.ParseTopicTemplate) giving each
+	// message's subject. Default "{event_type}"; use
+	// "orders.{aggregate_id}" and the like for a subject per aggregate.
+	Subject string
+	// MaxPending bounds unacknowledged asynchronous publishes. Default 4000.
+	MaxPending int
+}
+
+// Publisher is an outbox.Publisher and outbox.BatchPublisher for JetStream.
+// It is safe for concurrent use.
+type Publisher struct {
+	nc      *natsgo.Conn
+	js      jetstream.JetStream
+	subject *outbox.TopicTemplate
+}
+
+var (
+	_ outbox.BatchPublisher = (*Publisher)(nil)
+	_ outbox.HealthChecker  = (*Publisher)(nil)
+)
+
+// New returns a Publisher over nc, which the caller owns (and closes).
+func New(nc *natsgo.Conn, cfg Config) (*Publisher, error) {
+	if nc == nil {
+		return nil, errors.New("nats: connection is nil")
+	}
+	subj, err := outbox.ParseTopicTemplate(cfg.Subject)
+	if err != nil {
+		return nil, fmt.Errorf("nats: Config.Subject: %w", err)
+	}
+	if cfg.MaxPending == 0 {
+		cfg.MaxPending = 4000
+	}
+	if cfg.MaxPending < 1 {
+		return nil, fmt.Errorf("nats: Config.MaxPending: %d must be positive", cfg.MaxPending)
+	}
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(cfg.MaxPending))
+	if err != nil {
+		return nil, fmt.Errorf("nats: jetstream: %w", err)
+	}
+	return &Publisher{nc: nc, js: js, subject: subj}, nil
+}
+
+// Subject returns the subject msg is published to.
+func (p *Publisher) Subject(msg *outbox.Message) string { return p.subject.Render(msg) }
+
+func (p *Publisher) natsMsg(msg *outbox.Message) *natsgo.Msg {
+	m := natsgo.NewMsg(p.subject.Render(msg))
+	m.Data = msg.Payload
+	for k, v := range msg.StandardHeaders() {
+		m.Header.Set(k, v)
+	}
+	m.Header.Set(jetstream.MsgIDHeader, msg.ID.String())
+	return m
+}
+
+// Publish sends msg and waits for the stream's acknowledgement.
+func (p *Publisher) Publish(ctx context.Context, msg *outbox.Message) error {
+	return p.PublishBatch(ctx, []*outbox.Message{msg})[0]
+}
+
+// PublishBatch sends every message without waiting, then collects every
+// acknowledgement: one pipelined round for the whole batch.
+func (p *Publisher) PublishBatch(ctx context.Context, msgs []*outbox.Message) []error {
+	errs := make([]error, len(msgs))
+	if !p.nc.IsConnected() {
+		err := outbox.Unavailable(fmt.Errorf("nats: not connected (status %s)", p.nc.Status()))
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	futures := make([]jetstream.PubAckFuture, len(msgs))
+	for i, msg := range msgs {
+		if len(msg.Payload) > int(p.nc.MaxPayload()) {
+			errs[i] = outbox.Permanent(fmt.Errorf("nats: payload of %d bytes exceeds the server's max_payload %d", len(msg.Payload), p.nc.MaxPayload()))
+			continue
+		}
+		f, err := p.js.PublishMsgAsync(p.natsMsg(msg), jetstream.WithStallWait(time.Until(deadline(ctx))))
+		if err != nil {
+			errs[i] = classify(err)
+			continue
+		}
+		futures[i] = f
+	}
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			errs[i] = classify(err)
+		case <-ctx.Done():
+			errs[i] = fmt.Errorf("nats: waiting for PubAck: %w", ctx.Err())
+		}
+	}
+	return errs
+}
+
+func deadline(ctx context.Context) time.Time {
+	if d, ok := ctx.Deadline(); ok {
+		return d
+	}
+	return time.Now().Add(30 * time.Second)
+}
+
+func classify(err error) error {
+	err = fmt.Errorf("nats: %w", err)
+	switch {
+	case errors.Is(err, natsgo.ErrMaxPayload), errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum):
+		return outbox.Permanent(err)
+	case errors.Is(err, natsgo.ErrConnectionClosed), errors.Is(err, natsgo.ErrConnectionDraining),
+		errors.Is(err, natsgo.ErrConnectionReconnecting), errors.Is(err, natsgo.ErrDisconnected),
+		errors.Is(err, natsgo.ErrNoServers):
+		return outbox.Unavailable(err)
+	case errors.Is(err, natsgo.ErrNoResponders), errors.Is(err, jetstream.ErrNoStreamResponse):
+		// No stream captures the subject: an operator must create one. Retried
+		// with backoff, dead-lettered at MaxAttempts, re-queued with retry.
+		return fmt.Errorf("%w (no JetStream stream captures this subject)", err)
+	}
+	return err
+}
+
+// Health reports whether the connection is up.
+func (p *Publisher) Health(context.Context) error {
+	if !p.nc.IsConnected() {
+		return fmt.Errorf("nats: not connected (status %s)", p.nc.Status())
+	}
+	return nil
+}
+
+// EnsureStream creates the stream, or updates its subjects, so that it
+// captures subjects. It is an explicit, opt-in operator action: the publisher
+// never calls it. duplicates is JetStream's dedup window (0: server default,
+// two minutes).
+func EnsureStream(ctx context.Context, nc *natsgo.Conn, name string, subjects []string, duplicates time.Duration) error {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("nats: jetstream: %w", err)
+	}
+	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name: name, Subjects: subjects, Storage: jetstream.FileStorage, Duplicates: duplicates,
+	})
+	if err != nil {
+		return fmt.Errorf("nats: ensure stream %q: %w", name, err)
+	}
+	return nil
+}

@@ -1,0 +1,93 @@
+package outbox
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Message is what the relay hands a Publisher: one outbox row, ready to send.
+// Publishers map it onto the broker's own message shape and must carry ID as
+// the broker's deduplication key where the broker has one (JetStream's
+// Nats-Msg-Id, AMQP message_id, a Kafka header, SQS MessageDeduplicationId).
+type Message struct {
+	ID            uuid.UUID
+	Seq           int64 // the row's insertion order in its table
+	AggregateType string
+	AggregateID   string
+	EventType     string
+	Payload       []byte            // the stored JSON, byte for byte
+	Headers       map[string]string // the row's headers; may be nil
+	CreatedAt     time.Time         // when the event was written
+	Attempt       int               // 1 on the first publish, 2 on the first retry, ...
+}
+
+// Standard header names every publisher sets, besides the row's own headers,
+// so consumers see the same metadata whatever the broker.
+const (
+	HeaderEventID       = "outbox-event-id"
+	HeaderEventType     = "outbox-event-type"
+	HeaderAggregateType = "outbox-aggregate-type"
+	HeaderAggregateID   = "outbox-aggregate-id"
+	HeaderCreatedAt     = "outbox-created-at" // RFC 3339 with nanoseconds
+)
+
+// StandardHeaders returns the metadata headers for m merged with m.Headers
+// (the row's own headers never override the standard ones).
+func (m *Message) StandardHeaders() map[string]string {
+	h := make(map[string]string, len(m.Headers)+5)
+	for k, v := range m.Headers {
+		h[k] = v
+	}
+	h[HeaderEventID] = m.ID.String()
+	h[HeaderEventType] = m.EventType
+	h[HeaderAggregateType] = m.AggregateType
+	h[HeaderAggregateID] = m.AggregateID
+	h[HeaderCreatedAt] = m.CreatedAt.UTC().Format(time.RFC3339Nano)
+	return h
+}
+
+// Publisher sends messages to a broker. The relay's correctness rests on this
+// contract:
+//
+//   - Publish returns nil only once the broker has confirmed durable receipt
+//     of msg (a JetStream PubAck, a RabbitMQ publisher confirm, Kafka acks=all).
+//     Returning nil earlier loses the event if the broker then fails, because
+//     the relay marks the row processed and never sends it again.
+//   - A non-nil error means the message may or may not have reached the
+//     broker; the relay will send it again later (at-least-once). Classify it
+//     with Permanent (never retry: dead-letter now) or Unavailable (the broker
+//     itself is down: back off, burn no attempt); anything else is transient
+//     and retried with backoff until MaxAttempts.
+//   - Publish must honour ctx: the relay cancels it at its publish timeout.
+//   - Publish is called from several relay workers at once and must be safe for
+//     concurrent use. Within one call order is the caller's business; the relay
+//     never calls Publish twice for the same row concurrently.
+type Publisher interface {
+	Publish(ctx context.Context, msg *Message) error
+}
+
+// BatchPublisher is implemented by publishers that can pipeline a batch: send
+// every message, then wait for all confirmations. The relay uses it, when
+// present, instead of one Publish per message.
+//
+// PublishBatch returns one error per message, at the same index (nil means
+// confirmed, as for Publish). It may return a nil slice to mean "all
+// confirmed". A failure of one message must not fail the others.
+type BatchPublisher interface {
+	Publisher
+	PublishBatch(ctx context.Context, msgs []*Message) []error
+}
+
+// HealthChecker is implemented by publishers that can tell whether the broker
+// is reachable; the relay's readiness reports it.
+type HealthChecker interface {
+	Health(ctx context.Context) error
+}
+
+// PublisherFunc adapts a function to Publisher.
+type PublisherFunc func(ctx context.Context, msg *Message) error
+
+// Publish calls f.
+func (f PublisherFunc) Publish(ctx context.Context, msg *Message) error { return f(ctx, msg) }

@@ -1,0 +1,297 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pgoutbox/outbox/internal/engine"
+	"github.com/pgoutbox/outbox/internal/ident"
+	"github.com/pgoutbox/outbox/internal/metrics"
+)
+
+// Defaults for RelayConfig's zero values.
+const (
+	DefaultBatchSize       = 100
+	DefaultWorkers         = 2
+	DefaultPollInterval    = 100 * time.Millisecond
+	DefaultMaxAttempts     = 10
+	DefaultRetryBase       = time.Second
+	DefaultRetryMax        = 5 * time.Minute
+	DefaultOutageBase      = 250 * time.Millisecond
+	DefaultOutageMax       = 15 * time.Second
+	DefaultPublishTimeout  = 15 * time.Second
+	DefaultStatsInterval   = 10 * time.Second
+	DefaultCleanupInterval = 10 * time.Minute
+	DefaultCleanupBatch    = 1000
+)
+
+// Backoff is an exponential backoff: the n-th wait is Base·2^(n-1), capped at
+// Max, with jitter between half and all of it.
+type Backoff struct {
+	Base time.Duration
+	Max  time.Duration
+}
+
+// RelayConfig configures a Relay. Every zero value means the documented
+// default; NewRelay rejects invalid values with an error naming the field.
+type RelayConfig struct {
+	// Schema and Table name the outbox table, as in WriterConfig.
+	Schema string
+	Table  string
+
+	// BatchSize is the most rows one worker claims at a time. Default 100.
+	BatchSize int
+	// Workers is the number of concurrent claim loops in this process. Each
+	// claims disjoint rows (FOR UPDATE SKIP LOCKED), as do other processes.
+	// Default 2.
+	Workers int
+	// PollInterval is how long an idle worker waits before claiming again. A
+	// worker whose batch came back full claims again at once. Default 100ms.
+	PollInterval time.Duration
+	// MaxAttempts is how many failed publishes make a dead letter. Default 10.
+	MaxAttempts int
+	// RetryBackoff spaces a failing message's retries (retry_after).
+	// Default 1s doubling up to 5m.
+	RetryBackoff Backoff
+	// OutageBackoff spaces the relay's retries while the broker or the database
+	// is unreachable. No attempt is counted during a broker outage.
+	// Default 250ms doubling up to 15s.
+	OutageBackoff Backoff
+	// PublishTimeout bounds one batch's publish; rows not confirmed by then are
+	// released (and, if nothing in the batch was confirmed, the broker is
+	// considered unavailable). It also sets the session's
+	// idle_in_transaction_session_timeout (plus 5s), so a stalled relay's locks
+	// are freed. Default 15s.
+	PublishTimeout time.Duration
+
+	// Retention enables the cleanup loop: processed rows older than this are
+	// deleted every CleanupInterval (default 10m), CleanupBatch rows (default
+	// 1000) per statement. Zero keeps processed rows forever.
+	Retention       time.Duration
+	CleanupInterval time.Duration
+	CleanupBatch    int
+
+	// Logger receives structured logs (event_id, event_type, aggregate_id,
+	// attempt on every line about an event). Payloads are never logged.
+	// Default: discard.
+	Logger *slog.Logger
+	// Registerer, when set, receives the relay's Prometheus metrics
+	// (outbox_events_published_total, outbox_events_failed_total,
+	// outbox_events_pending, outbox_batch_duration_seconds, ...).
+	Registerer prometheus.Registerer
+	// MetricLabels are constant labels added to every metric.
+	MetricLabels prometheus.Labels
+	// StatsInterval is how often the pending and dead-letter gauges are
+	// refreshed from the table. Default 10s.
+	StatsInterval time.Duration
+}
+
+// Relay moves events from the outbox table to a broker: claim a batch, publish
+// it, wait for the broker's confirmations, mark the batch in one statement.
+// Delivery is at-least-once; run as many relays (workers or processes) as you
+// like.
+type Relay struct {
+	pool    *pgxpool.Pool
+	pub     Publisher
+	names   ident.Names
+	eng     *engine.Engine
+	metrics *metrics.Metrics
+	running atomic.Bool
+}
+
+// NewRelay validates cfg and returns a relay that reads from pool and
+// publishes with pub. It does not touch the database or the broker.
+func NewRelay(pool *pgxpool.Pool, pub Publisher, cfg RelayConfig) (*Relay, error) {
+	if pool == nil {
+		return nil, errors.New("outbox: NewRelay: pool is nil")
+	}
+	if pub == nil {
+		return nil, errors.New("outbox: NewRelay: publisher is nil")
+	}
+	ec, err := cfg.engineConfig()
+	if err != nil {
+		return nil, err
+	}
+	m, err := metrics.New(cfg.Registerer, cfg.MetricLabels)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: RelayConfig.Registerer: %w", err)
+	}
+	ec.Metrics = m
+	r := &Relay{pool: pool, pub: pub, names: ec.Names, metrics: m}
+	ec.Publish = r.publishRows
+	ec.Classify = func(err error) engine.Class { return engine.Class(Classify(err)) }
+	ec.IsTimeout = isTimeout
+	r.eng = engine.New(pool, ec)
+	return r, nil
+}
+
+func (cfg RelayConfig) engineConfig() (engine.Config, error) {
+	bad := func(field, format string, args ...any) (engine.Config, error) {
+		return engine.Config{}, fmt.Errorf("outbox: RelayConfig.%s: %s", field, fmt.Sprintf(format, args...))
+	}
+	n, err := ident.New(cfg.Schema, cfg.Table)
+	if err != nil {
+		return engine.Config{}, fmt.Errorf("outbox: RelayConfig.%w", err)
+	}
+	def := func(v, d time.Duration) time.Duration {
+		if v == 0 {
+			return d
+		}
+		return v
+	}
+	defInt := func(v, d int) int {
+		if v == 0 {
+			return d
+		}
+		return v
+	}
+	ec := engine.Config{
+		Names:           n,
+		BatchSize:       defInt(cfg.BatchSize, DefaultBatchSize),
+		Workers:         defInt(cfg.Workers, DefaultWorkers),
+		PollInterval:    def(cfg.PollInterval, DefaultPollInterval),
+		MaxAttempts:     defInt(cfg.MaxAttempts, DefaultMaxAttempts),
+		RetryBackoff:    engine.Backoff{Base: def(cfg.RetryBackoff.Base, DefaultRetryBase), Max: def(cfg.RetryBackoff.Max, DefaultRetryMax)},
+		OutageBackoff:   engine.Backoff{Base: def(cfg.OutageBackoff.Base, DefaultOutageBase), Max: def(cfg.OutageBackoff.Max, DefaultOutageMax)},
+		PublishTimeout:  def(cfg.PublishTimeout, DefaultPublishTimeout),
+		StatsInterval:   def(cfg.StatsInterval, DefaultStatsInterval),
+		Retention:       cfg.Retention,
+		CleanupInterval: def(cfg.CleanupInterval, DefaultCleanupInterval),
+		CleanupBatch:    defInt(cfg.CleanupBatch, DefaultCleanupBatch),
+		Logger:          cfg.Logger,
+	}
+	if ec.Logger == nil {
+		ec.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	switch {
+	case ec.BatchSize < 1 || ec.BatchSize > 10000:
+		return bad("BatchSize", "%d: must be between 1 and 10000", cfg.BatchSize)
+	case ec.Workers < 1 || ec.Workers > 256:
+		return bad("Workers", "%d: must be between 1 and 256", cfg.Workers)
+	case ec.PollInterval < time.Millisecond:
+		return bad("PollInterval", "%s: must be at least 1ms", cfg.PollInterval)
+	case ec.MaxAttempts < 1:
+		return bad("MaxAttempts", "%d: must be at least 1", cfg.MaxAttempts)
+	case ec.RetryBackoff.Base <= 0 || ec.RetryBackoff.Max < ec.RetryBackoff.Base:
+		return bad("RetryBackoff", "base %s, max %s: need 0 < base <= max", ec.RetryBackoff.Base, ec.RetryBackoff.Max)
+	case ec.OutageBackoff.Base <= 0 || ec.OutageBackoff.Max < ec.OutageBackoff.Base:
+		return bad("OutageBackoff", "base %s, max %s: need 0 < base <= max", ec.OutageBackoff.Base, ec.OutageBackoff.Max)
+	case ec.PublishTimeout < 10*time.Millisecond:
+		return bad("PublishTimeout", "%s: must be at least 10ms", cfg.PublishTimeout)
+	case ec.StatsInterval < 0:
+		return bad("StatsInterval", "%s: must not be negative", cfg.StatsInterval)
+	case cfg.Retention < 0:
+		return bad("Retention", "%s: must not be negative", cfg.Retention)
+	case ec.CleanupInterval <= 0:
+		return bad("CleanupInterval", "%s: must be positive", cfg.CleanupInterval)
+	case ec.CleanupBatch < 1:
+		return bad("CleanupBatch", "%d: must be at least 1", cfg.CleanupBatch)
+	}
+	return ec, nil
+}
+
+// Run relays events until ctx is cancelled, then finishes the batches in
+// flight (bounded by PublishTimeout) and returns nil. It first checks that the
+// table is migrated and returns an error wrapping ErrNotMigrated if not.
+// Database and broker outages do not end Run: it logs, backs off and resumes.
+func (r *Relay) Run(ctx context.Context) error {
+	if !r.running.CompareAndSwap(false, true) {
+		return errors.New("outbox: Relay.Run called twice")
+	}
+	defer r.running.Store(false)
+	if err := r.CheckSchema(ctx); err != nil {
+		return err
+	}
+	return r.eng.Run(ctx)
+}
+
+// CheckSchema returns an error wrapping ErrNotMigrated when the outbox table
+// is missing or lacks a column this version of pgoutbox needs.
+func (r *Relay) CheckSchema(ctx context.Context) error {
+	err := r.eng.CheckSchema(ctx)
+	switch {
+	case err == nil:
+		return nil
+	case engine.IsUndefined(err):
+		return fmt.Errorf("outbox: table %s: %w (run `outbox migrate` or outbox.Migrate): %v", r.names.QTable, ErrNotMigrated, err)
+	default:
+		return fmt.Errorf("outbox: check table %s: %w", r.names.QTable, err)
+	}
+}
+
+// BatchResult summarizes one ProcessBatch call.
+type BatchResult struct {
+	Claimed      int // rows claimed
+	Published    int // confirmed by the broker and marked processed
+	Retried      int // failed, attempt counted, retry_after set
+	DeadLettered int // failed permanently or at MaxAttempts
+	Unavailable  int // left untouched because the broker was unreachable
+}
+
+// ProcessBatch claims, publishes and marks one batch, for tests and for
+// callers that drive the relay themselves (a cron job, a serverless function).
+func (r *Relay) ProcessBatch(ctx context.Context) (BatchResult, error) {
+	res, err := r.eng.Batch(ctx)
+	return BatchResult{Claimed: res.Claimed, Published: res.Published, Retried: res.Retried,
+		DeadLettered: res.DeadLettered, Unavailable: res.Unavailable}, err
+}
+
+// Wake makes an idle worker claim at once, instead of at its next poll. Call
+// it after committing events when latency matters.
+func (r *Relay) Wake() { r.eng.Wake() }
+
+// Ready reports whether the relay can do its job: the database answers and
+// the broker was reachable on the last batch (and answers the publisher's
+// health check, if it has one).
+func (r *Relay) Ready(ctx context.Context) error {
+	if err := r.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("database: %w", err)
+	}
+	if r.eng.BrokerDown() {
+		return errors.New("broker: unavailable on the last batch")
+	}
+	if hc, ok := r.pub.(HealthChecker); ok {
+		if err := hc.Health(ctx); err != nil {
+			return fmt.Errorf("broker: %w", err)
+		}
+	}
+	return nil
+}
+
+func (r *Relay) publishRows(ctx context.Context, rows []*engine.Row) []error {
+	msgs := make([]*Message, len(rows))
+	for i, row := range rows {
+		msgs[i] = &Message{
+			ID: row.ID, Seq: row.Seq, AggregateType: row.AggregateType, AggregateID: row.AggregateID,
+			EventType: row.EventType, Payload: row.Payload, Headers: row.Headers,
+			CreatedAt: row.CreatedAt, Attempt: row.Attempts + 1,
+		}
+	}
+	if bp, ok := r.pub.(BatchPublisher); ok {
+		return bp.PublishBatch(ctx, msgs)
+	}
+	errs := make([]error, len(msgs))
+	var stop error // once the broker is unreachable, the rest of the batch waits
+	for i, m := range msgs {
+		if stop == nil {
+			stop = ctx.Err()
+		}
+		if stop != nil {
+			errs[i] = stop
+			continue
+		}
+		errs[i] = r.pub.Publish(ctx, m)
+		if errs[i] != nil && Classify(errs[i]) == ClassUnavailable {
+			stop = errs[i]
+		}
+	}
+	return errs
+}

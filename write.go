@@ -1,0 +1,165 @@
+package outbox
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/outbox/internal/ident"
+)
+
+// WriterConfig configures a Writer. The zero value writes to the article's
+// outbox_events table resolved through the connection's search_path.
+type WriterConfig struct {
+	// Schema holding the outbox table. Empty: the search_path decides, as in
+	// the article's unqualified INSERT.
+	Schema string
+	// Table is the outbox table's name. Default "outbox_events".
+	Table string
+}
+
+// Writer adds events to the outbox inside the caller's transaction. It never
+// begins, commits or rolls back a transaction and never talks to a broker: the
+// event becomes visible to the relay when, and only if, the caller commits.
+// A Writer is safe for concurrent use.
+type Writer struct {
+	names ident.Names
+}
+
+// maxParamsPerStatement is PostgreSQL's bind-parameter limit.
+const maxParamsPerStatement = 65535
+
+const colsPerEvent = 6
+
+// maxEventsPerStatement keeps one INSERT under the bind-parameter limit; larger
+// calls are split, still without leaving the caller's transaction.
+const maxEventsPerStatement = maxParamsPerStatement / colsPerEvent
+
+// NewWriter validates cfg and returns a Writer.
+func NewWriter(cfg WriterConfig) (*Writer, error) {
+	n, err := ident.New(cfg.Schema, cfg.Table)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: WriterConfig.%w", err)
+	}
+	return &Writer{names: n}, nil
+}
+
+var defaultWriter = &Writer{names: must(ident.New("", ""))}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// Write inserts events into the outbox table in tx, a pgx transaction the
+// caller owns, in one round trip, and returns their ids in order. Events are
+// validated first; an invalid one fails the whole call before the database is
+// touched, so the caller's transaction is not aborted.
+func (w *Writer) Write(ctx context.Context, tx pgx.Tx, events ...Event) ([]uuid.UUID, error) {
+	return w.write(ctx, func(ctx context.Context, sql string, args []any) error {
+		_, err := tx.Exec(ctx, sql, args...)
+		return err
+	}, events)
+}
+
+// WriteSQL is Write for a database/sql transaction, with any PostgreSQL driver
+// (pgx's stdlib, lib/pq).
+func (w *Writer) WriteSQL(ctx context.Context, tx *sql.Tx, events ...Event) ([]uuid.UUID, error) {
+	return w.write(ctx, func(ctx context.Context, sql string, args []any) error {
+		_, err := tx.ExecContext(ctx, sql, args...)
+		return err
+	}, events)
+}
+
+// Write inserts events into the default table (outbox_events on the
+// search_path) in the caller's pgx transaction. See Writer.Write.
+func Write(ctx context.Context, tx pgx.Tx, events ...Event) ([]uuid.UUID, error) {
+	return defaultWriter.Write(ctx, tx, events...)
+}
+
+// WriteSQL inserts events into the default table in the caller's database/sql
+// transaction. See Writer.WriteSQL.
+func WriteSQL(ctx context.Context, tx *sql.Tx, events ...Event) ([]uuid.UUID, error) {
+	return defaultWriter.WriteSQL(ctx, tx, events...)
+}
+
+func (w *Writer) write(ctx context.Context, exec func(context.Context, string, []any) error, events []Event) ([]uuid.UUID, error) {
+	if len(events) == 0 {
+		return nil, nil
+	}
+	ids := make([]uuid.UUID, len(events))
+	for i := range events {
+		if err := events[i].validate(i); err != nil {
+			return nil, err
+		}
+		ids[i] = events[i].ID
+		if ids[i] == uuid.Nil {
+			id, err := newID()
+			if err != nil {
+				return nil, err
+			}
+			ids[i] = id
+		}
+	}
+	for start := 0; start < len(events); start += maxEventsPerStatement {
+		end := min(start+maxEventsPerStatement, len(events))
+		query, args, err := w.insertStatement(events[start:end], ids[start:end])
+		if err != nil {
+			return nil, err
+		}
+		if err := exec(ctx, query, args); err != nil {
+			return nil, fmt.Errorf("outbox: insert %d event(s) into %s: %w", end-start, w.names.QTable, err)
+		}
+	}
+	return ids, nil
+}
+
+// insertStatement builds one multi-row INSERT. Only placeholders and the
+// quoted table name enter the text; values are bind parameters. Multi-row
+// VALUES (rather than unnest of arrays) works with every database/sql driver.
+func (w *Writer) insertStatement(events []Event, ids []uuid.UUID) (string, []any, error) {
+	var b strings.Builder
+	b.Grow(96 + len(events)*64)
+	b.WriteString("INSERT INTO ")
+	b.WriteString(w.names.QTable)
+	b.WriteString(" (id, aggregate_type, aggregate_id, event_type, payload, headers) VALUES ")
+	args := make([]any, 0, len(events)*colsPerEvent)
+	for i := range events {
+		e := &events[i]
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		p := i*colsPerEvent + 1
+		b.WriteString("($")
+		b.WriteString(strconv.Itoa(p))
+		b.WriteString("::uuid,$")
+		b.WriteString(strconv.Itoa(p + 1))
+		b.WriteString(",$")
+		b.WriteString(strconv.Itoa(p + 2))
+		b.WriteString(",$")
+		b.WriteString(strconv.Itoa(p + 3))
+		b.WriteString(",$")
+		b.WriteString(strconv.Itoa(p + 4))
+		b.WriteString("::jsonb,$")
+		b.WriteString(strconv.Itoa(p + 5))
+		b.WriteString("::jsonb)")
+		var headers any // SQL NULL when there are none
+		if len(e.Headers) > 0 {
+			h, err := json.Marshal(e.Headers)
+			if err != nil {
+				return "", nil, fmt.Errorf("outbox: event %d: headers: %w", i, err)
+			}
+			headers = string(h)
+		}
+		args = append(args, ids[i].String(), e.AggregateType, e.AggregateID, e.EventType, string(e.Payload), headers)
+	}
+	return b.String(), args, nil
+}
