@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/testdb"
@@ -128,4 +129,34 @@ func (e *env) count(where string) int {
 		e.t.Fatalf("count %s: %v", where, err)
 	}
 	return n
+}
+
+type countingTracer struct{ n *int }
+
+func (c *countingTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	*c.n++
+	return ctx
+}
+func (c *countingTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// gauge reads a gauge's current value from reg.
+func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			m := mf.GetMetric()[0]
+			if g := m.GetGauge(); g != nil {
+				return g.GetValue()
+			}
+			if c := m.GetCounter(); c != nil {
+				return c.GetValue()
+			}
+		}
+	}
+	t.Fatalf("metric %s not registered", name)
+	return 0
 }

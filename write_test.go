@@ -1,0 +1,245 @@
+package outbox_test
+
+import (
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+
+	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/testdb"
+)
+
+func TestWriteCommitAndRollback(t *testing.T) {
+	e := setup(t)
+	var committed []uuid.UUID
+	err := pgx.BeginFunc(ctx(t), e.pool, func(tx pgx.Tx) error {
+		var err error
+		committed, err = e.writer.Write(ctx(t), tx, event("1", 1))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rolledBack := errors.New("business rule failed")
+	err = pgx.BeginFunc(ctx(t), e.pool, func(tx pgx.Tx) error {
+		if _, err := e.writer.Write(ctx(t), tx, event("2", 2)); err != nil {
+			return err
+		}
+		return rolledBack
+	})
+	if !errors.Is(err, rolledBack) {
+		t.Fatalf("err = %v", err)
+	}
+	if n := e.count("true"); n != 1 {
+		t.Fatalf("table holds %d rows, want only the committed one", n)
+	}
+	var id uuid.UUID
+	var aggID string
+	if err := e.pool.QueryRow(ctx(t), "SELECT id, aggregate_id FROM outbox_events").Scan(&id, &aggID); err != nil {
+		t.Fatal(err)
+	}
+	if id != committed[0] || aggID != "1" {
+		t.Errorf("row = %s/%s, want %s/1", id, aggID, committed[0])
+	}
+	if committed[0].Version() != 7 {
+		t.Errorf("generated id %s is UUID version %d, want 7", committed[0], committed[0].Version())
+	}
+}
+
+func TestWriteSQLWithDatabaseSQL(t *testing.T) {
+	e := setup(t)
+	db, err := sql.Open("pgx", testdb.URL()+"&search_path="+e.schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+
+	tx, err := db.BeginTx(ctx(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := e.writer.WriteSQL(ctx(t), tx, event("a", 1), event("b", 2), outbox.Event{
+		AggregateType: "order", AggregateID: "c", EventType: "order.paid",
+		Payload: []byte(`{"x":1}`), Headers: map[string]string{"traceparent": "00-abc-def-01"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != 3 {
+		t.Fatalf("got %d ids", len(ids))
+	}
+	var headers string
+	if err := e.pool.QueryRow(ctx(t), "SELECT headers::text FROM outbox_events WHERE id = $1", ids[2]).Scan(&headers); err != nil {
+		t.Fatal(err)
+	}
+	if headers != `{"traceparent": "00-abc-def-01"}` {
+		t.Errorf("headers = %s", headers)
+	}
+
+	tx, err = db.BeginTx(ctx(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.writer.WriteSQL(ctx(t), tx, event("d", 4)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.count("true"); n != 3 {
+		t.Errorf("table holds %d rows after a rollback, want 3", n)
+	}
+}
+
+// TestWriteManyIsOneRoundTrip checks that many events cost one statement: the
+// server sees a single INSERT, and a batch over the bind-parameter limit is
+// split but still all lands.
+func TestWriteManyEvents(t *testing.T) {
+	e := setup(t)
+	ids := e.writeBatch(12000) // > 65535/6 events: needs two statements
+	if len(ids) != 12000 {
+		t.Fatalf("got %d ids", len(ids))
+	}
+	if n := e.count("true"); n != 12000 {
+		t.Fatalf("table holds %d rows, want 12000", n)
+	}
+	// Insertion order is the call's order.
+	rows, err := e.pool.Query(ctx(t), "SELECT id FROM outbox_events ORDER BY seq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range ids {
+		if got[i] != ids[i] {
+			t.Fatalf("row %d by seq is %s, want %s", i, got[i], ids[i])
+		}
+	}
+}
+
+func TestWriteOneStatement(t *testing.T) {
+	e := setup(t)
+	var statements int
+	tracer := &countingTracer{n: &statements}
+	conn, err := pgx.ConnectConfig(ctx(t), func() *pgx.ConnConfig {
+		c, _ := pgx.ParseConfig(testdb.URL())
+		c.Tracer = tracer
+		return c
+	}())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx(t))
+	tx, err := conn.Begin(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	statements = 0
+	evs := make([]outbox.Event, 100)
+	for i := range evs {
+		evs[i] = event(fmt.Sprint(i), i)
+	}
+	if _, err := e.writer.Write(ctx(t), tx, evs...); err != nil {
+		t.Fatal(err)
+	}
+	if statements != 1 {
+		t.Errorf("100 events took %d statements, want 1", statements)
+	}
+	if err := tx.Commit(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestWriteValidation(t *testing.T) {
+	e := setup(t)
+	long := strings.Repeat("x", 101)
+	cases := []struct {
+		name  string
+		ev    outbox.Event
+		field string
+	}{
+		{"empty aggregate type", outbox.Event{AggregateID: "1", EventType: "e", Payload: []byte(`{}`)}, "aggregate_type"},
+		{"empty aggregate id", outbox.Event{AggregateType: "o", EventType: "e", Payload: []byte(`{}`)}, "aggregate_id"},
+		{"empty event type", outbox.Event{AggregateType: "o", AggregateID: "1", Payload: []byte(`{}`)}, "event_type"},
+		{"aggregate type too long", outbox.Event{AggregateType: long, AggregateID: "1", EventType: "e", Payload: []byte(`{}`)}, "aggregate_type"},
+		{"aggregate id too long", outbox.Event{AggregateType: "o", AggregateID: long, EventType: "e", Payload: []byte(`{}`)}, "aggregate_id"},
+		{"event type too long", outbox.Event{AggregateType: "o", AggregateID: "1", EventType: long, Payload: []byte(`{}`)}, "event_type"},
+		{"control char in event type", outbox.Event{AggregateType: "o", AggregateID: "1", EventType: "a\nb", Payload: []byte(`{}`)}, "event_type"},
+		{"invalid utf-8", outbox.Event{AggregateType: "o", AggregateID: "\xff", EventType: "e", Payload: []byte(`{}`)}, "aggregate_id"},
+		{"empty payload", outbox.Event{AggregateType: "o", AggregateID: "1", EventType: "e"}, "payload"},
+		{"invalid json", outbox.Event{AggregateType: "o", AggregateID: "1", EventType: "e", Payload: []byte(`{"a":`)}, "payload"},
+		{"NUL escape", outbox.Event{AggregateType: "o", AggregateID: "1", EventType: "e", Payload: []byte(`{"a":"x\u0000y"}`)}, "payload"},
+		{"control char in header value", outbox.Event{AggregateType: "o", AggregateID: "1", EventType: "e", Payload: []byte(`{}`), Headers: map[string]string{"k": "v\r\nX-Evil: 1"}}, "headers"},
+		{"control char in header key", outbox.Event{AggregateType: "o", AggregateID: "1", EventType: "e", Payload: []byte(`{}`), Headers: map[string]string{"k\x00": "v"}}, "headers"},
+		{"empty header key", outbox.Event{AggregateType: "o", AggregateID: "1", EventType: "e", Payload: []byte(`{}`), Headers: map[string]string{"": "v"}}, "headers"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := pgx.BeginFunc(ctx(t), e.pool, func(tx pgx.Tx) error {
+				// A valid event first: the invalid one must fail the whole call
+				// without aborting the caller's transaction.
+				_, err := e.writer.Write(ctx(t), tx, event("ok", 0), c.ev)
+				var ve *outbox.ValidationError
+				if !errors.As(err, &ve) {
+					t.Fatalf("err = %v, want a *ValidationError", err)
+				}
+				if ve.Field != c.field || ve.Index != 1 {
+					t.Errorf("error names field %q at index %d, want %q at 1: %v", ve.Field, ve.Index, c.field, err)
+				}
+				if !strings.Contains(err.Error(), c.field) {
+					t.Errorf("message %q does not name %s", err, c.field)
+				}
+				// The transaction is still usable.
+				_, err = e.writer.Write(ctx(t), tx, event("after", 1))
+				return err
+			})
+			if err != nil {
+				t.Fatalf("transaction unusable after a validation error: %v", err)
+			}
+		})
+	}
+	// An escaped backslash followed by u0000 is legal JSON text and storable.
+	ok := outbox.Event{AggregateType: "o", AggregateID: "1", EventType: "e", Payload: []byte(`{"path":"C:\\u0000"}`)}
+	if err := ok.Validate(); err != nil {
+		t.Errorf("escaped backslash rejected: %v", err)
+	}
+	err := pgx.BeginFunc(ctx(t), e.pool, func(tx pgx.Tx) error {
+		_, err := e.writer.Write(ctx(t), tx, ok)
+		return err
+	})
+	if err != nil {
+		t.Errorf("PostgreSQL refused what Validate accepted: %v", err)
+	}
+}
+
+func TestWriteCallerSetIDIsIdempotencyKey(t *testing.T) {
+	e := setup(t)
+	ev := event("1", 1)
+	ev.ID = uuid.MustParse("01890a5d-ac96-774b-bcce-b302099a8057")
+	for i := range 2 {
+		err := pgx.BeginFunc(ctx(t), e.pool, func(tx pgx.Tx) error {
+			ids, err := e.writer.Write(ctx(t), tx, ev)
+			if err == nil && ids[0] != ev.ID {
+				t.Errorf("returned id %s, want the caller's %s", ids[0], ev.ID)
+			}
+			return err
+		})
+		if i == 0 && err != nil {
+			t.Fatal(err)
+		}
+		if i == 1 && err == nil {
+			t.Fatal("second insert of the same id succeeded")
+		}
+	}
+}
