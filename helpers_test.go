@@ -160,3 +160,19 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Fatalf("metric %s not registered", name)
 	return 0
 }
+
+func (e *env) writeTyped(eventType string, n int) {
+	e.t.Helper()
+	evs := make([]outbox.Event, n)
+	for i := range evs {
+		evs[i] = event(fmt.Sprint(i), i)
+		evs[i].EventType = eventType
+	}
+	err := pgx.BeginFunc(ctx(e.t), e.pool, func(tx pgx.Tx) error {
+		_, err := e.writer.Write(ctx(e.t), tx, evs...)
+		return err
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+}

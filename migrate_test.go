@@ -1,0 +1,273 @@
+package outbox_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/testdb"
+	"github.com/pgoutbox/outbox/memory"
+)
+
+func TestMigrateConcurrentAndRerunnable(t *testing.T) {
+	t.Parallel()
+	schema := testdb.NewSchemaName("mig")
+	t.Cleanup(func() { testdb.Drop(t, schema) })
+	pool := testdb.Pool(t, "")
+	cfg := outbox.MigrateConfig{Schema: schema}
+
+	// Four processes migrating at once: exactly one applies each version.
+	var wg sync.WaitGroup
+	applied := make([]int, 4)
+	errs := make([]error, 4)
+	for i := range 4 {
+		wg.Go(func() {
+			ms, err := outbox.Migrate(ctx(t), testdb.Pool(t, ""), cfg)
+			applied[i], errs[i] = len(ms), err
+		})
+	}
+	wg.Wait()
+	total := 0
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("migrator %d: %v", i, err)
+		}
+		total += applied[i]
+	}
+	all, err := outbox.Migrations(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if total != len(all) {
+		t.Errorf("concurrent migrators applied %d migrations in all, want %d (each once)", total, len(all))
+	}
+	// Re-running is a no-op.
+	ms, err := outbox.Migrate(ctx(t), pool, cfg)
+	if err != nil || len(ms) != 0 {
+		t.Errorf("second Migrate applied %d, err %v; want a no-op", len(ms), err)
+	}
+	st, err := outbox.MigrationStatus(ctx(t), pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range st {
+		if m.AppliedAt == nil {
+			t.Errorf("migration %d reported pending after Migrate", m.Version)
+		}
+	}
+}
+
+func TestMigrationStatusOnFreshSchema(t *testing.T) {
+	t.Parallel()
+	st, err := outbox.MigrationStatus(ctx(t), testdb.Pool(t, ""), outbox.MigrateConfig{Schema: testdb.NewSchemaName("none")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st) == 0 {
+		t.Fatal("no migrations listed")
+	}
+	for _, m := range st {
+		if m.AppliedAt != nil {
+			t.Errorf("migration %d applied on a schema that does not exist", m.Version)
+		}
+	}
+}
+
+// TestMigrateAdoptsArticleTable: a team that created the article's table by
+// hand, with rows in it, migrates without losing them, and the relay then
+// publishes those rows.
+func TestMigrateAdoptsArticleTable(t *testing.T) {
+	t.Parallel()
+	schema := testdb.Schema(t)
+	pool := testdb.Pool(t, schema)
+	_, err := pool.Exec(ctx(t), `
+CREATE TABLE outbox_events (
+    id             UUID         PRIMARY KEY DEFAULT gen_random_uuid(),
+    aggregate_type VARCHAR(100) NOT NULL,
+    aggregate_id   VARCHAR(100) NOT NULL,
+    event_type     VARCHAR(100) NOT NULL,
+    payload        JSONB        NOT NULL,
+    attempts       INT          NOT NULL DEFAULT 0,
+    created_at     TIMESTAMPTZ  NOT NULL DEFAULT NOW(),
+    processed_at   TIMESTAMPTZ
+);
+CREATE INDEX idx_outbox_unprocessed ON outbox_events (created_at) WHERE processed_at IS NULL;
+INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)
+SELECT 'order', g::text, 'order.created', jsonb_build_object('n', g) FROM generate_series(1, 5) g;`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := outbox.Migrate(ctx(t), pool, outbox.MigrateConfig{Schema: schema}); err != nil {
+		t.Fatalf("migrating the article's table: %v", err)
+	}
+	pub := memory.New()
+	r, err := outbox.NewRelay(pool, pub, outbox.RelayConfig{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.ProcessBatch(ctx(t))
+	if err != nil || res.Published != 5 {
+		t.Fatalf("batch = %+v, %v; want the 5 pre-existing rows published", res, err)
+	}
+}
+
+// TestExportedMigrationsUpToDate keeps migrations/ (plain SQL for goose,
+// golang-migrate, atlas...) identical to what the binary applies. Run with
+// UPDATE_MIGRATIONS=1 to rewrite them.
+func TestExportedMigrationsUpToDate(t *testing.T) {
+	t.Parallel()
+	ms, err := outbox.Migrations(outbox.MigrateConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		path := filepath.Join("migrations", fmt.Sprintf("%03d_%s.sql", m.Version, m.Name))
+		if os.Getenv("UPDATE_MIGRATIONS") != "" {
+			if err := os.WriteFile(path, []byte(m.SQL), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		got, err := os.ReadFile(path)
+		if err != nil {
+			t.Errorf("%s: %v (run UPDATE_MIGRATIONS=1 go test -run TestExportedMigrationsUpToDate)", path, err)
+			continue
+		}
+		if string(got) != m.SQL {
+			t.Errorf("%s differs from embedded migration %d (run UPDATE_MIGRATIONS=1 go test -run TestExportedMigrationsUpToDate)", path, m.Version)
+		}
+	}
+}
+
+// TestExportedScriptApplies: the plain script applies on its own (as an
+// external migration tool would) and yields a table the relay accepts.
+func TestExportedScriptApplies(t *testing.T) {
+	t.Parallel()
+	schema := testdb.NewSchemaName("script")
+	t.Cleanup(func() { testdb.Drop(t, schema) })
+	script, err := outbox.MigrationSQL(outbox.MigrateConfig{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := testdb.Pool(t, "")
+	if _, err := pool.Exec(ctx(t), script); err != nil {
+		t.Fatalf("script: %v\n%s", err, script)
+	}
+	r, err := outbox.NewRelay(pool, memory.New(), outbox.RelayConfig{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.CheckSchema(ctx(t)); err != nil {
+		t.Fatalf("relay rejects a table made by the exported script: %v", err)
+	}
+}
+
+// TestHostileIdentifiers: configured names are quoted everywhere, so a name
+// built to inject SQL is just an odd table name.
+func TestHostileIdentifiers(t *testing.T) {
+	t.Parallel()
+	schema := `s"; DROP TABLE victim;--`
+	table := `x"; DROP TABLE victim;--`
+	pool := testdb.Pool(t, "")
+	victimSchema := testdb.Schema(t)
+	victim := pgx.Identifier{victimSchema, "victim"}.Sanitize()
+	if _, err := pool.Exec(ctx(t), "CREATE TABLE "+victim+" (id int)"); err != nil {
+		t.Fatal(err)
+	}
+	// The hostile schema name is unique per run through the victim schema's suffix.
+	schema += victimSchema
+	t.Cleanup(func() { testdb.Drop(t, schema) })
+
+	cfg := outbox.MigrateConfig{Schema: schema, Table: table}
+	if _, err := outbox.Migrate(ctx(t), pool, cfg); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	w, err := outbox.NewWriter(outbox.WriterConfig{Schema: schema, Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = pgx.BeginFunc(ctx(t), pool, func(tx pgx.Tx) error {
+		_, err := w.Write(ctx(t), tx, event("1", 1))
+		return err
+	})
+	if err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	pub := memory.New()
+	r, err := outbox.NewRelay(pool, pub, outbox.RelayConfig{Schema: schema, Table: table, Retention: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := r.ProcessBatch(ctx(t)); err != nil || res.Published != 1 {
+		t.Fatalf("batch = %+v, %v", res, err)
+	}
+	a, err := outbox.NewAdmin(pool, outbox.AdminConfig{Schema: schema, Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Status(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Cleanup(ctx(t), 0, 10, nil); err != nil {
+		t.Fatal(err)
+	}
+	var exists bool
+	if err := pool.QueryRow(ctx(t), "SELECT to_regclass($1) IS NOT NULL", victim).Scan(&exists); err != nil || !exists {
+		t.Fatalf("victim table gone (exists=%v, err=%v): an identifier was spliced unquoted", exists, err)
+	}
+	var n int
+	q := "SELECT count(*) FROM " + pgx.Identifier{schema, table}.Sanitize()
+	if err := pool.QueryRow(ctx(t), q).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("hostile-named table: %d rows, %v; want it to exist and be cleaned", n, err)
+	}
+	for _, bad := range []string{"", strings.Repeat("a", 64), "nul\x00byte"} {
+		if _, err := outbox.NewWriter(outbox.WriterConfig{Table: bad}); err == nil && bad != "" {
+			t.Errorf("table %q accepted", bad)
+		}
+		if _, err := outbox.NewWriter(outbox.WriterConfig{Schema: bad}); err == nil && bad != "" {
+			t.Errorf("schema %q accepted", bad)
+		}
+	}
+}
+
+// TestClaimUsesPendingIndex shows with EXPLAIN that the claim reads the
+// partial pending index and never processed rows, however many are retained.
+func TestClaimUsesPendingIndex(t *testing.T) {
+	e := setup(t)
+	_, err := e.pool.Exec(ctx(t), `
+INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, processed_at)
+SELECT 'order', g::text, 'order.created', '{}', now() FROM generate_series(1, 50000) g;
+INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)
+SELECT 'order', g::text, 'order.created', '{}' FROM generate_series(1, 100) g;
+ANALYZE outbox_events;`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := e.pool.Begin(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx(t))
+	rows, err := tx.Query(ctx(t), `EXPLAIN (ANALYZE, FORMAT TEXT)
+SELECT id FROM outbox_events
+WHERE processed_at IS NULL AND dead_at IS NULL AND (retry_after IS NULL OR retry_after <= now())
+ORDER BY seq LIMIT 100 FOR UPDATE SKIP LOCKED`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := strings.Join(lines, "\n")
+	if !strings.Contains(full, "outbox_events_pending_idx") || strings.Contains(full, "Seq Scan") {
+		t.Errorf("claim does not read the pending index:\n%s", full)
+	}
+	t.Logf("claim plan with 50k processed rows retained:\n%s", full)
+}
