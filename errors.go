@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"syscall"
+	"time"
 )
 
 // Sentinel errors. Test with errors.Is.
@@ -112,4 +113,39 @@ func isTimeout(err error) bool {
 	}
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// RetryAfterError carries a broker's request to wait before the next attempt
+// (HTTP 429/503 Retry-After, a throttling response). The relay waits at least
+// After, or its own backoff if longer.
+type RetryAfterError struct {
+	After time.Duration
+	Err   error
+}
+
+func (e *RetryAfterError) Error() string { return e.Err.Error() }
+func (e *RetryAfterError) Unwrap() error { return e.Err }
+
+// RetryAfter returns err wrapped in a *RetryAfterError. RetryAfter(nil, d) is nil.
+func RetryAfter(err error, after time.Duration) error {
+	if err == nil {
+		return nil
+	}
+	return &RetryAfterError{After: after, Err: err}
+}
+
+// retryAfterer is what the relay looks for in a publish error's chain, so a
+// publisher package may define its own error type with this method.
+type retryAfterer interface{ RetryAfter() time.Duration }
+
+// RetryAfter returns the requested delay.
+func (e *RetryAfterError) RetryAfter() time.Duration { return e.After }
+
+// RequestedDelay returns the delay a publish error asks for, if any.
+func RequestedDelay(err error) (time.Duration, bool) {
+	var ra retryAfterer
+	if errors.As(err, &ra) {
+		return ra.RetryAfter(), true
+	}
+	return 0, false
 }

@@ -129,6 +129,7 @@ func NewRelay(pool *pgxpool.Pool, pub Publisher, cfg RelayConfig) (*Relay, error
 	ec.Publish = r.publishRows
 	ec.Classify = func(err error) engine.Class { return engine.Class(Classify(err)) }
 	ec.IsTimeout = isTimeout
+	ec.RequestedDelay = RequestedDelay
 	r.eng = engine.New(pool, ec)
 	return r, nil
 }

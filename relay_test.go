@@ -394,3 +394,23 @@ func TestRelayConfigValidation(t *testing.T) {
 		t.Error("nil publisher accepted")
 	}
 }
+
+func TestRetryAfterIsHonoured(t *testing.T) {
+	e := setup(t)
+	e.writeBatch(1)
+	pub := memory.New()
+	pub.FailWith(func(*outbox.Message) error {
+		return outbox.RetryAfter(errors.New("429 too many requests"), time.Hour)
+	})
+	r := e.relay(pub, outbox.RelayConfig{RetryBackoff: outbox.Backoff{Base: time.Millisecond, Max: time.Second}})
+	if _, err := r.ProcessBatch(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	var wait time.Duration
+	if err := e.pool.QueryRow(ctx(t), `SELECT extract(epoch FROM retry_after - now())::float8 * interval '1 second' FROM outbox_events`).Scan(&wait); err != nil {
+		t.Fatal(err)
+	}
+	if wait < 59*time.Minute {
+		t.Errorf("retry_after is %s away, want the requested hour", wait)
+	}
+}

@@ -67,6 +67,10 @@ func (b Backoff) Delay(n int) time.Duration {
 	return half + rand.N(d-half+1)
 }
 
+// maxRequestedDelay caps a broker's Retry-After, so a hostile or buggy
+// endpoint cannot park an event for years.
+const maxRequestedDelay = 24 * time.Hour
+
 // Config is the engine's validated configuration.
 type Config struct {
 	Names          ident.Names
@@ -92,6 +96,8 @@ type Config struct {
 	Classify func(error) Class
 	// IsTimeout reports a publish that ran out of time.
 	IsTimeout func(error) bool
+	// RequestedDelay returns the wait a publish error asks for (Retry-After).
+	RequestedDelay func(error) (time.Duration, bool)
 }
 
 // Engine runs the relay.
@@ -307,6 +313,9 @@ func (e *Engine) Batch(ctx context.Context) (Result, error) {
 			attempt := r.Attempts + 1
 			dead := attempt >= e.cfg.MaxAttempts
 			delay := e.cfg.RetryBackoff.Delay(attempt)
+			if d, ok := e.cfg.RequestedDelay(err); ok && d > delay {
+				delay = min(d, maxRequestedDelay)
+			}
 			if dead {
 				res.DeadLettered++
 				log.Error("publish failed; max attempts reached, event dead-lettered", "err", err, "max_attempts", e.cfg.MaxAttempts)

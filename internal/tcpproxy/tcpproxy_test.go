@@ -1,0 +1,212 @@
+package tcpproxy_test
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pgoutbox/outbox/internal/tcpproxy"
+)
+
+// echoServer echoes every line back until the client goes away.
+func echoServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_, _ = io.Copy(c, c)
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func dial(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatalf("dial %s: %v", addr, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// roundTrip sends a line and reads it back, within d.
+func roundTrip(c net.Conn, line string, d time.Duration) error {
+	_ = c.SetDeadline(time.Now().Add(d))
+	defer c.SetDeadline(time.Time{})
+	if _, err := io.WriteString(c, line+"\n"); err != nil {
+		return err
+	}
+	got, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if got != line+"\n" {
+		return errors.New("echo mismatch: " + got)
+	}
+	return nil
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// wantDead asserts that c has been ended by the proxy: a reset or EOF, not
+// a timeout.
+func wantDead(t *testing.T, c net.Conn, what string) {
+	t.Helper()
+	err := roundTrip(c, "ping", 5*time.Second)
+	if err == nil {
+		t.Fatalf("%s: connection still forwards", what)
+	}
+	if isTimeout(err) {
+		t.Fatalf("%s: connection hangs instead of being reset: %v", what, err)
+	}
+	if !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.EPIPE) {
+		t.Fatalf("%s: err = %v, want a reset or EOF", what, err)
+	}
+}
+
+// wantRefused asserts that a new connection to addr is refused or reset,
+// at connect time or on first use.
+func wantRefused(t *testing.T, addr, what string) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		if !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Fatalf("%s: dial: %v, want a reset or refusal", what, err)
+		}
+		return
+	}
+	t.Cleanup(func() { c.Close() })
+	wantDead(t, c, what)
+}
+
+func TestForwards(t *testing.T) {
+	t.Parallel()
+	p := tcpproxy.Start(t, echoServer(t))
+	for i := range 3 {
+		c := dial(t, p.Addr())
+		if err := roundTrip(c, "hello", 5*time.Second); err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+	}
+	if got := p.Accepted(); got != 3 {
+		t.Errorf("Accepted = %d, want 3", got)
+	}
+}
+
+func TestCutResetsOpenConnectionsAndRefusesNewOnes(t *testing.T) {
+	t.Parallel()
+	p := tcpproxy.Start(t, echoServer(t))
+	open := dial(t, p.Addr())
+	if err := roundTrip(open, "before", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	p.Cut()
+	wantDead(t, open, "open connection after Cut")
+	wantRefused(t, p.Addr(), "new connection while cut")
+	p.Cut() // idempotent
+	wantRefused(t, p.Addr(), "new connection after a second Cut")
+
+	p.Restore()
+	if err := roundTrip(dial(t, p.Addr()), "after", 5*time.Second); err != nil {
+		t.Fatalf("new connection after Restore: %v", err)
+	}
+	wantDead(t, open, "connection cut earlier, after Restore")
+}
+
+func TestBlackholeHoldsConnectionsUntilRestore(t *testing.T) {
+	t.Parallel()
+	p := tcpproxy.Start(t, echoServer(t))
+	p.SetMode(tcpproxy.Blackhole)
+	open := dial(t, p.Addr())
+	if err := roundTrip(open, "before", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	p.Cut()
+	wantDead(t, open, "open connection after Cut")
+
+	held := dial(t, p.Addr())
+	if err := roundTrip(held, "lost", 300*time.Millisecond); !isTimeout(err) {
+		t.Fatalf("blackholed connection: err = %v, want a timeout (no answer, no reset)", err)
+	}
+	p.Restore()
+	wantDead(t, held, "blackholed connection after Restore")
+	if err := roundTrip(dial(t, p.Addr()), "after", 5*time.Second); err != nil {
+		t.Fatalf("new connection after Restore: %v", err)
+	}
+}
+
+func TestLatency(t *testing.T) {
+	t.Parallel()
+	p := tcpproxy.Start(t, echoServer(t))
+	c := dial(t, p.Addr())
+	const d = 100 * time.Millisecond
+	p.SetLatency(d)
+	start := time.Now()
+	if err := roundTrip(c, "slow", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if rtt := time.Since(start); rtt < 2*d {
+		t.Errorf("round trip took %s, want at least %s (latency each way)", rtt, 2*d)
+	}
+	p.SetLatency(0)
+	if err := roundTrip(c, "fast", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCloseStopsEverything(t *testing.T) {
+	t.Parallel()
+	p, err := tcpproxy.New(echoServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := dial(t, p.Addr())
+	if err := roundTrip(open, "before", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	wantDead(t, open, "open connection after Close")
+	if c, err := net.DialTimeout("tcp", p.Addr(), 5*time.Second); err == nil {
+		c.Close()
+		t.Fatal("dial after Close succeeded")
+	} else if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("dial after Close: %v, want connection refused", err)
+	}
+	if err := p.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
+func TestTargetDown(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	p := tcpproxy.Start(t, addr)
+	wantRefused(t, p.Addr(), "connection to a dead target")
+}
