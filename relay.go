@@ -72,6 +72,14 @@ type RelayConfig struct {
 	// are freed. Default 15s.
 	PublishTimeout time.Duration
 
+	// Listen makes the relay LISTEN, on a dedicated connection, for the
+	// wake-ups a Notifier sends after the application commits, so events are
+	// relayed within milliseconds instead of at the next poll. Polling stays
+	// the fallback (a lost notification costs at most PollInterval); the
+	// listener reconnects by itself. Off by default: it needs one extra
+	// connection per relay.
+	Listen bool
+
 	// Retention enables the cleanup loop: processed rows older than this are
 	// deleted every CleanupInterval (default 10m), CleanupBatch rows (default
 	// 1000) per statement. Zero keeps processed rows forever.
@@ -167,6 +175,7 @@ func (cfg RelayConfig) engineConfig() (engine.Config, error) {
 		Retention:       cfg.Retention,
 		CleanupInterval: def(cfg.CleanupInterval, DefaultCleanupInterval),
 		CleanupBatch:    defInt(cfg.CleanupBatch, DefaultCleanupBatch),
+		Listen:          cfg.Listen,
 		Logger:          cfg.Logger,
 	}
 	if ec.Logger == nil {

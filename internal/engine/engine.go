@@ -87,6 +87,10 @@ type Config struct {
 	CleanupInterval time.Duration
 	CleanupBatch    int
 
+	// Listen makes the engine LISTEN on Names.Channel on a dedicated
+	// connection and wake a worker on every notification.
+	Listen bool
+
 	Logger  *slog.Logger
 	Metrics *metrics.Metrics
 
@@ -109,6 +113,7 @@ type Engine struct {
 
 	brokerDown atomic.Bool
 	dbDown     atomic.Bool
+	listening  atomic.Bool
 }
 
 // New returns an engine; cfg must be validated by the caller.
@@ -149,6 +154,9 @@ func (e *Engine) Run(ctx context.Context) error {
 		wg.Go(func() { e.worker(ctx, i) })
 	}
 	wg.Go(func() { e.statsLoop(ctx) })
+	if e.cfg.Listen {
+		wg.Go(func() { e.listenLoop(ctx) })
+	}
 	if e.cfg.Retention > 0 {
 		wg.Go(func() { e.cleanupLoop(ctx) })
 	}
@@ -461,6 +469,49 @@ func truncate(s string, n int) string {
 }
 
 func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
+
+// listenLoop holds a dedicated connection (outside the pool, so it never
+// starves the workers) LISTENing for wake-ups, reconnecting with backoff. After
+// every (re)connect it wakes a worker, since notifications sent while it was
+// away are lost; polling covers the rest.
+func (e *Engine) listenLoop(ctx context.Context) {
+	failures := 0
+	for ctx.Err() == nil {
+		err := e.listen(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		failures++
+		wait := e.cfg.OutageBackoff.Delay(failures)
+		e.cfg.Logger.Warn("outbox listener lost; polling until it reconnects", "err", err, "retry_in", wait)
+		if !e.sleep(ctx, wait, false) {
+			return
+		}
+	}
+}
+
+func (e *Engine) listen(ctx context.Context) error {
+	conn, err := pgx.ConnectConfig(ctx, e.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "LISTEN "+ident.Quote(e.cfg.Names.Channel)); err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	e.listening.Store(true)
+	defer e.listening.Store(false)
+	e.Wake()
+	for {
+		if _, err := conn.WaitForNotification(ctx); err != nil {
+			return err
+		}
+		e.Wake()
+	}
+}
+
+// Listening reports whether the wake-up listener is connected.
+func (e *Engine) Listening() bool { return e.listening.Load() }
 
 func (e *Engine) statsLoop(ctx context.Context) {
 	if e.cfg.Metrics == nil || e.cfg.StatsInterval <= 0 {

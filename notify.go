@@ -1,0 +1,139 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgoutbox/outbox/internal/ident"
+)
+
+// DefaultNotifyInterval is NotifierConfig.Interval's default.
+const DefaultNotifyInterval = 2 * time.Millisecond
+
+// NotifierConfig configures a Notifier.
+type NotifierConfig struct {
+	// Schema and Table name the outbox table, as in WriterConfig: the
+	// notification channel is derived from them, so it matches the relay's.
+	Schema string
+	Table  string
+	// Interval is the most notifications one Notifier sends: at most one per
+	// Interval, and never later than Interval after a Notify call. Default 2ms.
+	Interval time.Duration
+	// Logger receives send failures at debug level (a missed notification
+	// costs at most the relay's PollInterval). Default: discard.
+	Logger *slog.Logger
+}
+
+// Notifier wakes relays in other processes (RelayConfig.Listen) right after
+// the application commits events, so they need not wait for their next poll.
+//
+// Why not the reference article's trigger? A trigger calls pg_notify inside
+// every inserting transaction, and PostgreSQL serializes the commits of all
+// transactions that notified (they take a database-wide lock on the
+// notification queue): at 8 writers that costs 37-47% of write throughput. A
+// Notifier sends its notification on its own tiny autocommit statement, after
+// the business transaction committed, debounced to one per Interval for the
+// whole process. Writers never take the lock.
+//
+//	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { ...; _, err := w.Write(ctx, tx, ev); return err }); err == nil {
+//		notifier.Notify()
+//	}
+//
+// A relay in the same process needs no Notifier: call Relay.Wake.
+type Notifier struct {
+	pool     *pgxpool.Pool
+	channel  string
+	interval time.Duration
+	log      *slog.Logger
+
+	mu      sync.Mutex
+	timer   *time.Timer // non-nil while inside an interval
+	pending bool        // a Notify arrived inside the interval
+	closed  bool
+	wg      sync.WaitGroup
+}
+
+// NewNotifier validates cfg and returns a Notifier sending through pool.
+func NewNotifier(pool *pgxpool.Pool, cfg NotifierConfig) (*Notifier, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("outbox: NewNotifier: pool is nil")
+	}
+	n, err := ident.New(cfg.Schema, cfg.Table)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: NotifierConfig.%w", err)
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = DefaultNotifyInterval
+	}
+	if cfg.Interval < 0 {
+		return nil, fmt.Errorf("outbox: NotifierConfig.Interval: %s must not be negative", cfg.Interval)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return &Notifier{pool: pool, channel: n.Channel, interval: cfg.Interval, log: cfg.Logger}, nil
+}
+
+// Notify tells listening relays that events were committed. It never blocks
+// and never fails the caller: the send happens in the background. Call it
+// after Commit returned, not inside the transaction.
+func (n *Notifier) Notify() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return
+	}
+	if n.timer != nil {
+		n.pending = true // sent at the end of the interval (trailing edge)
+		return
+	}
+	n.sendLocked()
+	n.timer = time.AfterFunc(n.interval, n.tick)
+}
+
+func (n *Notifier) tick() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.pending && !n.closed {
+		n.pending = false
+		n.sendLocked()
+		n.timer = time.AfterFunc(n.interval, n.tick)
+		return
+	}
+	n.timer = nil
+}
+
+func (n *Notifier) sendLocked() {
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := n.pool.Exec(ctx, `SELECT pg_notify($1, '')`, n.channel); err != nil {
+			n.log.Debug("outbox notify failed; relays fall back to polling", "err", err)
+		}
+	}()
+}
+
+// Close sends the pending trailing notification, if any, stops the Notifier
+// and waits for notifications in flight.
+func (n *Notifier) Close() {
+	n.mu.Lock()
+	if n.timer != nil {
+		n.timer.Stop()
+		n.timer = nil
+	}
+	if n.pending && !n.closed {
+		n.pending = false
+		n.sendLocked()
+	}
+	n.closed = true
+	n.mu.Unlock()
+	n.wg.Wait()
+}
