@@ -2,6 +2,7 @@ package nats_test
 
 import (
 	"context"
+	"net/url"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/tcpproxy"
 	"github.com/pgoutbox/outbox/internal/testnats"
 	outboxnats "github.com/pgoutbox/outbox/nats"
 	"github.com/pgoutbox/outbox/publishertest"
@@ -16,26 +18,51 @@ import (
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	publishertest.Run(t, func(t *testing.T) *publishertest.Broker {
-		nc := testnats.Conn(t)
-		stream, prefix := testnats.Stream(t, nc)
-		tmpl := prefix + ".{event_type}"
-		pub, err := outboxnats.New(nc, outboxnats.Config{Subject: tmpl})
-		if err != nil {
-			t.Fatal(err)
-		}
-		unroutable, err := outboxnats.New(nc, outboxnats.Config{Subject: "nostream." + prefix + ".{event_type}"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &publishertest.Broker{
-			Publisher:  pub,
-			Unroutable: unroutable,
-			MaxPayload: int(nc.MaxPayload()) + 1,
-			TopicOf:    func(m *outbox.Message) string { return prefix + "." + m.EventType },
-			Read:       func(ctx context.Context, n int) ([]publishertest.Received, error) { return readStream(ctx, stream, n) },
-		}
-	})
+	publishertest.Run(t, setupBroker)
+}
+
+// setupBroker gives one sub-test its own stream and a publisher connected
+// through its own proxy.
+func setupBroker(t *testing.T) *publishertest.Broker {
+	// Streams are managed and read over a direct connection; the publisher
+	// goes through a proxy so Disconnect can cut it off alone.
+	nc := testnats.Conn(t)
+	stream, prefix := testnats.Stream(t, nc)
+	u, err := url.Parse(testnats.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := tcpproxy.Start(t, u.Host)
+	pnc, err := natsgo.Connect("nats://"+proxy.Addr(),
+		natsgo.ReconnectWait(100*time.Millisecond), natsgo.MaxReconnects(-1),
+		natsgo.ReconnectJitter(0, 0), natsgo.Timeout(2*time.Second),
+		// Resets are what these tests inflict; the default handler would print each.
+		natsgo.ErrorHandler(func(*natsgo.Conn, *natsgo.Subscription, error) {}))
+	if err != nil {
+		t.Fatalf("connect through the proxy: %v", err)
+	}
+	t.Cleanup(pnc.Close)
+
+	tmpl := prefix + ".{event_type}"
+	pub, err := outboxnats.New(pnc, outboxnats.Config{Subject: tmpl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unroutable, err := outboxnats.New(pnc, outboxnats.Config{Subject: "nostream." + prefix + ".{event_type}"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &publishertest.Broker{
+		Publisher:  pub,
+		Unroutable: unroutable,
+		MaxPayload: int(pnc.MaxPayload()) + 1,
+		TopicOf:    func(m *outbox.Message) string { return prefix + "." + m.EventType },
+		Read:       func(ctx context.Context, n int) ([]publishertest.Received, error) { return readStream(ctx, stream, n) },
+		Disconnect: func(t *testing.T) func() {
+			proxy.Cut()
+			return proxy.Restore
+		},
+	}
 }
 
 func readStream(ctx context.Context, s jetstream.Stream, n int) ([]publishertest.Received, error) {

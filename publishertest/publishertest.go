@@ -5,10 +5,21 @@
 //
 //	func TestConformance(t *testing.T) {
 //		publishertest.Run(t, func(t *testing.T) *publishertest.Broker {
-//			... connect, create an isolated destination ...
-//			return &publishertest.Broker{Publisher: pub, Read: read}
+//			... connect through a tcpproxy, create an isolated destination ...
+//			return &publishertest.Broker{
+//				Publisher:  pub,
+//				Read:       read,
+//				MaxPayload: limit + 1,
+//				Unroutable: pubToNowhere,
+//				Disconnect: func(*testing.T) func() { proxy.Cut(); return proxy.Restore },
+//			}
 //		})
 //	}
+//
+// The Outage sub-test runs a real outbox.Relay, so it needs the test
+// PostgreSQL server (TEST_DATABASE_URL, default
+// postgres://postgres@127.0.0.1:5432/test?sslmode=disable); it creates and
+// drops a schema of its own.
 package publishertest
 
 import (
@@ -51,7 +62,8 @@ type Broker struct {
 	Publisher outbox.Publisher
 	// Read returns what the broker holds at the destination, waiting until it
 	// holds at least n messages or ctx ends (then it returns what it has and
-	// ctx's error).
+	// ctx's error). Every call returns everything received so far, not only
+	// what is new: a harness that consumes messages must keep them.
 	Read func(ctx context.Context, n int) ([]Received, error)
 	// TopicOf returns the Topic a message is expected to arrive with; nil
 	// means the rendered default template, msg.EventType.
@@ -63,20 +75,53 @@ type Broker struct {
 	// must fail with a permanent error. 0 skips the check.
 	MaxPayload int
 	// Unroutable is a publisher whose destination does not exist (no stream,
-	// no bound queue, unknown topic); publishing must fail, not drop silently.
+	// no bound queue, unknown topic); publishing must fail, not drop
+	// silently, and not as unavailable (the broker did answer).
 	Unroutable outbox.Publisher
 	// Disconnect cuts the publisher off from the broker (stopping it, or
 	// through a TCP proxy) and returns a function restoring it. While cut
 	// off, Publish must fail with an error the relay classifies as
-	// unavailable (or time out).
+	// unavailable (or time out); once restored, the publisher must reconnect
+	// by itself, its failures meanwhile still unavailable. Only this
+	// sub-test's publisher may be affected (sub-tests run in parallel). The
+	// suite calls restore exactly once. nil skips Disconnected and Outage.
 	Disconnect func(t *testing.T) (restore func())
 }
 
-// Run runs the suite. setup is called once per sub-test.
+// Run runs the suite. setup is called once per sub-test, from the sub-test's
+// goroutine; sub-tests run in parallel (t.Parallel), so setup must be safe
+// for concurrent use and give each call its own destination (and its own
+// proxy, for Disconnect).
+//
+// Sub-tests:
+//
+//   - MessageMapping: payload bytes, topic, key, dedup id and headers as
+//     documented on Received.
+//   - ConcurrentPublish: Publish/PublishBatch from several goroutines at once.
+//   - CancelledContext: a cancelled ctx fails fast, or the message is there.
+//   - Oversized (MaxPayload): a too-large message fails with a permanent
+//     error, alone and inside a batch, without failing its neighbours.
+//   - Unroutable (Unroutable): publishing to a destination that does not
+//     exist fails, and not as "broker unavailable".
+//   - Disconnected (Disconnect): while cut off, publishes fail as unavailable
+//     (or time out); once restored, the publisher recovers by itself.
+//   - Outage (Disconnect): a real Relay on a real outbox table drains every
+//     event through an outage with no loss, no attempt counted and no dead
+//     letter.
 func Run(t *testing.T, setup func(t *testing.T) *Broker) {
-	t.Run("MessageMapping", func(t *testing.T) { testMessageMapping(t, setup(t)) })
-	t.Run("ConcurrentPublish", func(t *testing.T) { testConcurrent(t, setup(t)) })
-	t.Run("CancelledContext", func(t *testing.T) { testCancelled(t, setup(t)) })
+	sub := func(name string, f func(*testing.T, *Broker)) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			f(t, setup(t))
+		})
+	}
+	sub("MessageMapping", testMessageMapping)
+	sub("ConcurrentPublish", testConcurrent)
+	sub("CancelledContext", testCancelled)
+	sub("Oversized", testOversized)
+	sub("Unroutable", testUnroutable)
+	sub("Disconnected", testDisconnected)
+	sub("Outage", testOutage)
 }
 
 // NewMessage returns a message with a fresh id, the given payload and a
