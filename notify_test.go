@@ -63,7 +63,7 @@ func TestListenerReconnects(t *testing.T) {
 	if _, err := e.pool.Exec(ctx(t), `SELECT pg_terminate_backend($1)`, pid); err != nil {
 		t.Fatal(err)
 	}
-	newPID := waitListening(t, e)
+	newPID := waitListening(t, e, pid)
 	if newPID == pid {
 		t.Fatal("listener backend unchanged after termination")
 	}
@@ -76,13 +76,14 @@ func TestListenerReconnects(t *testing.T) {
 
 // waitListening waits until a backend LISTENs on this test's channel and
 // returns its pid.
-func waitListening(t *testing.T, e *env) int {
+func waitListening(t *testing.T, e *env, exclude ...int) int {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
 		var pid int
 		err := e.pool.QueryRow(ctx(t), `SELECT pid FROM pg_stat_activity
-			WHERE query LIKE 'LISTEN %' AND query LIKE '%' || $1 || '%' ORDER BY backend_start DESC LIMIT 1`, e.schema).Scan(&pid)
+			WHERE query LIKE 'LISTEN %' AND query LIKE '%' || $1 || '%' AND NOT pid = ANY($2)
+			ORDER BY backend_start DESC LIMIT 1`, e.schema, append([]int{0}, exclude...)).Scan(&pid)
 		if err == nil {
 			return pid
 		}

@@ -72,6 +72,17 @@ type RelayConfig struct {
 	// are freed. Default 15s.
 	PublishTimeout time.Duration
 
+	// Ordered enables per-aggregate ordering: events of one aggregate
+	// (aggregate_type + aggregate_id) reach the broker in insertion order
+	// (seq), whatever the number of workers and processes, retries and
+	// crashes. The relay then claims an event only when every earlier event
+	// of its aggregate was processed, so a failing event holds back its own
+	// aggregate only; a dead letter holds its aggregate until an operator
+	// re-queues it (see outbox_blocked_aggregates). Off by default: events
+	// of different aggregates are unaffected either way, but without it a
+	// retried event can be overtaken by its successors.
+	Ordered bool
+
 	// Listen makes the relay LISTEN, on a dedicated connection, for the
 	// wake-ups a Notifier sends after the application commits, so events are
 	// relayed within milliseconds instead of at the next poll. Polling stays
@@ -176,6 +187,7 @@ func (cfg RelayConfig) engineConfig() (engine.Config, error) {
 		CleanupInterval: def(cfg.CleanupInterval, DefaultCleanupInterval),
 		CleanupBatch:    defInt(cfg.CleanupBatch, DefaultCleanupBatch),
 		Listen:          cfg.Listen,
+		Ordered:         cfg.Ordered,
 		Logger:          cfg.Logger,
 	}
 	if ec.Logger == nil {
@@ -230,7 +242,7 @@ func (r *Relay) CheckSchema(ctx context.Context) error {
 	switch {
 	case err == nil:
 		return nil
-	case engine.IsUndefined(err):
+	case engine.IsUndefined(err), errors.Is(err, engine.ErrMissingIndex):
 		return fmt.Errorf("outbox: table %s: %w (run `outbox migrate` or outbox.Migrate): %v", r.names.QTable, ErrNotMigrated, err)
 	default:
 		return fmt.Errorf("outbox: check table %s: %w", r.names.QTable, err)

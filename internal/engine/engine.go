@@ -87,6 +87,9 @@ type Config struct {
 	CleanupInterval time.Duration
 	CleanupBatch    int
 
+	// Ordered claims only the earliest unprocessed event of each aggregate.
+	Ordered bool
+
 	// Listen makes the engine LISTEN on Names.Channel on a dedicated
 	// connection and wake a worker on every notification.
 	Listen bool
@@ -135,15 +138,32 @@ func (e *Engine) BrokerDown() bool { return e.brokerDown.Load() }
 // DBDown reports whether the last database operation failed.
 func (e *Engine) DBDown() bool { return e.dbDown.Load() }
 
-// CheckSchema verifies that the table exists with every column this version
-// needs.
+// ErrMissingIndex reports a table from before the latest migration.
+var ErrMissingIndex = errors.New("index missing")
+
+// CheckSchema verifies that the table exists with every column and index this
+// version needs.
 func (e *Engine) CheckSchema(ctx context.Context) error {
 	rows, err := e.pool.Query(ctx, e.q.CheckColumns)
 	if err == nil {
 		rows.Close()
 		err = rows.Err()
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	idx := e.cfg.Names.AggregateIndex
+	if e.cfg.Names.QSchema != "" {
+		idx = e.cfg.Names.QSchema + "." + idx
+	}
+	var ok bool
+	if err := e.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, idx).Scan(&ok); err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("%w: %s", ErrMissingIndex, idx)
+	}
+	return nil
 }
 
 // Run starts the workers and the housekeeping loops and blocks until ctx is
@@ -253,7 +273,11 @@ func (e *Engine) Batch(ctx context.Context) (Result, error) {
 	idle := strconv.FormatInt((e.cfg.PublishTimeout + 5*time.Second).Milliseconds(), 10)
 	b := &pgx.Batch{}
 	b.Queue(`SELECT set_config('idle_in_transaction_session_timeout', $1, true)`, idle)
-	b.Queue(e.q.Claim, e.cfg.BatchSize)
+	claim := e.q.Claim
+	if e.cfg.Ordered {
+		claim = e.q.ClaimOrdered
+	}
+	b.Queue(claim, e.cfg.BatchSize)
 	br := tx.SendBatch(ctx, b)
 	if _, err := br.Exec(); err != nil {
 		br.Close()
@@ -532,15 +556,19 @@ func (e *Engine) statsLoop(ctx context.Context) {
 }
 
 func (e *Engine) refreshGauges(ctx context.Context) error {
-	var pending, dead int64
+	var pending, dead, blocked int64
 	b := &pgx.Batch{}
 	b.Queue(e.q.CountPending).QueryRow(func(r pgx.Row) error { return r.Scan(&pending) })
 	b.Queue(e.q.CountDead).QueryRow(func(r pgx.Row) error { return r.Scan(&dead) })
+	if e.cfg.Ordered {
+		b.Queue(e.q.BlockedAggregates).QueryRow(func(r pgx.Row) error { return r.Scan(&blocked) })
+	}
 	if err := e.pool.SendBatch(ctx, b).Close(); err != nil {
 		return err
 	}
 	e.cfg.Metrics.Pending.Set(float64(pending))
 	e.cfg.Metrics.DeadLetters.Set(float64(dead))
+	e.cfg.Metrics.BlockedAggregates.Set(float64(blocked))
 	return nil
 }
 

@@ -29,6 +29,7 @@ type Names struct {
 	PendingIndex    string // "<table>_pending_idx" (unqualified: an index lives in its table's schema)
 	ProcessedIndex  string // "<table>_processed_idx"
 	DeadIndex       string // "<table>_dead_idx"
+	AggregateIndex  string // "<table>_aggregate_idx"
 	QSchema         string // "schema" or "" when unset
 
 	// Target identifies this outbox in the migrations table and in advisory
@@ -78,7 +79,7 @@ func New(schema, table string) (Names, error) {
 	view := base + "_dead_letters"
 	for field, derived := range map[string]string{
 		"dead-letter view": view,
-		"pending index":    table + "_pending_idx",
+		"aggregate index":  table + "_aggregate_idx",
 	} {
 		if len(derived) > maxLen {
 			return Names{}, fmt.Errorf("table: %q is too long: the derived %s name %q exceeds %d bytes", table, field, derived, maxLen)
@@ -99,6 +100,7 @@ func New(schema, table string) (Names, error) {
 		PendingIndex:    Quote(table + "_pending_idx"),
 		ProcessedIndex:  Quote(table + "_processed_idx"),
 		DeadIndex:       Quote(table + "_dead_idx"),
+		AggregateIndex:  Quote(table + "_aggregate_idx"),
 		Target:          table,
 		Channel:         "pgoutbox_" + table,
 	}

@@ -20,6 +20,7 @@ type Metrics struct {
 	BrokerUnavailable prometheus.Gauge
 	DBErrors          prometheus.Counter
 	LastPublish       prometheus.Gauge
+	BlockedAggregates prometheus.Gauge
 }
 
 // New builds the collectors and registers them with reg when reg is not nil.
@@ -69,6 +70,10 @@ func New(reg prometheus.Registerer, constLabels prometheus.Labels) (*Metrics, er
 			Name: "outbox_last_publish_timestamp_seconds", ConstLabels: constLabels,
 			Help: "Unix time of the last successful publish.",
 		}),
+		BlockedAggregates: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "outbox_blocked_aggregates", ConstLabels: constLabels,
+			Help: "Aggregates whose later events are held back by a dead letter (ordered mode).",
+		}),
 	}
 	if reg != nil {
 		for _, c := range m.collectors() {
@@ -82,7 +87,7 @@ func New(reg prometheus.Registerer, constLabels prometheus.Labels) (*Metrics, er
 
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.Published, m.Failed, m.Pending, m.BatchDuration, m.DeadLetters,
-		m.DeadLettered, m.PublishLag, m.BrokerUnavailable, m.DBErrors, m.LastPublish}
+		m.DeadLettered, m.PublishLag, m.BrokerUnavailable, m.DBErrors, m.LastPublish, m.BlockedAggregates}
 }
 
 // ObservePublished records one confirmed event.

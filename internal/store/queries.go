@@ -11,6 +11,14 @@ type Queries struct {
 	// several relays claim disjoint batches; the predicate matches the partial
 	// pending index, so processed rows are never read.
 	Claim string
+	// ClaimOrdered is Claim for ordered mode: a row is claimable only when no
+	// earlier row of its aggregate is unprocessed, whether that row is
+	// pending, waiting for its retry, locked by another relay or a dead
+	// letter. So at most one event per aggregate is ever in flight, and a
+	// failing event holds back only its own aggregate.
+	ClaimOrdered string
+	// BlockedAggregates counts aggregates held back by a dead letter.
+	BlockedAggregates string
 	// MarkPublished marks a batch published in one statement ($1 uuid[]).
 	MarkPublished string
 	// MarkOutcomes records a batch with mixed outcomes in one statement:
@@ -52,6 +60,25 @@ WHERE processed_at IS NULL AND dead_at IS NULL
 ORDER BY seq
 LIMIT $1
 FOR UPDATE SKIP LOCKED`,
+		ClaimOrdered: `SELECT o.id, o.seq, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, o.headers, o.created_at, o.attempts
+FROM ` + t + ` AS o
+WHERE o.processed_at IS NULL AND o.dead_at IS NULL
+  AND (o.retry_after IS NULL OR o.retry_after <= now())
+  AND NOT EXISTS (
+    SELECT 1 FROM ` + t + ` AS p
+    WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id
+      AND p.processed_at IS NULL AND p.seq < o.seq)
+ORDER BY o.seq
+LIMIT $1
+FOR UPDATE OF o SKIP LOCKED`,
+		BlockedAggregates: `SELECT count(*) FROM (
+    SELECT DISTINCT d.aggregate_type, d.aggregate_id
+    FROM ` + t + ` AS d
+    WHERE d.dead_at IS NOT NULL AND d.processed_at IS NULL
+      AND EXISTS (
+        SELECT 1 FROM ` + t + ` AS s
+        WHERE s.aggregate_type = d.aggregate_type AND s.aggregate_id = d.aggregate_id
+          AND s.processed_at IS NULL AND s.seq > d.seq)) AS b`,
 		MarkPublished: `UPDATE ` + t + ` SET processed_at = now() WHERE id = ANY($1::uuid[])`,
 		MarkOutcomes: `UPDATE ` + t + ` AS o SET
     processed_at = CASE WHEN r.err IS NULL THEN now() END,

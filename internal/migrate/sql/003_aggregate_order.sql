@@ -1,0 +1,7 @@
+-- pgoutbox migration 3: per-aggregate ordering.
+-- In ordered mode the relay claims an event only when no earlier event of the
+-- same aggregate is still unprocessed; this index answers that question with
+-- one probe, and holds pending rows only (a marked row leaves it).
+CREATE INDEX IF NOT EXISTS {{.AggregateIndex}}
+    ON {{.QTable}} (aggregate_type, aggregate_id, seq)
+    WHERE processed_at IS NULL;
