@@ -1,0 +1,104 @@
+// Package inbox is the consumer side of pgoutbox: an inbox table that makes a
+// consumer's database effects happen once per event, however many times the
+// broker delivers it.
+//
+// # Why
+//
+// The outbox relay publishes at least once: a crash between the broker's
+// confirmation and marking the row sends the event again, and brokers
+// redeliver whatever was not acknowledged. The reference article ends with
+// "make consumers idempotent" and a processed_events table, and leaves its
+// HandleOrderCreated unfinished. This package finishes it.
+//
+// # The guarantee
+//
+// Delivery is at-least-once; the inbox turns it into effectively-once effects.
+// Handle records the event id in the processed_events table and runs your
+// handler in the same PostgreSQL transaction, and the broker adapters
+// acknowledge a delivery only after that transaction committed. A first
+// delivery commits the record and the handler's writes together; a handler
+// error, a failed commit or a crash before the commit leaves neither, and the
+// unacknowledged delivery comes back; a delivery of an event already recorded
+// (a redelivery after a crash between commit and acknowledgement, a relay
+// re-send, a second instance receiving it at the same moment) is recognised,
+// skipped without calling the handler, and acknowledged. So each event's
+// database writes happen exactly once per consumer. The limits: only what the
+// handler writes through the transaction it is given is covered. An email
+// sent, an HTTP API called, a message published or a file written from the
+// handler is not rolled back with it and can happen again (make those
+// idempotent on their own, for instance with the event id as an idempotency
+// key, or write them to an outbox in the same transaction). The guarantee
+// also holds only while the event's row exists: see Retention. And it is per
+// Config.Consumer name: a consumer renamed starts from nothing.
+//
+// # Usage
+//
+// Create the table once, at deploy time (Migrate, MigrateDB, or MigrationSQL
+// for goose/golang-migrate/atlas):
+//
+//	_, err := inbox.Migrate(ctx, pool, inbox.MigrateConfig{})
+//
+// Then process each delivery through Handle; the handler writes through the
+// transaction it is given and must not commit it:
+//
+//	in, err := inbox.New(pool, inbox.Config{Consumer: "shipping"})
+//	...
+//	res, err := in.Handle(ctx, msg, func(ctx context.Context, tx pgx.Tx) error {
+//		_, err := tx.Exec(ctx, `INSERT INTO shipments (order_id) VALUES ($1)`, msg.AggregateID)
+//		return err
+//	})
+//	// err != nil: nothing happened; let the broker redeliver (nak, requeue).
+//	// err == nil: acknowledge; res.Duplicate says the handler was skipped.
+//
+// NewSQL gives the same for database/sql (the handler gets a *sql.Tx). A
+// broker adapter does the acknowledging for you: natsinbox (JetStream) and
+// httpinbox (signed webhooks) take a Processor, which Inbox.Processor builds
+// from a handler that also receives the Message:
+//
+//	proc := in.Processor(func(ctx context.Context, tx pgx.Tx, msg inbox.Message) error { ... })
+//	err := natsinbox.New(proc, natsinbox.Config{}).Run(ctx, jsConsumer)
+//
+// Message carries the event id, type, aggregate, creation time and every
+// header; MessageFromHeaders builds it from the standard headers every
+// pgoutbox publisher sets (outbox.HeaderEventID and the others). A message
+// whose id is missing or invalid wraps ErrInvalidMessage: it can never be
+// processed, and adapters terminate it instead of redelivering it forever.
+//
+// # The table
+//
+//	CREATE TABLE processed_events (
+//	    consumer     TEXT        NOT NULL,
+//	    event_id     UUID        NOT NULL,
+//	    processed_at TIMESTAMPTZ NOT NULL DEFAULT NOW(),
+//	    PRIMARY KEY (consumer, event_id)
+//	);
+//	CREATE INDEX processed_events_processed_at_idx ON processed_events (consumer, processed_at);
+//
+// The article's table with the consumer's name added to the key, so several
+// consumers of one database share it and keep separate records. Schema and
+// table are configurable and always quoted. Migrations are recorded in the
+// same pgoutbox_migrations table as the outbox's, under the target
+// "inbox:<schema>.<table>", and take the same advisory lock.
+//
+// # Concurrency
+//
+// Handle's first statement is INSERT ... ON CONFLICT DO NOTHING. When two
+// instances receive the same event at once, the second insert waits on the
+// first's uncommitted row; if the first commits, the second sees the conflict
+// and reports a duplicate; if it rolls back, the second processes the event.
+// The handler never runs twice concurrently for one consumer and event, and
+// a slow handler whose delivery is redelivered meanwhile (an ack deadline
+// passed) does not run twice either. The transaction uses the database's
+// default isolation (READ COMMITTED).
+//
+// # Retention
+//
+// Rows grow by one per event and consumer. Cleanup deletes a consumer's rows
+// older than a given age, in bounded batches; run it periodically. Keep rows
+// longer than the longest possible redelivery window: the broker's retention
+// or maximum redelivery age (how long a stream, topic or queue can hand the
+// same message back, including a consumer replaying from an old offset), plus
+// how long the outbox relay may keep retrying a publish, plus a margin. A
+// redelivery that arrives after its row was deleted runs the handler again.
+// Days to weeks is typical; the table is small (about 60 bytes a row).
+package inbox

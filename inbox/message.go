@@ -1,0 +1,83 @@
+package inbox
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/pgoutbox/outbox"
+)
+
+// ErrInvalidMessage marks a delivery that can never be processed: its event
+// id is missing or not a UUID, or a standard header is malformed. Redelivering
+// it cannot help; adapters terminate or dead-letter it instead of requeueing.
+var ErrInvalidMessage = errors.New("invalid inbox message")
+
+// Message is one delivered event, as every adapter presents it whatever the
+// broker. ID is the outbox event id, the deduplication key.
+type Message struct {
+	ID            uuid.UUID
+	EventType     string
+	AggregateType string
+	AggregateID   string
+	CreatedAt     time.Time // when the event was written to the outbox; zero if unknown
+	// Headers holds every header the message carried, standard ones included,
+	// under the keys the broker delivered.
+	Headers map[string]string
+	Payload []byte
+}
+
+// Header returns the value of header key, matched case-insensitively (HTTP
+// canonicalizes header names, NATS and Kafka do not).
+func (m *Message) Header(key string) string {
+	return lookup(m.Headers, key)
+}
+
+func lookup(h map[string]string, key string) string {
+	if v, ok := h[key]; ok {
+		return v
+	}
+	for k, v := range h {
+		if strings.EqualFold(k, key) {
+			return v
+		}
+	}
+	return ""
+}
+
+// MessageFromHeaders builds a Message from the standard headers every
+// pgoutbox publisher sets (outbox.HeaderEventID, outbox.HeaderEventType,
+// outbox.HeaderAggregateType, outbox.HeaderAggregateID,
+// outbox.HeaderCreatedAt), matched case-insensitively. The event id is
+// required; the others may be absent. A missing or invalid id, or a
+// malformed created-at, returns an error wrapping ErrInvalidMessage.
+// headers is kept as Message.Headers, not copied.
+func MessageFromHeaders(headers map[string]string, payload []byte) (Message, error) {
+	m := Message{
+		EventType:     lookup(headers, outbox.HeaderEventType),
+		AggregateType: lookup(headers, outbox.HeaderAggregateType),
+		AggregateID:   lookup(headers, outbox.HeaderAggregateID),
+		Headers:       headers,
+		Payload:       payload,
+	}
+	raw := lookup(headers, outbox.HeaderEventID)
+	if raw == "" {
+		return Message{}, fmt.Errorf("inbox: header %s is missing: %w", outbox.HeaderEventID, ErrInvalidMessage)
+	}
+	id, err := uuid.Parse(raw)
+	if err != nil || id == uuid.Nil {
+		return Message{}, fmt.Errorf("inbox: header %s: %.64q is not a UUID: %w", outbox.HeaderEventID, raw, ErrInvalidMessage)
+	}
+	m.ID = id
+	if s := lookup(headers, outbox.HeaderCreatedAt); s != "" {
+		t, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			return Message{}, fmt.Errorf("inbox: header %s: %.64q is not an RFC 3339 time: %w", outbox.HeaderCreatedAt, s, ErrInvalidMessage)
+		}
+		m.CreatedAt = t
+	}
+	return m, nil
+}
