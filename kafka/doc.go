@@ -1,0 +1,102 @@
+// Package kafka publishes outbox events to Apache Kafka (or any broker
+// speaking its protocol: Redpanda, WarpStream, MSK, ...) with franz-go.
+//
+// # Contract
+//
+// A message counts as published only when the partition leader answers a
+// produce request with acks=all, that is once every in-sync replica has the
+// record. The producer is idempotent (franz-go's default), so the client's
+// own retries never write a record twice; New refuses ClientOpts that lower
+// acks, disable idempotence, allow cancelling in-flight idempotent records,
+// make the client transactional or force a default topic.
+//
+// Each event becomes one record:
+//
+//   - topic: the Topic template (outbox.ParseTopicTemplate), default
+//     "{event_type}"; a rendered name Kafka cannot accept (a space, more
+//     than 249 characters) fails permanently before anything is sent;
+//   - key: the aggregate id, so one aggregate's events land on one
+//     partition, in the order the relay publishes them;
+//   - value: the payload, byte for byte;
+//   - headers: outbox.Message.StandardHeaders (outbox-event-id,
+//     outbox-event-type, outbox-aggregate-type, outbox-aggregate-id,
+//     outbox-created-at, plus the row's own headers), sorted by name;
+//   - timestamp: the produce time (the event's creation time is in the
+//     outbox-created-at header), so topic retention is counted from when
+//     the record reached Kafka.
+//
+// Kafka has no broker-side deduplication across produce calls: after a relay
+// retry a consumer may see an event twice, and deduplicates on the
+// outbox-event-id header.
+//
+// PublishBatch produces every message asynchronously and then waits for every
+// acknowledgement, returning one result per message; a failure of one
+// record does not fail the others.
+//
+// # Errors
+//
+//	message too large (MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE),
+//	unknown topic (after the client's metadata retries),
+//	invalid topic, topic or cluster authorization failure,
+//	invalid record, policy violation                  → outbox.Permanent
+//	dial refused or reset, DNS failure, SASL or TLS
+//	failure, client closed                            → outbox.Unavailable
+//	delivery or request timeout, ctx deadline,
+//	no leader, not enough replicas — when no record
+//	of the batch was acknowledged                     → outbox.Unavailable
+//	anything else (retriable Kafka errors once
+//	franz-go gave up)                                 → transient
+//
+// Authentication failures count as unavailable rather than permanent: they
+// fail every event alike, and dead-lettering the whole table over a rotated
+// password would be worse than a relay that backs off and logs.
+//
+// # Timeouts
+//
+// franz-go retries internally. DeliveryTimeout (default 10s) bounds how long
+// a record may wait, and should stay below the relay's PublishTimeout
+// (default 15s) so that a dead cluster fails records with a classified error.
+// A record already written to a connection that then dies cannot be failed
+// safely by an idempotent producer (the broker may have stored it), so the
+// client keeps it and PublishBatch returns at ctx's deadline instead; the
+// relay then treats the batch as unavailable. Such records stay buffered in
+// the client and are delivered when the cluster returns, which together with
+// the relay's own re-send produces duplicates (at-least-once).
+//
+// Kafka checks max.message.bytes against the compressed batch, and rejects
+// the whole batch when it is too large. Set MaxMessageBytes to your topics'
+// max.message.bytes when it is below Kafka's default: franz-go then refuses
+// an oversized record alone, by its uncompressed size, and never builds a
+// batch the broker would refuse.
+//
+// # Usage
+//
+//	pub, err := kafka.New(kafka.Config{
+//		Brokers: []string{"kafka-1:9092", "kafka-2:9092"},
+//		Topic:   "outbox.{aggregate_type}",
+//		ClientOpts: []kgo.Opt{
+//			kgo.DialTLSConfig(&tls.Config{MinVersion: tls.VersionTLS12}),
+//			kgo.SASL(scram.Auth{User: user, Pass: pass}.AsSha512Mechanism()),
+//		},
+//	})
+//	if err != nil {
+//		return err
+//	}
+//	defer pub.Close()
+//	relay, err := outbox.NewRelay(pool, pub, outbox.RelayConfig{})
+//
+// From the command line, NewFromURL takes
+//
+//	kafka://broker1:9092,broker2:9092?topic={event_type}&tls=true
+//
+// Topics are the operator's to create; the publisher never asks the broker
+// to auto-create one.
+//
+// # Tests
+//
+// The tests run against kfake, franz-go's in-process Kafka, which speaks the
+// real wire protocol on a loopback port: produce, metadata, idempotent
+// producer ids, size limits and the consumer that reads records back are all
+// real protocol exchanges. Replication (acks=all waiting for followers) is
+// not exercised, since kfake has no replicas.
+package kafka

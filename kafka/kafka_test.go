@@ -1,0 +1,444 @@
+package kafka_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/tcpproxy"
+	"github.com/pgoutbox/outbox/kafka"
+	"github.com/pgoutbox/outbox/publishertest"
+)
+
+// cluster is one test's in-process Kafka (kfake speaks the real protocol on
+// a loopback TCP port) reached through a TCP proxy the test can cut.
+type cluster struct {
+	c     *kfake.Cluster
+	proxy *tcpproxy.Proxy
+	addr  string // the proxy's: the address the broker advertises
+}
+
+// advertised is kfake's listener reporting the proxy's address, which kfake
+// then advertises in its metadata, so clients never bypass the proxy.
+type advertised struct {
+	net.Listener
+	addr net.Addr
+}
+
+func (l advertised) Addr() net.Addr { return l.addr }
+
+func newCluster(t *testing.T, opts ...kfake.Opt) *cluster {
+	t.Helper()
+	var proxy *tcpproxy.Proxy
+	opts = append([]kfake.Opt{
+		kfake.NumBrokers(1),
+		kfake.ListenFn(func(network, address string) (net.Listener, error) {
+			ln, err := net.Listen(network, address)
+			if err != nil {
+				return nil, err
+			}
+			proxy = tcpproxy.Start(t, ln.Addr().String())
+			addr, err := net.ResolveTCPAddr("tcp", proxy.Addr())
+			return advertised{ln, addr}, err
+		}),
+	}, opts...)
+	c, err := kfake.NewCluster(opts...)
+	if err != nil {
+		t.Fatalf("kfake: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return &cluster{c: c, proxy: proxy, addr: c.ListenAddrs()[0]}
+}
+
+func newPublisher(t *testing.T, cfg kafka.Config) *kafka.Publisher {
+	t.Helper()
+	p, err := kafka.New(cfg)
+	if err != nil {
+		t.Fatalf("kafka.New: %v", err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+type received struct {
+	publishertest.Received
+	Partition int32
+	Offset    int64
+}
+
+// read consumes topic from the start until it has n records or ctx ends.
+func (c *cluster) read(ctx context.Context, topic string, n int) ([]received, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.addr), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	var out []received
+	for len(out) < n {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return out, ctx.Err()
+		}
+		for _, e := range fs.Errors() {
+			return out, fmt.Errorf("fetch %s[%d]: %w", e.Topic, e.Partition, e.Err)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			h := map[string]string{}
+			for _, kv := range r.Headers {
+				h[kv.Key] = string(kv.Value)
+			}
+			out = append(out, received{
+				Received:  publishertest.Received{Topic: r.Topic, Key: string(r.Key), Headers: h, Payload: r.Value},
+				Partition: r.Partition, Offset: r.Offset,
+			})
+		})
+	}
+	return out, nil
+}
+
+func timeout(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+const maxMessageBytes = 64 << 10 // the test clusters' message.max.bytes
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	publishertest.Run(t, func(t *testing.T) *publishertest.Broker {
+		c := newCluster(t, kfake.SeedTopics(4, "order.created"),
+			kfake.BrokerConfigs(map[string]string{"message.max.bytes": fmt.Sprint(maxMessageBytes)}))
+		// MaxMessageBytes matches the topic's limit, as the docs ask: the
+		// client then refuses an oversized record by its uncompressed size
+		// (the broker only sees the compressed batch).
+		cfg := kafka.Config{Brokers: []string{c.addr}, DeliveryTimeout: 3 * time.Second, MaxMessageBytes: maxMessageBytes}
+		pub := newPublisher(t, cfg)
+		cfg.Topic = "missing.{event_type}"
+		unroutable := newPublisher(t, cfg)
+		return &publishertest.Broker{
+			Publisher:  pub,
+			Unroutable: unroutable,
+			MaxPayload: maxMessageBytes + 1,
+			KeyOf:      func(m *outbox.Message) string { return m.AggregateID },
+			Read: func(ctx context.Context, n int) ([]publishertest.Received, error) {
+				got, err := c.read(ctx, "order.created", n)
+				out := make([]publishertest.Received, len(got))
+				for i, r := range got {
+					out[i] = r.Received
+				}
+				return out, err
+			},
+			Disconnect: func(t *testing.T) func() {
+				c.proxy.Cut()
+				return c.proxy.Restore
+			},
+		}
+	})
+}
+
+func message(agg string, i int) *outbox.Message {
+	return publishertest.NewMessage(agg, fmt.Sprintf(`{"agg":%q,"i":%d}`, agg, i))
+}
+
+func publishOK(t *testing.T, p *kafka.Publisher, msgs []*outbox.Message) {
+	t.Helper()
+	for i, err := range p.PublishBatch(timeout(t, 30*time.Second), msgs) {
+		if err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+	}
+}
+
+func TestSameAggregateSamePartitionInOrder(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, kfake.SeedTopics(8, "order.created"))
+	p := newPublisher(t, kafka.Config{Brokers: []string{c.addr}})
+	aggs := []string{"a-1", "b-2", "c-3", "d-4"}
+	const each = 30
+	var msgs []*outbox.Message
+	for i := range each { // interleaved, as the relay's batches are
+		for _, a := range aggs {
+			msgs = append(msgs, message(a, i))
+		}
+	}
+	publishOK(t, p, msgs)
+
+	got, err := c.read(timeout(t, 30*time.Second), "order.created", len(msgs))
+	if err != nil {
+		t.Fatalf("read %d of %d: %v", len(got), len(msgs), err)
+	}
+	idx := map[string]int{} // event id -> publish order
+	for i, m := range msgs {
+		idx[m.ID.String()] = i
+	}
+	partOf := map[string]int32{}
+	last := map[string]int{} // aggregate -> last publish index seen, in offset order
+	partitions := map[int32]bool{}
+	// Records arrive per partition in offset order.
+	for _, r := range got {
+		agg := r.Headers[outbox.HeaderAggregateID]
+		if r.Key != agg {
+			t.Fatalf("record key %q, want the aggregate id %q", r.Key, agg)
+		}
+		if p, ok := partOf[agg]; ok && p != r.Partition {
+			t.Fatalf("aggregate %s on partitions %d and %d", agg, p, r.Partition)
+		}
+		partOf[agg] = r.Partition
+		partitions[r.Partition] = true
+		i, ok := idx[r.Headers[outbox.HeaderEventID]]
+		if !ok {
+			t.Fatalf("unknown event %s", r.Headers[outbox.HeaderEventID])
+		}
+		if prev, ok := last[agg]; ok && i < prev {
+			t.Fatalf("aggregate %s: event published %dth is stored after the %dth", agg, i, prev)
+		}
+		last[agg] = i
+	}
+	if len(partOf) != len(aggs) {
+		t.Fatalf("saw %d aggregates, want %d", len(partOf), len(aggs))
+	}
+	t.Logf("%d aggregates over %d partitions", len(aggs), len(partitions))
+}
+
+func TestMessageTooLargeIsPermanent(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, kfake.SeedTopics(1, "order.created"),
+		kfake.BrokerConfigs(map[string]string{"message.max.bytes": "16384"}))
+	// Incompressible: the broker checks the compressed batch's size.
+	noise := make([]byte, 15000)
+	_, _ = rand.Read(noise)
+	big := publishertest.NewMessage("1", `{"x":"`+base64.StdEncoding.EncodeToString(noise)+`"}`)
+
+	t.Run("broker rejects", func(t *testing.T) {
+		// The client's cap (Kafka's default) is above the broker's: the
+		// broker answers MESSAGE_TOO_LARGE.
+		p := newPublisher(t, kafka.Config{Brokers: []string{c.addr}})
+		err := p.Publish(timeout(t, 30*time.Second), big)
+		if !errors.Is(err, outbox.ErrPermanent) || !errors.Is(err, kerr.MessageTooLarge) {
+			t.Fatalf("err = %v, want permanent MESSAGE_TOO_LARGE", err)
+		}
+	})
+	t.Run("client rejects, others unaffected", func(t *testing.T) {
+		p := newPublisher(t, kafka.Config{Brokers: []string{c.addr}, MaxMessageBytes: 16384})
+		msgs := []*outbox.Message{message("1", 1), big, message("1", 2)}
+		errs := p.PublishBatch(timeout(t, 30*time.Second), msgs)
+		if errs[0] != nil || errs[2] != nil {
+			t.Fatalf("small messages failed: %v, %v", errs[0], errs[2])
+		}
+		if !errors.Is(errs[1], outbox.ErrPermanent) || !errors.Is(errs[1], kerr.MessageTooLarge) {
+			t.Fatalf("big message: err = %v, want permanent MESSAGE_TOO_LARGE", errs[1])
+		}
+		got, err := c.read(timeout(t, 30*time.Second), "order.created", 2)
+		if err != nil {
+			t.Fatalf("read: %v", err)
+		}
+		for _, r := range got {
+			if r.Headers[outbox.HeaderEventID] == big.ID.String() {
+				t.Fatal("the rejected message is on the topic")
+			}
+		}
+	})
+}
+
+func TestUnknownTopicIsPermanent(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, kfake.SeedTopics(1, "order.created")) // auto-create is off
+	p := newPublisher(t, kafka.Config{Brokers: []string{c.addr}, Topic: "nope.{event_type}"})
+	start := time.Now()
+	err := p.Publish(timeout(t, 30*time.Second), message("1", 1))
+	if !errors.Is(err, outbox.ErrPermanent) || !errors.Is(err, kerr.UnknownTopicOrPartition) {
+		t.Fatalf("err = %v, want permanent UNKNOWN_TOPIC_OR_PARTITION", err)
+	}
+	t.Logf("unknown topic reported after %s", time.Since(start).Round(time.Millisecond))
+}
+
+func TestInvalidTopicNameIsPermanent(t *testing.T) {
+	t.Parallel()
+	// Nothing listens here: the name is refused before any network use.
+	p := newPublisher(t, kafka.Config{Brokers: []string{"127.0.0.1:1"}})
+	m := message("1", 1)
+	m.EventType = "order created"
+	err := p.Publish(timeout(t, 5*time.Second), m)
+	if !errors.Is(err, outbox.ErrPermanent) || !strings.Contains(err.Error(), "order created") {
+		t.Fatalf("err = %v, want a permanent error naming the topic", err)
+	}
+}
+
+func TestClusterDownIsUnavailable(t *testing.T) {
+	t.Parallel()
+	t.Run("closed cluster", func(t *testing.T) {
+		t.Parallel()
+		c := newCluster(t, kfake.SeedTopics(2, "order.created"))
+		p := newPublisher(t, kafka.Config{Brokers: []string{c.addr}, DeliveryTimeout: 2 * time.Second})
+		publishOK(t, p, []*outbox.Message{message("1", 1)}) // connected, metadata loaded
+		c.c.Close()
+		// kfake keeps its client connections open after Close, so the
+		// produce request is written and never answered: the idempotent
+		// producer cannot fail it safely and the caller's deadline (the
+		// relay's publish timeout) ends the wait.
+		errs := p.PublishBatch(timeout(t, 3*time.Second), []*outbox.Message{message("1", 2), message("2", 3)})
+		for i, err := range errs {
+			if outbox.Classify(err) != outbox.ClassUnavailable {
+				t.Errorf("message %d: err = %v (%s), want unavailable", i, err, outbox.Classify(err))
+			}
+		}
+		if err := p.Health(timeout(t, 5*time.Second)); err == nil {
+			t.Error("Health = nil with the cluster closed")
+		}
+	})
+	t.Run("never reachable", func(t *testing.T) {
+		t.Parallel()
+		c := newCluster(t)
+		addr := c.addr
+		c.c.Close() // the port is now closed: dials are refused
+		p := newPublisher(t, kafka.Config{Brokers: []string{addr}, DeliveryTimeout: time.Second})
+		err := p.Publish(timeout(t, 30*time.Second), message("1", 1))
+		if outbox.Classify(err) != outbox.ClassUnavailable {
+			t.Fatalf("err = %v (%s), want unavailable", err, outbox.Classify(err))
+		}
+	})
+	t.Run("relay deadline first", func(t *testing.T) {
+		t.Parallel()
+		// The relay's publish timeout shorter than the delivery timeout:
+		// PublishBatch returns at ctx's deadline with an unavailable error.
+		c := newCluster(t, kfake.SeedTopics(2, "order.created"))
+		p := newPublisher(t, kafka.Config{Brokers: []string{c.addr}})
+		publishOK(t, p, []*outbox.Message{message("1", 1)})
+		c.proxy.Cut()
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		err := p.Publish(ctx, message("1", 2))
+		if outbox.Classify(err) != outbox.ClassUnavailable {
+			t.Fatalf("err = %v (%s), want unavailable", err, outbox.Classify(err))
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Fatalf("Publish returned %s after its deadline", d)
+		}
+	})
+}
+
+func TestHealth(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	p := newPublisher(t, kafka.Config{Brokers: []string{c.addr}})
+	if err := p.Health(timeout(t, 10*time.Second)); err != nil {
+		t.Fatalf("Health: %v", err)
+	}
+}
+
+func TestNewRejectsUnsafeClientOpts(t *testing.T) {
+	t.Parallel()
+	for name, opt := range map[string]kgo.Opt{
+		"DisableIdempotentWrite":             kgo.DisableIdempotentWrite(),
+		"AllowIdempotentProduceCancellation": kgo.AllowIdempotentProduceCancellation(),
+		"TransactionalID":                    kgo.TransactionalID("x"),
+		"DefaultProduceTopicAlways":          kgo.DefaultProduceTopicAlways(),
+	} {
+		_, err := kafka.New(kafka.Config{Brokers: []string{"127.0.0.1:9092"}, ClientOpts: []kgo.Opt{opt}})
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s: err = %v, want a refusal naming it", name, err)
+		}
+	}
+	// Lower acks: franz-go itself refuses it with idempotence on, and we
+	// refuse it with idempotence off.
+	for _, opts := range [][]kgo.Opt{
+		{kgo.RequiredAcks(kgo.LeaderAck())},
+		{kgo.RequiredAcks(kgo.NoAck()), kgo.DisableIdempotentWrite()},
+	} {
+		_, err := kafka.New(kafka.Config{Brokers: []string{"127.0.0.1:9092"}, ClientOpts: opts})
+		if err == nil || !strings.Contains(err.Error(), "acks") {
+			t.Errorf("lower acks: err = %v, want a refusal", err)
+		}
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		cfg  kafka.Config
+		want string
+	}{
+		{kafka.Config{}, "Config.Brokers"},
+		{kafka.Config{Brokers: []string{"nohost"}}, "Config.Brokers"},
+		{kafka.Config{Brokers: []string{"h:1"}, Topic: "{nope}"}, "Config.Topic"},
+		{kafka.Config{Brokers: []string{"h:1"}, DeliveryTimeout: time.Millisecond}, "Config.DeliveryTimeout"},
+		{kafka.Config{Brokers: []string{"h:1"}, RequestTimeout: -1}, "Config.RequestTimeout"},
+		{kafka.Config{Brokers: []string{"h:1"}, MaxMessageBytes: 10}, "Config.MaxMessageBytes"},
+	} {
+		_, err := kafka.New(tc.cfg)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("New(%+v) = %v, want an error naming %s", tc.cfg, err, tc.want)
+		}
+	}
+}
+
+func TestNewFromURL(t *testing.T) {
+	t.Parallel()
+	p := mustURL(t, "kafka://localhost,127.0.0.1:9093?topic=outbox.{aggregate_type}&delivery_timeout=3s&request_timeout=2s&max_message_bytes=2048&client_id=relay")
+	defer p.Close()
+	cl := p.Client()
+	if got := cl.OptValue(kgo.RecordDeliveryTimeout); got != 3*time.Second {
+		t.Errorf("delivery timeout = %v", got)
+	}
+	if got := cl.OptValue(kgo.ProduceRequestTimeout); got != 2*time.Second {
+		t.Errorf("request timeout = %v", got)
+	}
+	if got := cl.OptValue(kgo.ProducerBatchMaxBytes); got != int32(2048) {
+		t.Errorf("max message bytes = %v", got)
+	}
+	if got := cl.OptValues(kgo.SeedBrokers); fmt.Sprint(got) != "[[localhost:9092 127.0.0.1:9093]]" {
+		t.Errorf("seed brokers = %v", got)
+	}
+	if got := p.Topic(message("1", 1)); got != "outbox.order" {
+		t.Errorf("topic = %q", got)
+	}
+
+	for _, s := range []string{
+		"kafka://u:s3cret@h:9092?sasl=bogus",
+		"kafka://u:s3cret@h:9092",
+		"kafka://u:s3cret@h:9092?sasl=plain&nope=1",
+		"kafka://u:s3cret@h:9092?sasl=plain&delivery_timeout=soon",
+		"kafka://?topic=x",
+		"nats://u:s3cret@h:9092",
+	} {
+		u, _ := url.Parse(s)
+		_, err := kafka.NewFromURL(u)
+		if err == nil {
+			t.Errorf("NewFromURL(%s) = nil error", u.Redacted())
+			continue
+		}
+		if strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("error repeats the password: %v", err)
+		}
+	}
+	sp := mustURL(t, "kafka://user:s3cret@h:9092?sasl=scram-sha-512&tls=true")
+	sp.Close()
+}
+
+func mustURL(t *testing.T, s string) *kafka.Publisher {
+	t.Helper()
+	u, err := url.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := kafka.NewFromURL(u)
+	if err != nil {
+		t.Fatalf("NewFromURL(%s): %v", s, err)
+	}
+	return p
+}
