@@ -69,7 +69,10 @@ type Status struct {
 	DeadLetters         int64         `json:"dead_letters"`
 	PublishedLastMinute int64         `json:"published_last_minute"`
 	PublishedLastHour   int64         `json:"published_last_hour"`
-	ByType              []TypeStatus  `json:"by_type"`
+	// BlockedAggregates counts aggregates with a dead letter and later
+	// events behind it; in ordered mode those events wait for an operator.
+	BlockedAggregates int64        `json:"blocked_aggregates"`
+	ByType            []TypeStatus `json:"by_type"`
 }
 
 // Status reads the outbox's state.
@@ -83,6 +86,9 @@ func (a *Admin) Status(ctx context.Context) (*Status, error) {
 		return nil, a.wrap("status", err)
 	}
 	st := &Status{ByType: []TypeStatus{}}
+	if err := a.pool.QueryRow(ctx, a.q.BlockedAggregates).Scan(&st.BlockedAggregates); err != nil {
+		return nil, a.wrap("status", err)
+	}
 	var ts TypeStatus
 	var oldest *time.Time
 	_, err = pgx.ForEachRow(rows, []any{&ts.EventType, &ts.Pending, &ts.DeadLetters, &ts.PublishedLastMinute, &ts.PublishedLastHour, &oldest}, func() error {

@@ -119,6 +119,9 @@ func TestOrderedDeadLetterHoldsSuccessors(t *testing.T) {
 	if v := gauge(t, reg, "outbox_blocked_aggregates"); v != 1 {
 		t.Errorf("outbox_blocked_aggregates = %v, want 1", v)
 	}
+	if st, err := e.admin().Status(ctx(t)); err != nil || st.BlockedAggregates != 1 {
+		t.Errorf("status blocked aggregates = %+v, %v; want 1", st, err)
+	}
 	reject.Store(false)
 	if _, err := e.admin().Retry(ctx(t), outbox.RetrySelector{All: true}); err != nil {
 		t.Fatal(err)

@@ -21,12 +21,15 @@ import (
 type Publisher struct {
 	mu      sync.Mutex
 	msgs    []outbox.Message
+	counts  map[uuid.UUID]int // publishes per event id
 	fail    func(*outbox.Message) error
 	changed chan struct{} // closed and replaced on every publish
 }
 
 // New returns an empty Publisher.
-func New() *Publisher { return &Publisher{changed: make(chan struct{})} }
+func New() *Publisher {
+	return &Publisher{changed: make(chan struct{}), counts: map[uuid.UUID]int{}}
+}
 
 // FailWith makes every later Publish call f first; a non-nil error from f is
 // returned instead of recording the message. nil restores normal behaviour.
@@ -53,6 +56,7 @@ func (p *Publisher) Publish(ctx context.Context, msg *outbox.Message) error {
 	m.Payload = slices.Clone(msg.Payload)
 	p.mu.Lock()
 	p.msgs = append(p.msgs, m)
+	p.counts[m.ID]++
 	close(p.changed)
 	p.changed = make(chan struct{})
 	p.mu.Unlock()
@@ -77,19 +81,31 @@ func (p *Publisher) Len() int {
 func (p *Publisher) Count() map[uuid.UUID]int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make(map[uuid.UUID]int, len(p.msgs))
-	for _, m := range p.msgs {
-		out[m.ID]++
+	out := make(map[uuid.UUID]int, len(p.counts))
+	for id, n := range p.counts {
+		out[id] = n
 	}
 	return out
 }
 
+// Distinct returns how many distinct event ids were published.
+func (p *Publisher) Distinct() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.counts)
+}
+
 // WaitFor blocks until cond(messages) is true or ctx is done, re-checking
-// after every publish. It returns ctx's error on timeout.
+// after every publish (cond must not keep or modify the slice). It returns
+// ctx's error on timeout.
 func (p *Publisher) WaitFor(ctx context.Context, cond func([]outbox.Message) bool) error {
+	return p.wait(ctx, func() bool { return cond(p.msgs) })
+}
+
+func (p *Publisher) wait(ctx context.Context, cond func() bool) error {
 	for {
 		p.mu.Lock()
-		ok := cond(p.msgs)
+		ok := cond()
 		ch := p.changed
 		p.mu.Unlock()
 		if ok {
@@ -105,14 +121,5 @@ func (p *Publisher) WaitFor(ctx context.Context, cond func([]outbox.Message) boo
 
 // WaitDistinct blocks until n distinct event ids were published.
 func (p *Publisher) WaitDistinct(ctx context.Context, n int) error {
-	return p.WaitFor(ctx, func(ms []outbox.Message) bool {
-		if len(ms) < n {
-			return false
-		}
-		seen := make(map[uuid.UUID]struct{}, len(ms))
-		for _, m := range ms {
-			seen[m.ID] = struct{}{}
-		}
-		return len(seen) >= n
-	})
+	return p.wait(ctx, func() bool { return len(p.counts) >= n })
 }

@@ -54,6 +54,7 @@ type Proxy struct {
 	wg     sync.WaitGroup
 
 	accepted atomic.Int64
+	upstream atomic.Int64 // bytes read from clients
 }
 
 // New listens on 127.0.0.1:0 and forwards every connection to target
@@ -90,6 +91,11 @@ func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 // Accepted is how many client connections the proxy has accepted so far,
 // forwarded or not; a test uses it to see that a client reconnected.
 func (p *Proxy) Accepted() int64 { return p.accepted.Load() }
+
+// BytesFromClients is how many bytes the proxy has read from its clients so
+// far (forwarded, or still waiting out the latency); a test uses it to act
+// once a request is on its way.
+func (p *Proxy) BytesFromClients() int64 { return p.upstream.Load() }
 
 // SetLatency delays every chunk of bytes by d, in both directions, on open
 // and future connections. Zero removes the delay.
@@ -215,8 +221,8 @@ func (p *Proxy) forward(client net.Conn) {
 	p.mu.Unlock()
 
 	done := make(chan bool, 2) // true: that direction ended with an orderly EOF
-	go func() { done <- p.pipe(server, client) }()
-	go func() { done <- p.pipe(client, server) }()
+	go func() { done <- p.pipe(server, client, &p.upstream) }()
+	go func() { done <- p.pipe(client, server, nil) }()
 	if orderly := <-done; orderly {
 		// A half-close was passed on; let the other direction finish.
 		<-done
@@ -240,11 +246,14 @@ func (p *Proxy) drop(c net.Conn) {
 
 // pipe copies src to dst until src ends; it reports whether src ended with
 // an orderly EOF, which it passes on to dst as a half-close.
-func (p *Proxy) pipe(dst, src net.Conn) bool {
+func (p *Proxy) pipe(dst, src net.Conn, count *atomic.Int64) bool {
 	buf := make([]byte, 32*1024)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
+			if count != nil {
+				count.Add(int64(n))
+			}
 			if d := time.Duration(p.latency.Load()); d > 0 {
 				time.Sleep(d)
 			}

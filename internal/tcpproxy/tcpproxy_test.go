@@ -110,6 +110,9 @@ func TestForwards(t *testing.T) {
 	if got := p.Accepted(); got != 3 {
 		t.Errorf("Accepted = %d, want 3", got)
 	}
+	if got := p.BytesFromClients(); got != 3*int64(len("hello\n")) {
+		t.Errorf("BytesFromClients = %d, want %d", got, 3*len("hello\n"))
+	}
 }
 
 func TestCutResetsOpenConnectionsAndRefusesNewOnes(t *testing.T) {
