@@ -56,7 +56,9 @@
 // from a handler that also receives the Message:
 //
 //	proc := in.Processor(func(ctx context.Context, tx pgx.Tx, msg inbox.Message) error { ... })
-//	err := natsinbox.New(proc, natsinbox.Config{}).Run(ctx, jsConsumer)
+//	c, err := natsinbox.New(proc, natsinbox.Config{})
+//	...
+//	err = c.Run(ctx, jsConsumer) // Ack after commit, Nak on error
 //
 // Message carries the event id, type, aggregate, creation time and every
 // header; MessageFromHeaders builds it from the standard headers every
