@@ -372,4 +372,3 @@ func TestConfigValidation(t *testing.T) {
 		t.Error("New(nil) accepted")
 	}
 }
-
