@@ -1,0 +1,121 @@
+package outboxcli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"sort"
+	"strings"
+
+	natsgo "github.com/nats-io/nats.go"
+
+	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/jsonl"
+	outboxnats "github.com/pgoutbox/outbox/nats"
+)
+
+// BrokerOptions is what every broker constructor receives besides its URL.
+type BrokerOptions struct {
+	// Topic is the --topic template, already validated with
+	// outbox.ParseTopicTemplate: the subject, topic, routing key or queue of
+	// each message.
+	Topic string
+	// Logger is the relay's logger, for connection events.
+	Logger *slog.Logger
+	// Stdout is the command's standard output (the stdout broker writes
+	// there).
+	Stdout io.Writer
+	// ClientName identifies the relay to brokers that show client names.
+	ClientName string
+}
+
+// BrokerFunc connects to the broker at u and returns its publisher and what
+// to close once the relay has stopped. It must not block on an unreachable
+// broker: the relay starts anyway, reports not ready, and backs off until the
+// broker answers. Errors are about u or the options, never transient.
+type BrokerFunc func(ctx context.Context, u *url.URL, opts BrokerOptions) (outbox.Publisher, io.Closer, error)
+
+// brokers maps a --broker URL scheme to its constructor. Adding a broker is
+// a constructor in brokers_<name>.go and one line here.
+var brokers = map[string]BrokerFunc{
+	"nats":   openNATS,
+	"tls":    openNATS, // NATS over TLS, as nats.go spells it
+	"stdout": openStdout,
+}
+
+// brokerSchemes lists the registered schemes, for error messages and help.
+func brokerSchemes() string {
+	s := make([]string, 0, len(brokers))
+	for k := range brokers {
+		s = append(s, k)
+	}
+	sort.Strings(s)
+	return strings.Join(s, ", ")
+}
+
+// parseBroker validates a --broker value and returns its URL and constructor.
+func parseBroker(raw string) (*url.URL, BrokerFunc, error) {
+	if raw == "" {
+		return nil, nil, fmt.Errorf("required: a URL whose scheme selects the broker (%s), e.g. nats://127.0.0.1:4222", brokerSchemes())
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, nil, fmt.Errorf("not a URL: %v", redactDSN(err.Error()))
+	}
+	if u.Scheme == "" {
+		return nil, nil, fmt.Errorf("%q has no scheme (known: %s), e.g. nats://127.0.0.1:4222", u.Redacted(), brokerSchemes())
+	}
+	open, ok := brokers[strings.ToLower(u.Scheme)]
+	if !ok {
+		return nil, nil, fmt.Errorf("unknown scheme %q in %q (known: %s)", u.Scheme, u.Redacted(), brokerSchemes())
+	}
+	return u, open, nil
+}
+
+type closerFunc func() error
+
+func (f closerFunc) Close() error { return f() }
+
+// openNATS publishes to NATS JetStream. The URL is passed to nats.go as is
+// (user:password@ and several comma-separated servers included). The
+// connection retries forever: a broker outage makes the relay back off, not
+// exit.
+func openNATS(_ context.Context, u *url.URL, o BrokerOptions) (outbox.Publisher, io.Closer, error) {
+	if u.Host == "" {
+		return nil, nil, fmt.Errorf("%q: missing host, e.g. nats://127.0.0.1:4222", u.Redacted())
+	}
+	log := o.Logger.With("broker", u.Redacted())
+	nc, err := natsgo.Connect(u.String(),
+		natsgo.Name(o.ClientName),
+		natsgo.MaxReconnects(-1),
+		natsgo.RetryOnFailedConnect(true),
+		natsgo.ConnectHandler(func(*natsgo.Conn) { log.Info("nats connected") }),
+		natsgo.DisconnectErrHandler(func(_ *natsgo.Conn, err error) {
+			if err != nil {
+				log.Warn("nats disconnected", "err", err)
+			}
+		}),
+		natsgo.ReconnectHandler(func(*natsgo.Conn) { log.Info("nats reconnected") }),
+	)
+	if err != nil {
+		return nil, nil, fmt.Errorf("nats: %w", err)
+	}
+	pub, err := outboxnats.New(nc, outboxnats.Config{Subject: o.Topic})
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return pub, closerFunc(func() error { nc.Close(); return nil }), nil
+}
+
+// openStdout writes each event as one JSON line on standard output, for
+// debugging: a write counts as a confirmation, so it offers no durability.
+func openStdout(_ context.Context, _ *url.URL, o BrokerOptions) (outbox.Publisher, io.Closer, error) {
+	pub, err := jsonl.New(o.Stdout, jsonl.Config{Topic: o.Topic})
+	if err != nil {
+		return nil, nil, err
+	}
+	return pub, closerFunc(func() error { return nil }), nil
+}

@@ -1,0 +1,283 @@
+package outboxcli
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"gopkg.in/yaml.v3"
+)
+
+// options is one command's flag set. Flags are settings unless marked
+// flag-only: a setting is also read from its environment variable and from the
+// config file, with precedence flag > environment > file > default.
+// Per-invocation switches (--json, --dry-run, filters) are flag-only.
+type options struct {
+	cmd      string
+	synopsis string // after "outbox <cmd>"
+	doc      string
+	fs       *flag.FlagSet
+	only     map[string]bool   // flag-only
+	source   map[string]string // where a setting's value came from, for errors
+	args     []string          // positional arguments
+	sub      string            // subcommand, for commands that have them
+	subs     []string          // accepted subcommands
+}
+
+func newOptions(cmd, synopsis, doc string) *options {
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return &options{cmd: cmd, synopsis: synopsis, doc: doc, fs: fs,
+		only: map[string]bool{}, source: map[string]string{}}
+}
+
+// flagOnly marks flags that are not settings.
+func (o *options) flagOnly(names ...string) {
+	for _, n := range names {
+		if o.fs.Lookup(n) == nil {
+			panic("outboxcli: flagOnly: no flag " + n)
+		}
+		o.only[n] = true
+	}
+}
+
+func (o *options) isSetting(name string) bool {
+	return o.fs.Lookup(name) != nil && !o.only[name] && name != "config"
+}
+
+// envVar returns the environment variable of setting name.
+func envVar(name string) string {
+	if name == "database-url" {
+		return "DATABASE_URL"
+	}
+	return "OUTBOX_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+}
+
+// sourceOf describes where setting name got its value, for error messages;
+// "" for a flag or a default.
+func (o *options) sourceOf(name string) string {
+	if s := o.source[name]; s != "" {
+		return " (set by " + s + ")"
+	}
+	return ""
+}
+
+// settingErr is a usage error about setting name's value.
+func (o *options) settingErr(name, format string, args ...any) error {
+	return usageErr("--%s: %s%s", name, fmt.Sprintf(format, args...), o.sourceOf(name))
+}
+
+// parse reads args, then the environment and the config file for every
+// setting the command line left unset. Positional arguments may come before,
+// between or after flags.
+func (o *options) parse(args []string, getenv func(string) string, stdout io.Writer) error {
+	rest := args
+	for {
+		if err := o.fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				o.usage(stdout)
+				return errHelp
+			}
+			msg := err.Error()
+			if f, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
+				msg = "unknown flag " + f
+			}
+			return usageErr("%s: %s (see outbox %s --help)", o.cmd, msg, o.cmd)
+		}
+		rest = o.fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if rest[0] == "--" {
+			o.args = append(o.args, rest[1:]...)
+			break
+		}
+		o.args = append(o.args, rest[0])
+		rest = rest[1:]
+	}
+	if len(o.subs) > 0 && len(o.args) > 0 {
+		for _, s := range o.subs {
+			if o.args[0] == s {
+				o.sub, o.args = s, o.args[1:]
+				break
+			}
+		}
+	}
+	onCmdLine := map[string]bool{}
+	o.fs.Visit(func(f *flag.Flag) { onCmdLine[f.Name] = true })
+
+	// The config file first, so that the environment overrides it.
+	if o.fs.Lookup("config") != nil {
+		path := o.fs.Lookup("config").Value.String()
+		if !onCmdLine["config"] {
+			path = getenv(envVar("config"))
+			if path != "" {
+				o.source["config"] = envVar("config")
+			}
+		}
+		if path != "" {
+			if err := o.applyFile(path, onCmdLine); err != nil {
+				return err
+			}
+		}
+	}
+	var err error
+	o.fs.VisitAll(func(f *flag.Flag) {
+		if err != nil || onCmdLine[f.Name] || !o.isSetting(f.Name) {
+			return
+		}
+		env := envVar(f.Name)
+		v := getenv(env)
+		if v == "" {
+			return
+		}
+		o.source[f.Name] = env
+		if serr := f.Value.Set(v); serr != nil {
+			err = o.settingErr(f.Name, "%q: %v", v, serr)
+		}
+	})
+	return err
+}
+
+// applyFile sets, from the YAML config file at path, every setting of this
+// command that the command line did not set. A key that is no command's
+// setting is an error (a typo must not silently fall back to a default); a
+// key of another command is ignored, so one file serves every command.
+func (o *options) applyFile(path string, onCmdLine map[string]bool) error {
+	values, err := readConfigFile(path)
+	if err != nil {
+		return err
+	}
+	known := allSettings()
+	keys := make([]string, 0, len(values))
+	for k := range values {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return values[keys[i]].line < values[keys[j]].line })
+	for _, k := range keys {
+		v := values[k]
+		if !known[k] {
+			return usageErr("config file %s: line %d: unknown option %q (keys are flag names without dashes, such as batch-size)", path, v.line, k)
+		}
+		if !o.isSetting(k) || onCmdLine[k] {
+			continue
+		}
+		o.source[k] = fmt.Sprintf("%s line %d", path, v.line)
+		if err := o.fs.Set(k, v.value); err != nil {
+			return o.settingErr(k, "%q: %v", v.value, err)
+		}
+	}
+	return nil
+}
+
+type fileValue struct {
+	value string
+	line  int
+}
+
+// readConfigFile reads a flat YAML mapping of option names to scalar values.
+func readConfigFile(path string) (map[string]fileValue, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, usageErr("--config: %v", err)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return nil, usageErr("config file %s: %v", path, oneLine(err.Error()))
+	}
+	out := map[string]fileValue{}
+	if len(doc.Content) == 0 { // empty file
+		return out, nil
+	}
+	root := doc.Content[0]
+	if root.Kind != yaml.MappingNode {
+		return nil, usageErr("config file %s: line %d: want a mapping of option: value", path, root.Line)
+	}
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		k, v := root.Content[i], root.Content[i+1]
+		if _, dup := out[k.Value]; dup {
+			return nil, usageErr("config file %s: line %d: option %q set twice", path, k.Line, k.Value)
+		}
+		if v.Kind != yaml.ScalarNode || v.Tag == "!!null" {
+			return nil, usageErr("config file %s: line %d: %s: want a single value", path, k.Line, k.Value)
+		}
+		out[k.Value] = fileValue{value: v.Value, line: k.Line}
+	}
+	return out, nil
+}
+
+// allSettings returns the names of every command's settings: the keys a
+// config file may hold.
+func allSettings() map[string]bool {
+	out := map[string]bool{}
+	for _, cmd := range commands() {
+		o, _ := cmd.options()
+		o.fs.VisitAll(func(f *flag.Flag) {
+			if o.isSetting(f.Name) {
+				out[f.Name] = true
+			}
+		})
+	}
+	return out
+}
+
+// usage prints the command's help: every flag with its default and, for
+// settings, its environment variable.
+func (o *options) usage(w io.Writer) {
+	fmt.Fprintf(w, "Usage: outbox %s", o.cmd)
+	if o.synopsis != "" {
+		fmt.Fprintf(w, " %s", o.synopsis)
+	}
+	fmt.Fprintf(w, "\n\n%s\n", strings.TrimSpace(o.doc))
+	n := 0
+	o.fs.VisitAll(func(*flag.Flag) { n++ })
+	if n == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nFlags (precedence: flag > environment > config file > default):\n")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	o.fs.VisitAll(func(f *flag.Flag) {
+		typ, usage := flag.UnquoteUsage(f)
+		name := "--" + f.Name
+		if typ != "" {
+			name += " " + typ
+		}
+		var extra []string
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
+			extra = append(extra, "default "+f.DefValue)
+		}
+		switch {
+		case f.Name == "config":
+			extra = append(extra, "env "+envVar(f.Name))
+		case o.isSetting(f.Name):
+			extra = append(extra, "env "+envVar(f.Name))
+		}
+		if len(extra) > 0 {
+			usage += " (" + strings.Join(extra, "; ") + ")"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\n", name, usage)
+	})
+	tw.Flush()
+	fmt.Fprintf(w, "\n%s", exitCodesHelp)
+}
+
+// dbOptions are the settings of every command that talks to the database.
+type dbOptions struct {
+	DatabaseURL string
+	Schema      string
+	Table       string
+	Config      string
+}
+
+func (d *dbOptions) register(o *options) {
+	o.fs.StringVar(&d.DatabaseURL, "database-url", "", "PostgreSQL connection string, URL (postgres://user@host:5432/db) or key=value form")
+	o.fs.StringVar(&d.Schema, "schema", "", "schema of the outbox table (default: the connection's search_path)")
+	o.fs.StringVar(&d.Table, "table", "outbox_events", "name of the outbox table")
+	o.fs.StringVar(&d.Config, "config", "", "YAML config file; keys are flag names")
+}

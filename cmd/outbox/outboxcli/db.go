@@ -1,0 +1,92 @@
+package outboxcli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgoutbox/outbox"
+)
+
+// connectTimeout bounds connecting when the DSN does not say
+// (connect_timeout): a black-holed host must fail, not hang.
+const connectTimeout = 10 * time.Second
+
+// poolConfig validates d and returns a pool configuration. It registers the
+// DSN's password with the redactor before anything can print it.
+func (c *cli) poolConfig(o *options, d *dbOptions, maxConns int32) (*pgxpool.Config, error) {
+	c.red.addDSN(d.DatabaseURL)
+	if d.DatabaseURL == "" {
+		return nil, o.settingErr("database-url", "required (or set DATABASE_URL)")
+	}
+	if _, err := outbox.NewWriter(outbox.WriterConfig{Schema: d.Schema, Table: d.Table}); err != nil {
+		return nil, flagError(err)
+	}
+	cfg, err := pgxpool.ParseConfig(d.DatabaseURL)
+	if err != nil {
+		return nil, o.settingErr("database-url", "%s", redactDSN(err.Error()))
+	}
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = connectTimeout
+	}
+	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
+		cfg.ConnConfig.RuntimeParams["application_name"] = "outbox " + o.cmd
+	}
+	if maxConns > 0 && !strings.Contains(d.DatabaseURL, "pool_max_conns") {
+		cfg.MaxConns = maxConns
+	}
+	return cfg, nil
+}
+
+// connect opens a pool and checks that the database answers; failing that, it
+// returns an ExitDatabase error.
+func (c *cli) connect(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, error) {
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, &exitError{code: ExitDatabase, err: fmt.Errorf("database: %w", err)}
+	}
+	if err := ping(ctx, pool); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return pool, nil
+}
+
+// ping checks that the database answers, as an ExitDatabase error.
+func ping(ctx context.Context, pool *pgxpool.Pool) error {
+	pctx, cancel := context.WithTimeout(ctx, pool.Config().ConnConfig.ConnectTimeout+time.Second)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		return &exitError{code: ExitDatabase, err: fmt.Errorf("database unreachable: %w", err)}
+	}
+	return nil
+}
+
+// openDB is poolConfig then connect, for the commands that need nothing more.
+func (c *cli) openDB(ctx context.Context, o *options, d *dbOptions) (*pgxpool.Pool, error) {
+	cfg, err := c.poolConfig(o, d, 2)
+	if err != nil {
+		return nil, err
+	}
+	return c.connect(ctx, cfg)
+}
+
+// notMigrated returns err, reworded when it means the table is missing: the
+// library's message quotes PostgreSQL's; the operator needs the remedy.
+func notMigrated(table string, d *dbOptions, err error) error {
+	if !errors.Is(err, outbox.ErrNotMigrated) {
+		return err
+	}
+	hint := "run outbox migrate"
+	if d.Schema != "" {
+		hint += " --schema " + d.Schema
+	}
+	if d.Table != "" && d.Table != "outbox_events" {
+		hint += " --table " + d.Table
+	}
+	return &exitError{code: ExitNotMigrated, err: fmt.Errorf("table %s is missing or not migrated: %s", table, hint)}
+}

@@ -1,0 +1,125 @@
+package outboxcli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgoutbox/outbox"
+)
+
+func migrateCommand() (*options, func(context.Context, *cli, *options) error) {
+	var (
+		d     dbOptions
+		print bool
+		asJS  bool
+	)
+	o := newOptions("migrate", "[up | status | sql] [flags]", `
+Applies pgoutbox's pending migrations to the outbox table (creating the
+schema if --schema names one that does not exist), in one transaction under an
+advisory lock: replicas may run it at once, and running it again is a no-op.
+
+  outbox migrate [up]     apply pending migrations
+  outbox migrate status   list migrations and when each was applied (--json)
+  outbox migrate sql      print every migration as one SQL script for the
+                          configured schema and table, for teams that apply
+                          migrations with their own tool; needs no database
+                          (same as outbox migrate --print)`)
+	d.register(o)
+	o.fs.BoolVar(&print, "print", false, "print the SQL instead of applying it (same as migrate sql)")
+	o.fs.BoolVar(&asJS, "json", false, "migrate status: print JSON")
+	o.flagOnly("print", "json")
+	o.subs = []string{"up", "status", "sql"}
+	return o, func(ctx context.Context, c *cli, o *options) error {
+		if len(o.args) > 0 {
+			return usageErr("migrate: unexpected argument %q (want up, status or sql)", o.args[0])
+		}
+		mc := outbox.MigrateConfig{Schema: d.Schema, Table: d.Table}
+		if print || o.sub == "sql" {
+			script, err := outbox.MigrationSQL(mc)
+			if err != nil {
+				return flagError(err)
+			}
+			fmt.Fprint(c.stdout, script)
+			return nil
+		}
+		pool, err := c.openDB(ctx, o, &d)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		admin, err := outbox.NewAdmin(pool, outbox.AdminConfig{Schema: d.Schema, Table: d.Table})
+		if err != nil {
+			return flagError(err)
+		}
+		table := admin.Table()
+		if o.sub == "status" {
+			return migrateStatus(ctx, c, pool, mc, table, asJS)
+		}
+		applied, err := outbox.Migrate(ctx, pool, mc)
+		if err != nil {
+			return err
+		}
+		for _, m := range applied {
+			fmt.Fprintf(c.stdout, "applied %03d_%s to %s\n", m.Version, m.Name, table)
+		}
+		all, err := outbox.Migrations(mc)
+		if err != nil {
+			return err
+		}
+		if len(applied) == 0 {
+			fmt.Fprintf(c.stdout, "%s is up to date (version %d)\n", table, all[len(all)-1].Version)
+		} else {
+			fmt.Fprintf(c.stdout, "%s is at version %d\n", table, all[len(all)-1].Version)
+		}
+		return nil
+	}
+}
+
+type migrationJSON struct {
+	Version   int        `json:"version"`
+	Name      string     `json:"name"`
+	AppliedAt *time.Time `json:"applied_at"`
+}
+
+func migrateStatus(ctx context.Context, c *cli, pool *pgxpool.Pool, mc outbox.MigrateConfig, table string, asJSON bool) error {
+	st, err := outbox.MigrationStatus(ctx, pool, mc)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		out := make([]migrationJSON, len(st))
+		for i, m := range st {
+			out[i] = migrationJSON{Version: m.Version, Name: m.Name, AppliedAt: m.AppliedAt}
+		}
+		return writeJSON(c, map[string]any{"table": table, "migrations": out})
+	}
+	fmt.Fprintf(c.stdout, "%s\n", table)
+	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "VERSION\tNAME\tAPPLIED\n")
+	pending := 0
+	for _, m := range st {
+		at := "pending"
+		if m.AppliedAt != nil {
+			at = m.AppliedAt.UTC().Format(time.RFC3339)
+		} else {
+			pending++
+		}
+		fmt.Fprintf(tw, "%03d\t%s\t%s\n", m.Version, m.Name, at)
+	}
+	tw.Flush()
+	if pending > 0 {
+		fmt.Fprintf(c.stdout, "%d pending: run outbox migrate\n", pending)
+	}
+	return nil
+}
+
+func writeJSON(c *cli, v any) error {
+	enc := json.NewEncoder(c.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

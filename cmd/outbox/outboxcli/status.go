@@ -1,0 +1,199 @@
+package outboxcli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/pgoutbox/outbox"
+)
+
+// adminFor connects and returns an Admin on d's table.
+func (c *cli) adminFor(ctx context.Context, o *options, d *dbOptions) (*outbox.Admin, func(), error) {
+	pool, err := c.openDB(ctx, o, d)
+	if err != nil {
+		return nil, nil, err
+	}
+	admin, err := outbox.NewAdmin(pool, outbox.AdminConfig{Schema: d.Schema, Table: d.Table})
+	if err != nil {
+		pool.Close()
+		return nil, nil, flagError(err)
+	}
+	return admin, pool.Close, nil
+}
+
+func statusCommand() (*options, func(context.Context, *cli, *options) error) {
+	var (
+		d      dbOptions
+		asJSON bool
+	)
+	o := newOptions("status", "[flags]", `
+Prints the outbox's state: events pending and the age of the oldest, dead
+letters, events published in the last minute and hour; in total and per event
+type. --json prints the same for scripts (ages in nanoseconds).`)
+	d.register(o)
+	o.fs.BoolVar(&asJSON, "json", false, "print JSON")
+	o.flagOnly("json")
+	return o, func(ctx context.Context, c *cli, o *options) error {
+		if len(o.args) > 0 {
+			return usageErr("status: unexpected argument %q", o.args[0])
+		}
+		admin, done, err := c.adminFor(ctx, o, &d)
+		if err != nil {
+			return err
+		}
+		defer done()
+		st, err := admin.Status(ctx)
+		if err != nil {
+			return notMigrated(admin.Table(), &d, err)
+		}
+		if asJSON {
+			return writeJSON(c, struct {
+				Table string `json:"table"`
+				*outbox.Status
+			}{admin.Table(), st})
+		}
+		w := c.stdout
+		fmt.Fprintf(w, "outbox %s\n", admin.Table())
+		fmt.Fprintf(w, "  pending           %d (oldest %s)\n", st.Pending, age(st.OldestPendingAge))
+		fmt.Fprintf(w, "  dead letters      %d\n", st.DeadLetters)
+		if st.BlockedAggregates > 0 {
+			fmt.Fprintf(w, "  blocked           %d aggregate(s) with later events behind a dead letter (held back in ordered mode)\n", st.BlockedAggregates)
+		}
+		fmt.Fprintf(w, "  published         %d in the last minute, %d in the last hour\n", st.PublishedLastMinute, st.PublishedLastHour)
+		if len(st.ByType) == 0 {
+			return nil
+		}
+		fmt.Fprintln(w)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintf(tw, "EVENT TYPE\tPENDING\tOLDEST PENDING\tDEAD LETTERS\tPUBLISHED 1M\tPUBLISHED 1H\t\n")
+		for _, t := range st.ByType {
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%d\t\n", t.EventType, t.Pending, age(t.OldestPendingAge),
+				t.DeadLetters, t.PublishedLastMinute, t.PublishedLastHour)
+		}
+		return tw.Flush()
+	}
+}
+
+// age formats a duration for people: "-" for none, milliseconds below a
+// second, tenths of a second below a minute, seconds above.
+func age(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "-"
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	default:
+		return d.Round(time.Second).String()
+	}
+}
+
+// deadLetterJSON is one dead letter in --json output. The payload and
+// headers are present only with --show-payload.
+type deadLetterJSON struct {
+	ID            string            `json:"id"`
+	Seq           int64             `json:"seq"`
+	EventType     string            `json:"event_type"`
+	AggregateType string            `json:"aggregate_type"`
+	AggregateID   string            `json:"aggregate_id"`
+	Attempts      int               `json:"attempts"`
+	LastError     string            `json:"last_error"`
+	CreatedAt     time.Time         `json:"created_at"`
+	DeadAt        *time.Time        `json:"dead_at"`
+	Payload       json.RawMessage   `json:"payload,omitempty"`
+	Headers       map[string]string `json:"headers,omitempty"`
+}
+
+// maxErrorWidth bounds the last error in the text table; --json has it whole.
+const maxErrorWidth = 120
+
+func deadLettersCommand() (*options, func(context.Context, *cli, *options) error) {
+	var (
+		d           dbOptions
+		eventType   string
+		olderThan   time.Duration
+		limit       int
+		asJSON      bool
+		showPayload bool
+	)
+	o := newOptions("dead-letters", "[flags]", `
+Lists dead letters, oldest first: events that failed permanently or --max-attempts
+times and that the relay no longer tries. Payloads are never printed unless
+--show-payload is given: they may hold personal data. Re-queue dead letters
+with outbox retry.`)
+	d.register(o)
+	o.fs.StringVar(&eventType, "type", "", "only dead letters of this event type")
+	o.fs.DurationVar(&olderThan, "older-than", 0, "only events created at least this long ago")
+	o.fs.IntVar(&limit, "limit", 100, "list at most this many")
+	o.fs.BoolVar(&asJSON, "json", false, "print JSON")
+	o.fs.BoolVar(&showPayload, "show-payload", false, "include payloads and headers")
+	o.flagOnly("type", "older-than", "limit", "json", "show-payload")
+	return o, func(ctx context.Context, c *cli, o *options) error {
+		switch {
+		case len(o.args) > 0:
+			return usageErr("dead-letters: unexpected argument %q", o.args[0])
+		case limit < 1:
+			return usageErr("--limit: %d: must be at least 1", limit)
+		case olderThan < 0:
+			return usageErr("--older-than: %s: must not be negative", olderThan)
+		}
+		admin, done, err := c.adminFor(ctx, o, &d)
+		if err != nil {
+			return err
+		}
+		defer done()
+		recs, err := admin.DeadLetters(ctx, outbox.DeadLetterFilter{EventType: eventType, OlderThan: olderThan, Limit: limit})
+		if err != nil {
+			return notMigrated(admin.Table(), &d, err)
+		}
+		if len(recs) == limit {
+			fmt.Fprintf(c.stderr, "outbox: showing the first %d dead letters; raise --limit for more\n", limit)
+		}
+		if asJSON {
+			out := make([]deadLetterJSON, len(recs))
+			for i, r := range recs {
+				out[i] = deadLetterJSON{ID: r.ID.String(), Seq: r.Seq, EventType: r.EventType,
+					AggregateType: r.AggregateType, AggregateID: r.AggregateID, Attempts: r.Attempts,
+					LastError: r.LastError, CreatedAt: r.CreatedAt, DeadAt: r.DeadAt}
+				if showPayload {
+					out[i].Payload, out[i].Headers = r.Payload, r.Headers
+				}
+			}
+			return writeJSON(c, out)
+		}
+		if len(recs) == 0 {
+			fmt.Fprintf(c.stdout, "no dead letters in %s\n", admin.Table())
+			return nil
+		}
+		tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+		header := "ID\tEVENT TYPE\tAGGREGATE\tATTEMPTS\tCREATED AT\tLAST ERROR"
+		if showPayload {
+			header += "\tPAYLOAD"
+		}
+		fmt.Fprintln(tw, header)
+		for _, r := range recs {
+			lastErr := oneLine(r.LastError)
+			if len(lastErr) > maxErrorWidth {
+				lastErr = strings.ToValidUTF8(lastErr[:maxErrorWidth], "") + "…"
+			}
+			// Tabs would break the table's columns.
+			lastErr = strings.ReplaceAll(lastErr, "\t", " ")
+			fmt.Fprintf(tw, "%s\t%s\t%s/%s\t%d\t%s\t%s", r.ID, r.EventType, r.AggregateType, r.AggregateID,
+				r.Attempts, r.CreatedAt.UTC().Format(time.RFC3339), lastErr)
+			if showPayload {
+				fmt.Fprintf(tw, "\t%s", r.Payload)
+			}
+			fmt.Fprintln(tw)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		fmt.Fprintf(c.stdout, "%d dead letter(s); re-queue with: outbox retry <id>... | --type T | --all\n", len(recs))
+		return nil
+	}
+}
