@@ -39,7 +39,7 @@ func NewAdmin(pool *pgxpool.Pool, cfg AdminConfig) (*Admin, error) {
 	if err != nil {
 		return nil, fmt.Errorf("outbox: AdminConfig.%w", err)
 	}
-	return &Admin{pool: pool, names: n, q: store.New(n)}, nil
+	return &Admin{pool: pool, names: n, q: store.New(n, false)}, nil
 }
 
 // Table returns the quoted, qualified outbox table name.

@@ -414,3 +414,28 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 		t.Errorf("retry_after is %s away, want the requested hour", wait)
 	}
 }
+
+func TestDeleteOnPublish(t *testing.T) {
+	e := setup(t)
+	ids := e.writeBatch(5)
+	pub := memory.New()
+	pub.FailWith(func(m *outbox.Message) error {
+		if m.ID == ids[2] {
+			return errors.New("nack")
+		}
+		return nil
+	})
+	res, err := e.relay(pub, outbox.RelayConfig{DeleteOnPublish: true}).ProcessBatch(ctx(t))
+	if err != nil || res.Published != 4 || res.Retried != 1 {
+		t.Fatalf("batch = %+v, %v", res, err)
+	}
+	var left []uuid.UUID
+	rows, _ := e.pool.Query(ctx(t), `SELECT id FROM outbox_events WHERE attempts = 1 AND last_error = 'nack'`)
+	left, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.count("true") != 1 || len(left) != 1 || left[0] != ids[2] {
+		t.Errorf("rows left = %d (%v); want only the failed one, with its attempt recorded", e.count("true"), left)
+	}
+}

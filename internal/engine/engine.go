@@ -87,6 +87,9 @@ type Config struct {
 	CleanupInterval time.Duration
 	CleanupBatch    int
 
+	// DeleteOnPublish deletes published rows instead of marking them.
+	DeleteOnPublish bool
+
 	// Ordered claims only the earliest unprocessed event of each aggregate.
 	Ordered bool
 
@@ -121,7 +124,7 @@ type Engine struct {
 
 // New returns an engine; cfg must be validated by the caller.
 func New(pool *pgxpool.Pool, cfg Config) *Engine {
-	return &Engine{cfg: cfg, q: store.New(cfg.Names), pool: pool, wake: make(chan struct{}, 1)}
+	return &Engine{cfg: cfg, q: store.New(cfg.Names, cfg.DeleteOnPublish), pool: pool, wake: make(chan struct{}, 1)}
 }
 
 // Wake makes an idle worker claim at once instead of waiting for the poll.
@@ -259,31 +262,47 @@ func (e *Engine) Batch(ctx context.Context) (Result, error) {
 		return res, err
 	}
 	start := time.Now()
-	tx, err := e.pool.Begin(ctx)
+	conn, err := e.pool.Acquire(ctx)
 	if err != nil {
-		return res, fmt.Errorf("begin: %w", err)
+		return res, fmt.Errorf("acquire connection: %w", err)
 	}
+	defer conn.Release()
 	// From here on the batch is finished with a context that shutdown does not
 	// cancel; the deferred rollback covers every early return.
 	bg := context.WithoutCancel(ctx)
-	defer tx.Rollback(bg) //nolint:errcheck // no-op after commit
+	inTx := false
+	defer func() {
+		if inTx {
+			if _, err := conn.Exec(bg, "ROLLBACK"); err != nil {
+				// A connection we cannot roll back must not go back to the pool.
+				_ = conn.Conn().Close(bg)
+			}
+		}
+	}()
 
-	// If this process stalls (SIGSTOP, GC pause, hung broker beyond the publish
-	// timeout) PostgreSQL ends the session and frees the rows for another relay.
+	// One round trip opens the transaction, configures it and claims.
+	// idle_in_transaction_session_timeout: if this process stalls (SIGSTOP, a
+	// hung broker beyond the publish timeout) PostgreSQL ends the session and
+	// frees the rows for another relay. synchronous_commit: the marks need no
+	// synchronous commit; if PostgreSQL crashes before flushing them, the rows
+	// come back as pending and are published again, which at-least-once
+	// delivery allows. Never losing an event rests on the writers' commits,
+	// which stay synchronous. This saves a WAL flush per batch.
 	idle := strconv.FormatInt((e.cfg.PublishTimeout + 5*time.Second).Milliseconds(), 10)
-	b := &pgx.Batch{}
-	// The marks need no synchronous commit: if PostgreSQL crashes before
-	// flushing them, the rows come back as pending and are published again,
-	// which at-least-once delivery allows. Never losing an event rests on the
-	// writers' commits, which stay synchronous. This saves a WAL flush per
-	// batch, the largest cost of a drain on ordinary disks.
-	b.Queue(`SELECT set_config('idle_in_transaction_session_timeout', $1, true), set_config('synchronous_commit', 'off', true)`, idle)
 	claim := e.q.Claim
 	if e.cfg.Ordered {
 		claim = e.q.ClaimOrdered
 	}
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(`SELECT set_config('idle_in_transaction_session_timeout', $1, true), set_config('synchronous_commit', 'off', true)`, idle)
 	b.Queue(claim, e.cfg.BatchSize)
-	br := tx.SendBatch(ctx, b)
+	br := conn.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		br.Close()
+		return res, fmt.Errorf("begin: %w", err)
+	}
+	inTx = true
 	if _, err := br.Exec(); err != nil {
 		br.Close()
 		return res, fmt.Errorf("claim: %w", err)
@@ -302,7 +321,9 @@ func (e *Engine) Batch(ctx context.Context) (Result, error) {
 	}
 	res.Claimed = len(batch)
 	if len(batch) == 0 {
-		return res, tx.Commit(bg)
+		_, err := conn.Exec(bg, "COMMIT")
+		inTx = err != nil
+		return res, err
 	}
 
 	errs := e.publish(bg, batch)
@@ -310,7 +331,7 @@ func (e *Engine) Batch(ctx context.Context) (Result, error) {
 
 	var (
 		failIDs    []uuid.UUID
-		failErrs   []*string
+		failErrs   []string
 		failDelays []int64
 		failDead   []bool
 		okIDs      = make([]uuid.UUID, 0, len(batch))
@@ -365,7 +386,7 @@ func (e *Engine) Batch(ctx context.Context) (Result, error) {
 		}
 		msg := truncate(err.Error(), 2000)
 		failIDs = append(failIDs, r.ID)
-		failErrs = append(failErrs, &msg)
+		failErrs = append(failErrs, msg)
 		if e.cfg.Metrics != nil {
 			e.cfg.Metrics.Failed.WithLabelValues(r.EventType).Inc()
 			if failDead[len(failDead)-1] {
@@ -382,26 +403,33 @@ func (e *Engine) Batch(ctx context.Context) (Result, error) {
 		}
 	}
 
-	switch {
-	case len(failIDs) == 0 && len(okIDs) == 0:
+	if len(failIDs) == 0 && len(okIDs) == 0 {
 		// Nothing to record: leave every row untouched for the next try.
-		return res, tx.Rollback(bg)
-	case len(failIDs) == 0:
-		_, err = tx.Exec(bg, e.q.MarkPublished, okIDs)
-	default:
-		ids := append(okIDs, failIDs...)
-		errsCol := make([]*string, len(okIDs), len(ids))
-		errsCol = append(errsCol, failErrs...)
-		delays := append(make([]int64, len(okIDs), len(ids)), failDelays...)
-		dead := append(make([]bool, len(okIDs), len(ids)), failDead...)
-		_, err = tx.Exec(bg, e.q.MarkOutcomes, ids, errsCol, delays, dead)
+		return res, nil // the deferred ROLLBACK releases the locks
 	}
+	// One round trip records the whole batch in one statement and commits.
+	mark := &pgx.Batch{}
+	switch {
+	case len(failIDs) == 0:
+		mark.Queue(e.q.MarkPublished, okIDs)
+	default:
+		mark.Queue(e.q.MarkOutcomes, okIDs, failIDs, failErrs, failDelays, failDead)
+	}
+	mark.Queue("COMMIT")
+	mr := conn.SendBatch(bg, mark)
+	_, err = mr.Exec()
 	if err != nil {
+		mr.Close()
 		return res, fmt.Errorf("mark %d event(s): %w", len(batch)-res.Unavailable, err)
 	}
-	if err := tx.Commit(bg); err != nil {
+	_, err = mr.Exec()
+	if cerr := mr.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		return res, fmt.Errorf("commit marks: %w", err)
 	}
+	inTx = false
 	res.Published = len(okIDs)
 	if m := e.cfg.Metrics; m != nil {
 		for i, r := range batch {

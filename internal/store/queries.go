@@ -19,11 +19,12 @@ type Queries struct {
 	ClaimOrdered string
 	// BlockedAggregates counts aggregates held back by a dead letter.
 	BlockedAggregates string
-	// MarkPublished marks a batch published in one statement ($1 uuid[]).
+	// MarkPublished marks a batch published in one statement ($1 uuid[]):
+	// processed_at = now(), or DELETE when processed rows are not kept.
 	MarkPublished string
 	// MarkOutcomes records a batch with mixed outcomes in one statement:
-	// $1 uuid[], $2 text[] error (NULL = published), $3 bigint[] retry delay
-	// in ms, $4 bool[] dead-letter now.
+	// $1 uuid[] published; failures as $2 uuid[], $3 text[] error, $4
+	// bigint[] retry delay in ms, $5 bool[] dead-letter now.
 	MarkOutcomes string
 	// CountPending and CountDead feed the gauges.
 	CountPending string
@@ -49,8 +50,9 @@ type Queries struct {
 	CheckColumns string
 }
 
-// New builds the statements for n.
-func New(n ident.Names) *Queries {
+// New builds the statements for n. With deleteProcessed, published rows are
+// deleted instead of marked.
+func New(n ident.Names, deleteProcessed bool) *Queries {
 	t := n.QTable
 	return &Queries{
 		Claim: `SELECT id, seq, aggregate_type, aggregate_id, event_type, payload, headers, created_at, attempts
@@ -79,18 +81,10 @@ FOR UPDATE OF o SKIP LOCKED`,
         SELECT 1 FROM ` + t + ` AS s
         WHERE s.aggregate_type = d.aggregate_type AND s.aggregate_id = d.aggregate_id
           AND s.processed_at IS NULL AND s.seq > d.seq)) AS b`,
-		MarkPublished: `UPDATE ` + t + ` SET processed_at = now() WHERE id = ANY($1::uuid[])`,
-		MarkOutcomes: `UPDATE ` + t + ` AS o SET
-    processed_at = CASE WHEN r.err IS NULL THEN now() END,
-    attempts     = o.attempts + CASE WHEN r.err IS NULL THEN 0 ELSE 1 END,
-    last_error   = COALESCE(r.err, o.last_error),
-    retry_after  = CASE WHEN r.err IS NULL THEN o.retry_after
-                        ELSE now() + r.delay_ms * interval '1 millisecond' END,
-    dead_at      = CASE WHEN r.dead THEN now() END
-FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::bool[]) AS r(id, err, delay_ms, dead)
-WHERE o.id = r.id`,
-		CountPending: `SELECT count(*) FROM ` + t + ` WHERE processed_at IS NULL AND dead_at IS NULL`,
-		CountDead:    `SELECT count(*) FROM ` + t + ` WHERE dead_at IS NOT NULL AND processed_at IS NULL`,
+		MarkPublished: markPublished(t, deleteProcessed),
+		MarkOutcomes:  markOutcomes(t, deleteProcessed),
+		CountPending:  `SELECT count(*) FROM ` + t + ` WHERE processed_at IS NULL AND dead_at IS NULL`,
+		CountDead:     `SELECT count(*) FROM ` + t + ` WHERE dead_at IS NOT NULL AND processed_at IS NULL`,
 		Cleanup: `DELETE FROM ` + t + ` WHERE id IN (
     SELECT id FROM ` + t + `
     WHERE processed_at IS NOT NULL AND processed_at < now() - $1::interval
@@ -126,4 +120,26 @@ LIMIT $3`,
        attempts, created_at, processed_at, retry_after, last_error, dead_at
 FROM ` + t + ` LIMIT 0`,
 	}
+}
+
+func markPublished(t string, deleteProcessed bool) string {
+	if deleteProcessed {
+		return `DELETE FROM ` + t + ` WHERE id = ANY($1::uuid[])`
+	}
+	return `UPDATE ` + t + ` SET processed_at = now() WHERE id = ANY($1::uuid[])`
+}
+
+func markOutcomes(t string, deleteProcessed bool) string {
+	published := `UPDATE ` + t + ` SET processed_at = now() WHERE id = ANY($1::uuid[])`
+	if deleteProcessed {
+		published = `DELETE FROM ` + t + ` WHERE id = ANY($1::uuid[])`
+	}
+	return `WITH published AS (` + published + `)
+UPDATE ` + t + ` AS o SET
+    attempts    = o.attempts + 1,
+    last_error  = f.err,
+    retry_after = now() + f.delay_ms * interval '1 millisecond',
+    dead_at     = CASE WHEN f.dead THEN now() END
+FROM unnest($2::uuid[], $3::text[], $4::bigint[], $5::bool[]) AS f(id, err, delay_ms, dead)
+WHERE o.id = f.id`
 }
