@@ -163,11 +163,17 @@ func (c *cli) fail(msg string) {
 	fmt.Fprintln(c.stderr, "outbox: "+oneLine(strings.TrimPrefix(msg, "outbox: ")))
 }
 
-var spaces = regexp.MustCompile(`\s*\n\s*`)
+var (
+	colonNewline = regexp.MustCompile(`:\s*\n\s*`)
+	newline      = regexp.MustCompile(`\s*\n\s*`)
+)
 
-// oneLine folds a multi-line message (pgx joins errors of several hosts with
-// newlines) so every failure is exactly one line.
-func oneLine(s string) string { return spaces.ReplaceAllString(strings.TrimSpace(s), "; ") }
+// oneLine folds a multi-line message (pgx lists the error of each address it
+// tried on a line of its own) so every failure is exactly one line.
+func oneLine(s string) string {
+	s = colonNewline.ReplaceAllString(strings.TrimSpace(s), ": ")
+	return newline.ReplaceAllString(s, "; ")
+}
 
 // configFields maps the library's config field names, as its validation
 // errors spell them, to the flags that set them.

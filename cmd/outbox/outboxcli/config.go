@@ -249,7 +249,7 @@ func (o *options) usage(w io.Writer) {
 			name += " " + typ
 		}
 		var extra []string
-		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
+		if !zeroDefault(f.DefValue) {
 			extra = append(extra, "default "+f.DefValue)
 		}
 		switch {
@@ -281,3 +281,6 @@ func (d *dbOptions) register(o *options) {
 	o.fs.StringVar(&d.Table, "table", "outbox_events", "name of the outbox table")
 	o.fs.StringVar(&d.Config, "config", "", "YAML config file; keys are flag names")
 }
+
+// zeroDefault reports a default not worth showing: empty, false, zero.
+func zeroDefault(v string) bool { return v == "" || v == "false" || v == "0" || v == "0s" }

@@ -64,10 +64,11 @@ marked published without a broker confirmation. A second signal ends the
 process at once.
 
 --broker selects the publisher by URL scheme:
-  nats://[user:password@]host:4222   NATS JetStream (several URLs: comma-separated)
-  tls://host:4222                    NATS JetStream over TLS
-  stdout:                            one JSON line per event on stdout (debugging;
-                                     no durability)
+  nats://host:4222   NATS JetStream; credentials go in the URL's userinfo as
+                     usual, several servers are comma-separated
+  tls://host:4222    NATS JetStream over TLS
+  stdout:            one JSON line per event on stdout (debugging; no
+                     durability)
 The relay never creates streams or topics: that is the operator's job.
 
 --topic is the subject/topic template: {event_type}, {aggregate_type} and

@@ -68,10 +68,10 @@ type. --json prints the same for scripts (ages in nanoseconds).`)
 			return nil
 		}
 		fmt.Fprintln(w)
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintf(tw, "EVENT TYPE\tPENDING\tOLDEST PENDING\tDEAD LETTERS\tPUBLISHED 1M\tPUBLISHED 1H\t\n")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintf(tw, "EVENT TYPE\tPENDING\tOLDEST PENDING\tDEAD LETTERS\tPUBLISHED 1M\tPUBLISHED 1H\n")
 		for _, t := range st.ByType {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%d\t\n", t.EventType, t.Pending, age(t.OldestPendingAge),
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%d\n", t.EventType, t.Pending, age(t.OldestPendingAge),
 				t.DeadLetters, t.PublishedLastMinute, t.PublishedLastHour)
 		}
 		return tw.Flush()
