@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pgoutbox/outbox/internal/engine"
 	"github.com/pgoutbox/outbox/internal/ident"
@@ -115,6 +116,10 @@ type RelayConfig struct {
 	Registerer prometheus.Registerer
 	// MetricLabels are constant labels added to every metric.
 	MetricLabels prometheus.Labels
+	// TracerProvider creates the relay's producer spans (one per message,
+	// child of the span that wrote the event). Default: the OpenTelemetry
+	// global provider, a no-op unless the application installed one.
+	TracerProvider trace.TracerProvider
 	// StatsInterval is how often the pending and dead-letter gauges are
 	// refreshed from the table. Default 10s.
 	StatsInterval time.Duration
@@ -130,6 +135,7 @@ type Relay struct {
 	names   ident.Names
 	eng     *engine.Engine
 	metrics *metrics.Metrics
+	tracer  *relayTracer
 	running atomic.Bool
 }
 
@@ -151,7 +157,7 @@ func NewRelay(pool *pgxpool.Pool, pub Publisher, cfg RelayConfig) (*Relay, error
 		return nil, fmt.Errorf("outbox: RelayConfig.Registerer: %w", err)
 	}
 	ec.Metrics = m
-	r := &Relay{pool: pool, pub: pub, names: ec.Names, metrics: m}
+	r := &Relay{pool: pool, pub: pub, names: ec.Names, metrics: m, tracer: newRelayTracer(cfg.TracerProvider)}
 	ec.Publish = r.publishRows
 	ec.Classify = func(err error) engine.Class { return engine.Class(Classify(err)) }
 	ec.IsTimeout = isTimeout
@@ -305,8 +311,23 @@ func (r *Relay) publishRows(ctx context.Context, rows []*engine.Row) []error {
 			CreatedAt: row.CreatedAt, Attempt: row.Attempts + 1,
 		}
 	}
+	spans := r.tracer.start(ctx, r.pub, msgs)
+	errs := r.publishMessages(ctx, msgs)
+	if len(errs) == len(msgs) {
+		endSpans(spans, errs)
+	} else {
+		endSpans(spans, make([]error, len(msgs)))
+	}
+	return errs
+}
+
+func (r *Relay) publishMessages(ctx context.Context, msgs []*Message) []error {
 	if bp, ok := r.pub.(BatchPublisher); ok {
-		return bp.PublishBatch(ctx, msgs)
+		errs := bp.PublishBatch(ctx, msgs)
+		if errs == nil {
+			errs = make([]error, len(msgs))
+		}
+		return errs
 	}
 	errs := make([]error, len(msgs))
 	var stop error // once the broker is unreachable, the rest of the batch waits

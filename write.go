@@ -60,7 +60,9 @@ func must[T any](v T, err error) T {
 }
 
 // Write inserts events into the outbox table in tx, a pgx transaction the
-// caller owns, in one round trip, and returns their ids in order. Events are
+// caller owns, in one round trip, and returns their ids in order. When ctx
+// carries an OpenTelemetry span, its W3C trace context is stored in each
+// event's headers (traceparent, tracestate) unless they already hold one. Events are
 // validated first; an invalid one fails the whole call before the database is
 // touched, so the caller's transaction is not aborted.
 func (w *Writer) Write(ctx context.Context, tx pgx.Tx, events ...Event) ([]uuid.UUID, error) {
@@ -111,7 +113,7 @@ func (w *Writer) write(ctx context.Context, exec func(context.Context, string, [
 	}
 	for start := 0; start < len(events); start += maxEventsPerStatement {
 		end := min(start+maxEventsPerStatement, len(events))
-		query, args, err := w.insertStatement(events[start:end], ids[start:end])
+		query, args, err := w.insertStatement(ctx, events[start:end], ids[start:end])
 		if err != nil {
 			return nil, err
 		}
@@ -125,7 +127,7 @@ func (w *Writer) write(ctx context.Context, exec func(context.Context, string, [
 // insertStatement builds one multi-row INSERT. Only placeholders and the
 // quoted table name enter the text; values are bind parameters. Multi-row
 // VALUES (rather than unnest of arrays) works with every database/sql driver.
-func (w *Writer) insertStatement(events []Event, ids []uuid.UUID) (string, []any, error) {
+func (w *Writer) insertStatement(ctx context.Context, events []Event, ids []uuid.UUID) (string, []any, error) {
 	var b strings.Builder
 	b.Grow(96 + len(events)*64)
 	b.WriteString("INSERT INTO ")
@@ -152,8 +154,8 @@ func (w *Writer) insertStatement(events []Event, ids []uuid.UUID) (string, []any
 		b.WriteString(strconv.Itoa(p + 5))
 		b.WriteString("::jsonb)")
 		var headers any // SQL NULL when there are none
-		if len(e.Headers) > 0 {
-			h, err := json.Marshal(e.Headers)
+		if hs := withTraceContext(ctx, e.Headers); len(hs) > 0 {
+			h, err := json.Marshal(hs)
 			if err != nil {
 				return "", nil, fmt.Errorf("outbox: event %d: headers: %w", i, err)
 			}

@@ -44,6 +44,7 @@ type Publisher struct {
 var (
 	_ outbox.BatchPublisher = (*Publisher)(nil)
 	_ outbox.HealthChecker  = (*Publisher)(nil)
+	_ outbox.Describer      = (*Publisher)(nil)
 )
 
 // New returns a Publisher over nc, which the caller owns (and closes).
@@ -70,6 +71,12 @@ func New(nc *natsgo.Conn, cfg Config) (*Publisher, error) {
 
 // Subject returns the subject msg is published to.
 func (p *Publisher) Subject(msg *outbox.Message) string { return p.subject.Render(msg) }
+
+// MessagingSystem implements outbox.Describer.
+func (p *Publisher) MessagingSystem() string { return "nats" }
+
+// Destination implements outbox.Describer: the subject.
+func (p *Publisher) Destination(msg *outbox.Message) string { return p.subject.Render(msg) }
 
 func (p *Publisher) natsMsg(msg *outbox.Message) *natsgo.Msg {
 	m := natsgo.NewMsg(p.subject.Render(msg))
