@@ -1,0 +1,102 @@
+package outboxcli
+
+import (
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/pgoutbox/outbox/internal/testdb"
+	"github.com/pgoutbox/outbox/internal/testnats"
+)
+
+func schemaExists(t *testing.T, name string) bool {
+	t.Helper()
+	var ok bool
+	err := testdb.Pool(t, "").QueryRow(testCtx(t), `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, name).Scan(&ok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+// The demo, small, with its embedded NATS server stopped and restarted and
+// its relay stopped and restarted: nothing lost, nothing dead-lettered, and
+// the schema dropped at the end.
+func TestDemo(t *testing.T) {
+	t.Parallel()
+	schema := testdb.NewSchemaName("demo")
+	t.Cleanup(func() { testdb.Drop(t, schema) })
+	// A canary password (trust authentication ignores it) must not be shown.
+	u, err := url.Parse(testdb.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const canary = "Demo-Canary-41"
+	if _, has := u.User.Password(); !has {
+		u.User = url.UserPassword(u.User.Username(), canary)
+	}
+	r := run(t, map[string]string{"DATABASE_URL": u.String()}, "demo", "--schema", schema,
+		"--orders", "200", "--rate", "400", "--outage", "1s", "--relay-down", "300ms")
+	wantExit(t, r, ExitOK)
+	for _, re := range []string{
+		`(?m)^>>> failure: stopping the NATS server for 1s`,
+		`(?m)^>>> NATS is back`,
+		`(?m)^>>> failure: relay stopped mid-run`,
+		`(?m)^>>> relay restarted`,
+		`(?m)^\[\s*\d+\.\ds\] orders \d+/200  written \d+  published \d+  consumed \d+  pending \d+  lag \S+`,
+		`(?m)^  orders committed\s+190\s`,
+		`(?m)^  orders rolled back\s+10\s+events of theirs consumed: 0 `,
+		`(?m)^  events consumed\s+190\s`,
+		`(?m)^  dead letters\s+0$`,
+		`(?m)^  lost\s+0\s`,
+		`(?m)^result: lost 0, duplicates \d+, dead letters 0, unexpected events 0: OK`,
+	} {
+		if !regexp.MustCompile(re).MatchString(r.stdout) {
+			t.Errorf("demo output does not match %s", re)
+		}
+	}
+	if strings.Contains(r.stdout+r.stderr, canary) {
+		t.Error("the demo printed the database password")
+	}
+	if strings.Contains(r.stdout, "\r") {
+		t.Error("progress redrawn with \\r on a non-terminal")
+	}
+	if t.Failed() {
+		t.Logf("output:\n%s", r)
+	}
+	if schemaExists(t, schema) {
+		t.Errorf("schema %s left behind", schema)
+	}
+}
+
+// With --broker the demo uses that NATS server (and cannot stop it): only
+// the relay restart is injected. --keep keeps the schema.
+func TestDemoExternalBrokerKeep(t *testing.T) {
+	t.Parallel()
+	schema := testdb.NewSchemaName("demo")
+	t.Cleanup(func() { testdb.Drop(t, schema) })
+	r := run(t, dbEnv(), "demo", "--schema", schema, "--broker", testnats.URL(),
+		"--orders", "100", "--rate", "500", "--relay-down", "100ms", "--keep")
+	wantExit(t, r, ExitOK)
+	if !strings.Contains(r.stdout, "result: lost 0,") || strings.Contains(r.stdout, "stopping the NATS server") {
+		t.Errorf("demo output:\n%s", r)
+	}
+	if !schemaExists(t, schema) {
+		t.Errorf("--keep: schema %s dropped", schema)
+	}
+}
+
+// The demo refuses a schema that exists: it drops its schema at the end.
+func TestDemoRefusesExistingSchema(t *testing.T) {
+	t.Parallel()
+	schema := testdb.Schema(t)
+	r := run(t, dbEnv(), "demo", "--schema", schema, "--orders", "10")
+	wantExit(t, r, ExitUsage)
+	if !strings.Contains(r.stderr, `--schema: "`+schema+`" already exists`) {
+		t.Errorf("stderr: %s", r.stderr)
+	}
+	if !schemaExists(t, schema) {
+		t.Error("the demo dropped a schema it did not create")
+	}
+}
