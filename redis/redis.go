@@ -1,0 +1,262 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/pgoutbox/outbox"
+)
+
+// Stream entry field names. Headers (the standard outbox-* headers and the
+// event's own) follow as one field each, named HeaderPrefix + header name.
+const (
+	FieldID            = "id"
+	FieldEventType     = "event_type"
+	FieldAggregateType = "aggregate_type"
+	FieldAggregateID   = "aggregate_id"
+	FieldCreatedAt     = "created_at" // RFC 3339 with nanoseconds, UTC
+	FieldPayload       = "payload"
+	HeaderPrefix       = "h:"
+)
+
+// Defaults for Config's zero values.
+const (
+	// DefaultMaxValueSize is Redis's default proto-max-bulk-len (512 MiB).
+	DefaultMaxValueSize = 512 << 20
+	// DefaultWaitTimeout bounds WAIT when Config.WaitReplicas is set.
+	DefaultWaitTimeout = time.Second
+)
+
+// Errors a publish can fail with besides the connection's. Test with
+// errors.Is.
+var (
+	// ErrNoStream: Config.RequireStream is set and the stream does not exist
+	// (XADD NOMKSTREAM added nothing). Transient: the relay retries, and
+	// dead-letters at MaxAttempts, until an operator creates the stream.
+	ErrNoStream = errors.New("redis: stream does not exist")
+	// ErrNotReplicated: the entry was added, but fewer than
+	// Config.WaitReplicas replicas acknowledged it in time. Transient: the
+	// relay publishes it again (a duplicate, if the first copy survives).
+	ErrNotReplicated = errors.New("redis: entry not acknowledged by enough replicas")
+)
+
+// Config configures a Publisher. Zero values mean the documented defaults.
+type Config struct {
+	// Stream is a topic template (outbox.ParseTopicTemplate) naming each
+	// message's stream. Default "{event_type}".
+	Stream string
+	// MaxLen, when positive, trims each stream to about this many entries on
+	// every XADD (MAXLEN ~): Redis trims whole internal nodes, so a stream
+	// may hold up to stream-node-max-entries (default 100) more. Trimmed
+	// entries are gone for consumers that had not read them yet. Default 0:
+	// no trimming.
+	MaxLen int64
+	// MaxValueSize is the largest payload Redis accepts, its
+	// proto-max-bulk-len. A larger message fails permanently before it is
+	// sent. Default DefaultMaxValueSize (Redis's default).
+	MaxValueSize int
+	// RequireStream makes a missing stream a failure (ErrNoStream) instead
+	// of creating it (XADD NOMKSTREAM), for deployments where operators
+	// create streams and consumer groups up front.
+	RequireStream bool
+	// WaitReplicas, when positive, sends WAIT after each batch, in the same
+	// round trip, and fails the batch's entries with ErrNotReplicated unless
+	// that many replicas acknowledged them within WaitTimeout (default 1s).
+	// It narrows the failover window described in the package doc; it does
+	// not make Redis fsync. Not supported with a cluster client.
+	WaitReplicas int
+	WaitTimeout  time.Duration
+}
+
+// Publisher is an outbox.Publisher, outbox.BatchPublisher and
+// outbox.HealthChecker for Redis Streams. It is safe for concurrent use.
+type Publisher struct {
+	client goredis.UniversalClient
+	owned  bool // created by NewFromURL: Close closes it
+	stream *outbox.TopicTemplate
+	cfg    Config
+}
+
+var (
+	_ outbox.BatchPublisher = (*Publisher)(nil)
+	_ outbox.HealthChecker  = (*Publisher)(nil)
+)
+
+// New returns a Publisher over client, which the caller owns (and closes).
+// It does not talk to Redis.
+func New(client goredis.UniversalClient, cfg Config) (*Publisher, error) {
+	if client == nil {
+		return nil, errors.New("redis: client is nil")
+	}
+	stream, err := outbox.ParseTopicTemplate(cfg.Stream)
+	if err != nil {
+		return nil, fmt.Errorf("redis: Config.Stream: %w", err)
+	}
+	if cfg.MaxValueSize == 0 {
+		cfg.MaxValueSize = DefaultMaxValueSize
+	}
+	if cfg.WaitReplicas > 0 && cfg.WaitTimeout == 0 {
+		cfg.WaitTimeout = DefaultWaitTimeout
+	}
+	_, cluster := client.(*goredis.ClusterClient)
+	switch {
+	case cfg.MaxLen < 0:
+		return nil, fmt.Errorf("redis: Config.MaxLen: %d must not be negative", cfg.MaxLen)
+	case cfg.MaxValueSize < 0:
+		return nil, fmt.Errorf("redis: Config.MaxValueSize: %d must be positive", cfg.MaxValueSize)
+	case cfg.WaitReplicas < 0:
+		return nil, fmt.Errorf("redis: Config.WaitReplicas: %d must not be negative", cfg.WaitReplicas)
+	case cfg.WaitTimeout < 0 || (cfg.WaitReplicas > 0 && cfg.WaitTimeout < time.Millisecond):
+		return nil, fmt.Errorf("redis: Config.WaitTimeout: %s must be at least 1ms", cfg.WaitTimeout)
+	case cfg.WaitReplicas > 0 && cluster:
+		return nil, errors.New("redis: Config.WaitReplicas: not supported with a cluster client")
+	}
+	return &Publisher{client: client, stream: stream, cfg: cfg}, nil
+}
+
+// Stream returns the stream msg is added to.
+func (p *Publisher) Stream(msg *outbox.Message) string { return p.stream.Render(msg) }
+
+// Values returns msg's stream entry as XADD field-value pairs.
+func Values(msg *outbox.Message) []any {
+	h := msg.StandardHeaders()
+	keys := make([]string, 0, len(h))
+	for k := range h {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	v := make([]any, 0, 12+2*len(keys))
+	v = append(v,
+		FieldID, msg.ID.String(),
+		FieldEventType, msg.EventType,
+		FieldAggregateType, msg.AggregateType,
+		FieldAggregateID, msg.AggregateID,
+		FieldCreatedAt, msg.CreatedAt.UTC().Format(time.RFC3339Nano),
+		FieldPayload, msg.Payload,
+	)
+	for _, k := range keys {
+		v = append(v, HeaderPrefix+k, h[k])
+	}
+	return v
+}
+
+// Publish adds msg to its stream.
+func (p *Publisher) Publish(ctx context.Context, msg *outbox.Message) error {
+	return p.PublishBatch(ctx, []*outbox.Message{msg})[0]
+}
+
+// PublishBatch adds every message with one pipelined round trip (XADD per
+// message, then WAIT if configured) and returns each message's result:
+//
+//   - nil: Redis added the entry (see the package doc for what that is
+//     worth) and, with WaitReplicas, enough replicas acknowledged it.
+//   - permanent: a payload over MaxValueSize, or an error reply that
+//     retrying cannot fix (WRONGTYPE: the key is not a stream; NOPERM; other
+//     ERR replies).
+//   - unavailable: no connection (refused, reset, closed, timed out), or
+//     Redis cannot serve writes now (LOADING, BUSY, OOM, READONLY,
+//     MASTERDOWN, CLUSTERDOWN, TRYAGAIN, NOAUTH, WRONGPASS, max clients).
+//   - ErrNoStream, ErrNotReplicated: transient.
+func (p *Publisher) PublishBatch(ctx context.Context, msgs []*outbox.Message) []error {
+	errs := make([]error, len(msgs))
+	pipe := p.client.Pipeline()
+	cmds := make([]*goredis.StringCmd, len(msgs))
+	for i, m := range msgs {
+		if len(m.Payload) > p.cfg.MaxValueSize {
+			errs[i] = outbox.Permanent(fmt.Errorf("redis: payload of %d bytes exceeds MaxValueSize %d", len(m.Payload), p.cfg.MaxValueSize))
+			continue
+		}
+		cmds[i] = pipe.XAdd(ctx, &goredis.XAddArgs{
+			Stream:     p.stream.Render(m),
+			NoMkStream: p.cfg.RequireStream,
+			MaxLen:     p.cfg.MaxLen,
+			Approx:     p.cfg.MaxLen > 0,
+			Values:     Values(m),
+		})
+	}
+	if pipe.Len() == 0 {
+		return errs
+	}
+	var wait *goredis.Cmd
+	if p.cfg.WaitReplicas > 0 {
+		wait = pipe.Do(ctx, "WAIT", p.cfg.WaitReplicas, p.cfg.WaitTimeout.Milliseconds())
+	}
+	_, _ = pipe.Exec(ctx) // every command carries its own result
+	var waitErr error
+	if wait != nil {
+		switch n, err := wait.Int64(); {
+		case err != nil:
+			waitErr = classify(fmt.Errorf("WAIT: %w", err))
+		case n < int64(p.cfg.WaitReplicas):
+			waitErr = fmt.Errorf("%w: %d of %d within %s", ErrNotReplicated, n, p.cfg.WaitReplicas, p.cfg.WaitTimeout)
+		}
+	}
+	for i, c := range cmds {
+		if c == nil {
+			continue
+		}
+		errs[i] = classify(c.Err())
+		if errs[i] == nil {
+			errs[i] = waitErr
+		}
+	}
+	return errs
+}
+
+// classify wraps an XADD's error with the relay's class.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, goredis.Nil) { // NOMKSTREAM: no such stream
+		return ErrNoStream
+	}
+	wrapped := fmt.Errorf("redis: %w", err)
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return wrapped
+	}
+	var reply goredis.Error
+	if !errors.As(err, &reply) {
+		// Not an answer from Redis: the connection failed (refused, reset,
+		// EOF, timeout, pool timeout, closed client).
+		return outbox.Unavailable(wrapped)
+	}
+	msg := reply.Error()
+	code, _, _ := strings.Cut(msg, " ")
+	switch code {
+	case "LOADING", "BUSY", "OOM", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN",
+		"NOAUTH", "WRONGPASS", "NOREPLICAS", "MISCONF":
+		return outbox.Unavailable(wrapped)
+	case "WRONGTYPE", "NOPERM":
+		return outbox.Permanent(wrapped)
+	case "ERR":
+		if strings.Contains(msg, "max number of clients") {
+			return outbox.Unavailable(wrapped)
+		}
+		return outbox.Permanent(wrapped)
+	}
+	return wrapped
+}
+
+// Health pings Redis.
+func (p *Publisher) Health(ctx context.Context) error {
+	if err := p.client.Ping(ctx).Err(); err != nil {
+		return classify(fmt.Errorf("PING: %w", err))
+	}
+	return nil
+}
+
+// Close closes the client if NewFromURL created it; a client given to New
+// is the caller's to close.
+func (p *Publisher) Close() error {
+	if !p.owned {
+		return nil
+	}
+	return p.client.Close()
+}

@@ -1,0 +1,119 @@
+package redis
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// Query options of a broker URL that configure the publisher; the rest go to
+// go-redis's ParseURL.
+const (
+	optStream        = "stream"
+	optMaxLen        = "maxlen"
+	optMaxValueSize  = "max_value_size"
+	optRequireStream = "require_stream"
+	optWaitReplicas  = "wait_replicas"
+	optWaitTimeout   = "wait_timeout"
+)
+
+// ParseURL turns a broker URL, as given to the CLI's --broker, into client
+// options and a Config:
+//
+//	redis://user:pass@host:6379/0?stream=events.{aggregate_type}&maxlen=100000
+//
+// See the package documentation for the options; go-redis's own options
+// (dial_timeout, pool_size, client_name, ...) are honoured, and anything else
+// is an error. The client's retries default to none (max_retries=-1): the
+// relay retries instead, without re-sending a half-acknowledged pipeline.
+// Errors never contain the URL's password.
+func ParseURL(u *url.URL) (*goredis.Options, Config, error) {
+	var cfg Config
+	if u == nil {
+		return nil, cfg, errors.New("redis: URL is nil")
+	}
+	q := u.Query()
+	rest := url.Values{}
+	for name, vals := range q {
+		v := vals[len(vals)-1]
+		bad := func(why string) (*goredis.Options, Config, error) {
+			return nil, Config{}, fmt.Errorf("redis: URL %s: option %s=%q: %s", u.Redacted(), name, v, why)
+		}
+		if len(vals) > 1 {
+			return bad("given more than once")
+		}
+		switch name {
+		case optStream:
+			cfg.Stream = v
+		case optMaxLen:
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 {
+				return bad("want a number of entries, 0 for no trimming")
+			}
+			cfg.MaxLen = n
+		case optMaxValueSize:
+			n, err := strconv.Atoi(v)
+			if err != nil || n <= 0 {
+				return bad("want a positive number of bytes")
+			}
+			cfg.MaxValueSize = n
+		case optRequireStream:
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return bad("want true or false")
+			}
+			cfg.RequireStream = b
+		case optWaitReplicas:
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				return bad("want a number of replicas")
+			}
+			cfg.WaitReplicas = n
+		case optWaitTimeout:
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return bad("want a positive Go duration such as 500ms")
+			}
+			cfg.WaitTimeout = d
+		default:
+			rest[name] = vals
+		}
+	}
+	clean := *u
+	clean.RawQuery = rest.Encode()
+	clean.ForceQuery = false
+	opts, err := goredis.ParseURL(clean.String())
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // url.Error repeats the URL, password included
+		}
+		return nil, Config{}, fmt.Errorf("redis: URL %s: %w", u.Redacted(), err)
+	}
+	if !rest.Has("max_retries") {
+		opts.MaxRetries = -1
+	}
+	return opts, cfg, nil
+}
+
+// NewFromURL parses u (see ParseURL), creates a client and returns a
+// Publisher that owns it: Close closes the client. It does not connect; the
+// first Publish or Health does.
+func NewFromURL(u *url.URL) (*Publisher, error) {
+	opts, cfg, err := ParseURL(u)
+	if err != nil {
+		return nil, err
+	}
+	client := goredis.NewClient(opts)
+	p, err := New(client, cfg)
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
+	p.owned = true
+	return p, nil
+}
