@@ -12,15 +12,15 @@ import (
 func TestRedactDSN(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[string]string{
-		"postgres://bob:s3cret@db:5432/app":                   "postgres://bob:xxxxx@db:5432/app",
-		"postgresql://bob:s3cret@db/app?sslmode=require":      "postgresql://bob:xxxxx@db/app?sslmode=require",
-		"postgres://bob@db/app":                               "postgres://bob@db/app",
-		"postgres://db/app?password=s3cret&sslmode=disable":   "postgres://db/app?password=xxxxx&sslmode=disable",
-		"host=db user=bob password=s3cret dbname=app":         "host=db user=bob password=xxxxx dbname=app",
-		"host=db password='s3 cret' dbname=app":               "host=db password=xxxxx dbname=app",
-		"host=db PASSWORD = s3cret":                           "host=db PASSWORD = xxxxx",
+		"postgres://bob:s3cret@db:5432/app":                    "postgres://bob:xxxxx@db:5432/app",
+		"postgresql://bob:s3cret@db/app?sslmode=require":       "postgresql://bob:xxxxx@db/app?sslmode=require",
+		"postgres://bob@db/app":                                "postgres://bob@db/app",
+		"postgres://db/app?password=s3cret&sslmode=disable":    "postgres://db/app?password=xxxxx&sslmode=disable",
+		"host=db user=bob password=s3cret dbname=app":          "host=db user=bob password=xxxxx dbname=app",
+		"host=db password='s3 cret' dbname=app":                "host=db password=xxxxx dbname=app",
+		"host=db PASSWORD = s3cret":                            "host=db PASSWORD = xxxxx",
 		`parse "postgres://bob:s3cret@db:x/app": invalid port`: `parse "postgres://bob:xxxxx@db:x/app": invalid port`,
-		"nats://user:pw@127.0.0.1:4222, nats://u2:pw2@h:1":    "nats://user:xxxxx@127.0.0.1:4222, nats://u2:xxxxx@h:1",
+		"nats://user:pw@127.0.0.1:4222, nats://u2:pw2@h:1":     "nats://user:xxxxx@127.0.0.1:4222, nats://u2:xxxxx@h:1",
 		// A JSON log line with a URL and, later, an unrelated "@".
 		`{"broker":"nats://127.0.0.1:4222","to":"a@b"}`: `{"broker":"nats://127.0.0.1:4222","to":"a@b"}`,
 	} {

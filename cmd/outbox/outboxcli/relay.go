@@ -102,7 +102,15 @@ Logs are JSON on stderr, or text when stderr is a terminal.`)
 	f.DurationVar(&s.drainTimeout, "drain-timeout", DefaultDrainTimeout, "after SIGINT/SIGTERM, how long the batches in flight may take before exit code 5")
 	f.StringVar(&s.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&s.logFormat, "log-format", "", "json or text (default: text when stderr is a terminal, else json)")
-	return o, func(ctx context.Context, c *cli, o *options) error { return c.relay(ctx, o, &s) }
+	return o, func(ctx context.Context, c *cli, o *options) error {
+		err := c.relay(ctx, o, &s)
+		// A signal while starting (connecting, checking the table) is a
+		// request to stop, not a failure.
+		if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			return nil
+		}
+		return err
+	}
 }
 
 // validate checks what the library cannot: zero values, which mean "default"

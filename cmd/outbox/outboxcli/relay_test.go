@@ -2,6 +2,7 @@ package outboxcli
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"strconv"
 	"strings"
@@ -282,5 +283,17 @@ func TestRelayRetention(t *testing.T) {
 	}
 	if n := f.count("true"); n != 0 {
 		t.Errorf("%d rows left", n)
+	}
+}
+
+// SIGTERM before the relay has even started is a clean stop.
+func TestRelaySignalDuringStartup(t *testing.T) {
+	f := setup(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var stdout, stderr syncBuffer
+	code := runWith(ctx, &stdout, &stderr, dbEnv(), "relay", "--broker", "stdout:", "--schema", f.schema)
+	if code != ExitOK {
+		t.Errorf("exit %d; stderr:\n%s", code, stderr.String())
 	}
 }
