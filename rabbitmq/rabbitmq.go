@@ -422,13 +422,13 @@ type session struct {
 
 	pub chan struct{} // one slot: delivery tags are assigned in publish order
 
-	mu       sync.Mutex
-	waiters  map[uint64]*waiter
-	returned map[string]*amqp.Return // message_id -> return awaiting its ack
-	blocked  string                  // the broker's reason while it blocks publishers
-	isBlock  bool
-	done     chan struct{} // closed when the channel has closed
-	endErr   error         // why, for publishes that come after
+	mu          sync.Mutex
+	waiters     map[uint64]*waiter
+	returned    map[string]*amqp.Return // message_id -> return awaiting its ack
+	blocked     bool                    // the broker blocks publishers (a memory or disk alarm)
+	blockReason string                  // the broker's reason, while blocked
+	done        chan struct{}           // closed when the channel has closed
+	endErr      error                   // why, for publishes that come after
 }
 
 type waiter struct {
@@ -467,7 +467,7 @@ func (s *session) ended() bool {
 func (s *session) isBlocked() (string, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.blocked, s.isBlock
+	return s.blockReason, s.blocked
 }
 
 func (s *session) lockPublish(ctx context.Context) error {
@@ -486,9 +486,13 @@ func (s *session) unlockPublish() { <-s.pub }
 func (s *session) publish(exchange, key string, m *outbox.Message) (*waiter, error) {
 	id := m.ID.String()
 	w := &waiter{msgID: id, size: len(m.Payload), res: make(chan error, 1)}
+	// The caller holds the publish slot, so this is the tag the broker will
+	// confirm. Read it before taking s.mu: amqp091 may hold the lock behind
+	// it while it waits for the tracker, which needs s.mu.
+	tag := s.ch.GetNextPublishSeqNo()
 	s.mu.Lock()
-	if s.isBlock {
-		reason := s.blocked
+	if s.blocked {
+		reason := s.blockReason
 		s.mu.Unlock()
 		return nil, outbox.Unavailable(fmt.Errorf("rabbitmq: broker is blocking publishers: %s", reason))
 	}
@@ -497,7 +501,6 @@ func (s *session) publish(exchange, key string, m *outbox.Message) (*waiter, err
 		s.mu.Unlock()
 		return nil, outbox.Unavailable(fmt.Errorf("rabbitmq: channel closed: %w", err))
 	}
-	tag := s.ch.GetNextPublishSeqNo()
 	s.waiters[tag] = w
 	s.mu.Unlock()
 
@@ -542,7 +545,7 @@ func (s *session) track(confirms <-chan amqp.Confirmation, returns <-chan amqp.R
 				continue
 			}
 			s.mu.Lock()
-			s.isBlock, s.blocked = b.Active, b.Reason
+			s.blocked, s.blockReason = b.Active, b.Reason
 			s.mu.Unlock()
 			if b.Active {
 				s.log.Warn("rabbitmq: broker is blocking publishers", "reason", b.Reason)
