@@ -54,7 +54,7 @@ func TestRelayNATS(t *testing.T) {
 	vars["OUTBOX_SCHEMA"] = f.schema
 	vars["OUTBOX_STATS_INTERVAL"] = "50ms"
 	r := startRelay(t, &bytes.Buffer{}, vars, "--topic", prefix+".{event_type}", "--batch-size", "50",
-		"--http-addr", "127.0.0.1:0", "--poll-interval", "10ms")
+		"--http-addr", "127.0.0.1:0", "--poll-interval", "10ms", "--listen", "--ordered")
 	addr := r.httpAddr(t)
 	eventually(t, "every event published", func() bool { return f.count("processed_at IS NULL") == 0 })
 
