@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"slices"
@@ -421,7 +422,8 @@ func outageLike(err error) bool {
 	if errors.Is(err, kgo.ErrRecordTimeout) || errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, kerr.RequestTimedOut) || errors.Is(err, kerr.BrokerNotAvailable) ||
 		errors.Is(err, kerr.LeaderNotAvailable) || errors.Is(err, kerr.NotEnoughReplicas) ||
-		errors.Is(err, kerr.NotEnoughReplicasAfterAppend) || errors.Is(err, syscall.ECONNRESET) {
+		errors.Is(err, kerr.NotEnoughReplicasAfterAppend) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) {
 		return true
 	}
 	var ne net.Error

@@ -1,0 +1,594 @@
+package sqs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+
+	"github.com/pgoutbox/outbox"
+)
+
+// Limits and defaults.
+const (
+	// DefaultMaxMessageBytes is the historical SQS limit (256 KiB), which
+	// every queue accepts. Queues whose MaximumMessageSize is raised allow
+	// up to MaxMessageBytesLimit.
+	DefaultMaxMessageBytes = 256 << 10
+	// MaxMessageBytesLimit is the largest message SQS accepts (1 MiB).
+	MaxMessageBytesLimit = 1 << 20
+	// DefaultConcurrency is how many SendMessageBatch calls one PublishBatch
+	// keeps in flight: a relay batch of 100 goes out in one round.
+	DefaultConcurrency = 10
+	// maxEntries is SQS's limit on entries per SendMessageBatch call.
+	maxEntries = 10
+)
+
+// AttrHeaders is the message attribute holding every header of the event
+// (outbox.Message.StandardHeaders: the standard ones and the row's own) as
+// one JSON object of strings. SQS allows only 10 attributes per message, so
+// the row's headers travel here rather than as attributes of their own.
+const AttrHeaders = "outbox-headers"
+
+// API is the part of *sqs.Client the publisher uses; *sqs.Client implements
+// it.
+type API interface {
+	SendMessageBatch(ctx context.Context, in *sqs.SendMessageBatchInput, optFns ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error)
+	GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttributesInput, optFns ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error)
+}
+
+// Config configures a Publisher. Zero values mean the documented defaults.
+type Config struct {
+	// Client sends the requests; usually sqs.NewFromConfig(awsCfg). Its
+	// retryer, credentials, region and endpoint are the caller's. Required.
+	Client API
+	// QueueURL is the destination queue's URL, or a template over the event
+	// with outbox.ParseTopicTemplate's placeholders:
+	// "https://sqs.eu-west-1.amazonaws.com/123456789012/{aggregate_type}-events.fifo".
+	// A URL ending in ".fifo" is a FIFO queue: MessageGroupId = aggregate
+	// id, MessageDeduplicationId = event id. Required.
+	QueueURL string
+	// MaxMessageBytes is the largest message sent: body plus attribute
+	// names, types and values, as SQS counts. Larger ones fail permanently
+	// without a request. Default 256 KiB; at most 1 MiB (set it to the
+	// queue's MaximumMessageSize).
+	MaxMessageBytes int
+	// Concurrency is how many SendMessageBatch calls one PublishBatch keeps
+	// in flight. Default 10.
+	Concurrency int
+}
+
+// Publisher is an outbox.BatchPublisher and outbox.HealthChecker for Amazon
+// SQS. It is safe for concurrent use.
+type Publisher struct {
+	api         API
+	queue       *outbox.TopicTemplate
+	static      bool // QueueURL has no placeholder
+	maxBytes    int
+	concurrency int
+}
+
+var (
+	_ outbox.BatchPublisher = (*Publisher)(nil)
+	_ outbox.HealthChecker  = (*Publisher)(nil)
+)
+
+// New validates cfg and returns a Publisher. It sends no request.
+func New(cfg Config) (*Publisher, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("sqs: Config.Client is nil")
+	}
+	if cfg.QueueURL == "" {
+		return nil, errors.New("sqs: Config.QueueURL is required")
+	}
+	tmpl, err := outbox.ParseTopicTemplate(cfg.QueueURL)
+	if err != nil {
+		return nil, fmt.Errorf("sqs: Config.QueueURL: %w", err)
+	}
+	static := !strings.Contains(cfg.QueueURL, "{")
+	if static {
+		if err := checkQueueURL(cfg.QueueURL); err != nil {
+			return nil, fmt.Errorf("sqs: Config.QueueURL: %w", err)
+		}
+	}
+	if cfg.MaxMessageBytes == 0 {
+		cfg.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if cfg.MaxMessageBytes < 1024 || cfg.MaxMessageBytes > MaxMessageBytesLimit {
+		return nil, fmt.Errorf("sqs: Config.MaxMessageBytes: %d: must be between 1024 and %d", cfg.MaxMessageBytes, MaxMessageBytesLimit)
+	}
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = DefaultConcurrency
+	}
+	if cfg.Concurrency < 1 || cfg.Concurrency > 100 {
+		return nil, fmt.Errorf("sqs: Config.Concurrency: %d: must be between 1 and 100", cfg.Concurrency)
+	}
+	return &Publisher{api: cfg.Client, queue: tmpl, static: static, maxBytes: cfg.MaxMessageBytes, concurrency: cfg.Concurrency}, nil
+}
+
+func checkQueueURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil {
+		return err
+	}
+	if (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || strings.Trim(u.Path, "/") == "" {
+		return fmt.Errorf("%q is not a queue URL (want https://sqs.REGION.amazonaws.com/ACCOUNT/NAME)", s)
+	}
+	return nil
+}
+
+// NewFromURL returns a Publisher configured by a URL, for command-line use:
+//
+//	sqs://?queue_url=https://sqs.eu-west-1.amazonaws.com/123456789012/orders.fifo
+//
+// Query options: queue_url (required; may be a template, URL-encoded),
+// region (default: from queue_url's host, else the AWS environment),
+// endpoint (a custom endpoint, e.g. LocalStack or a VPC endpoint),
+// max_message_bytes, concurrency. Credentials come from the AWS default
+// chain (environment, shared config and credentials files, SSO, web
+// identity, container or instance role), never from the URL.
+func NewFromURL(u *url.URL) (*Publisher, error) {
+	if u == nil {
+		return nil, errors.New("sqs: URL is nil")
+	}
+	if u.Scheme != "sqs" {
+		return nil, fmt.Errorf("sqs: URL %s: scheme must be sqs", u.Redacted())
+	}
+	if u.User != nil {
+		return nil, fmt.Errorf("sqs: URL %s: credentials in the URL are not supported; use the AWS environment or profile", u.Redacted())
+	}
+	q := u.Query()
+	for key := range q {
+		switch key {
+		case "queue_url", "region", "endpoint", "max_message_bytes", "concurrency":
+		default:
+			return nil, fmt.Errorf("sqs: URL %s: unknown option %q", u.Redacted(), key)
+		}
+	}
+	cfg := Config{QueueURL: q.Get("queue_url")}
+	if cfg.QueueURL == "" {
+		return nil, fmt.Errorf("sqs: URL %s: queue_url is required", u.Redacted())
+	}
+	var err error
+	if s := q.Get("max_message_bytes"); s != "" {
+		if cfg.MaxMessageBytes, err = strconv.Atoi(s); err != nil {
+			return nil, fmt.Errorf("sqs: URL %s: max_message_bytes: %w", u.Redacted(), err)
+		}
+	}
+	if s := q.Get("concurrency"); s != "" {
+		if cfg.Concurrency, err = strconv.Atoi(s); err != nil {
+			return nil, fmt.Errorf("sqs: URL %s: concurrency: %w", u.Redacted(), err)
+		}
+	}
+	region := q.Get("region")
+	if region == "" {
+		region = regionOf(cfg.QueueURL)
+	}
+	var loadOpts []func(*awsconfig.LoadOptions) error
+	if region != "" {
+		loadOpts = append(loadOpts, awsconfig.WithRegion(region))
+	}
+	// Loading reads the environment and config files; credentials are
+	// resolved lazily, at the first request.
+	awsCfg, err := awsconfig.LoadDefaultConfig(context.Background(), loadOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("sqs: AWS configuration: %w", err)
+	}
+	endpoint := q.Get("endpoint")
+	if endpoint != "" {
+		if err := checkEndpoint(endpoint); err != nil {
+			return nil, fmt.Errorf("sqs: URL %s: endpoint: %w", u.Redacted(), err)
+		}
+	}
+	cfg.Client = sqs.NewFromConfig(awsCfg, func(o *sqs.Options) {
+		if endpoint != "" {
+			o.BaseEndpoint = aws.String(endpoint)
+		}
+	})
+	return New(cfg)
+}
+
+func checkEndpoint(s string) error {
+	u, err := url.Parse(s)
+	if err != nil {
+		return err
+	}
+	if (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		return fmt.Errorf("%q: want http(s)://host[:port]", s)
+	}
+	return nil
+}
+
+// regionOf returns REGION from https://sqs.REGION.amazonaws.com/..., or "".
+func regionOf(queueURL string) string {
+	u, err := url.Parse(queueURL)
+	if err != nil {
+		return ""
+	}
+	parts := strings.Split(u.Hostname(), ".")
+	if len(parts) >= 4 && parts[0] == "sqs" && parts[2] == "amazonaws" {
+		return parts[1]
+	}
+	return ""
+}
+
+// QueueURL returns the queue msg is sent to.
+func (p *Publisher) QueueURL(msg *outbox.Message) string { return p.queue.Render(msg) }
+
+// Health asks SQS for the queue's ARN when QueueURL is a static URL; for a
+// templated QueueURL there is no single queue to ask, and Health returns nil.
+func (p *Publisher) Health(ctx context.Context) error {
+	if !p.static {
+		return nil
+	}
+	_, err := p.api.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl: aws.String(p.queue.String()), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn},
+	})
+	if err != nil {
+		return fmt.Errorf("sqs: GetQueueAttributes: %w", err)
+	}
+	return nil
+}
+
+// Publish sends msg and waits for SQS to accept it.
+func (p *Publisher) Publish(ctx context.Context, msg *outbox.Message) error {
+	return p.PublishBatch(ctx, []*outbox.Message{msg})[0]
+}
+
+// entry is one message on its way: its index in the caller's batch.
+type entry struct {
+	i     int
+	group string
+	size  int
+	e     types.SendMessageBatchRequestEntry
+}
+
+// Entry returns the SendMessageBatch entry msg becomes (with Id "0") and
+// its size as SQS counts it.
+func (p *Publisher) Entry(msg *outbox.Message) (types.SendMessageBatchRequestEntry, int, error) {
+	e, err := p.entry(0, msg, strings.HasSuffix(p.queue.Render(msg), ".fifo"))
+	return e.e, e.size, err
+}
+
+func (p *Publisher) entry(i int, msg *outbox.Message, fifo bool) (entry, error) {
+	h := msg.StandardHeaders()
+	all, err := json.Marshal(h)
+	if err != nil {
+		return entry{}, err
+	}
+	attrs := make(map[string]types.MessageAttributeValue, 6)
+	size := len(msg.Payload)
+	add := func(name, value string) {
+		if value == "" {
+			return // SQS refuses empty attribute values; the JSON attribute still has it
+		}
+		attrs[name] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(value)}
+		size += len(name) + len("String") + len(value)
+	}
+	for _, k := range []string{outbox.HeaderEventID, outbox.HeaderEventType, outbox.HeaderAggregateType,
+		outbox.HeaderAggregateID, outbox.HeaderCreatedAt} {
+		add(k, h[k])
+	}
+	add(AttrHeaders, string(all))
+	e := entry{i: i, size: size, e: types.SendMessageBatchRequestEntry{
+		Id: aws.String(strconv.Itoa(i)), MessageBody: aws.String(string(msg.Payload)), MessageAttributes: attrs,
+	}}
+	if fifo {
+		if err := checkGroupID(msg.AggregateID); err != nil {
+			return e, fmt.Errorf("aggregate id as MessageGroupId: %w", err)
+		}
+		e.group = msg.AggregateID
+		e.e.MessageGroupId = aws.String(msg.AggregateID)
+		e.e.MessageDeduplicationId = aws.String(msg.ID.String())
+	}
+	if len(msg.Payload) == 0 {
+		return e, errors.New("empty payload: SQS refuses an empty message body")
+	}
+	if size > p.maxBytes {
+		return e, fmt.Errorf("message of %d bytes (payload %d plus attributes) exceeds the limit of %d bytes", size, len(msg.Payload), p.maxBytes)
+	}
+	return e, nil
+}
+
+// checkGroupID applies SQS's MessageGroupId rules: 1 to 128 characters,
+// alphanumeric or punctuation.
+func checkGroupID(s string) error {
+	if s == "" || len(s) > 128 {
+		return fmt.Errorf("%d characters; SQS wants 1 to 128", len(s))
+	}
+	for _, c := range []byte(s) {
+		if c < 0x21 || c > 0x7e {
+			return fmt.Errorf("%q has a character SQS refuses (alphanumeric and punctuation only)", s)
+		}
+	}
+	return nil
+}
+
+// PublishBatch sends the messages in SendMessageBatch calls of at most 10
+// entries (and at most MaxMessageBytes together), Concurrency calls at a
+// time, and maps every entry's result back to its message.
+//
+// For a FIFO queue, one aggregate's messages stay in order: they go to the
+// same lane of calls, sent one after another, and once one of them fails
+// the later ones in the batch are not sent (they fail with the same class),
+// so a retry cannot land after its successor.
+func (p *Publisher) PublishBatch(ctx context.Context, msgs []*outbox.Message) []error {
+	errs := make([]error, len(msgs))
+	byQueue := map[string][]entry{}
+	var queues []string
+	for i, msg := range msgs {
+		q := p.queue.Render(msg)
+		if !p.static {
+			if err := checkQueueURL(q); err != nil {
+				errs[i] = outbox.Permanent(fmt.Errorf("sqs: queue URL from template %q: %w", p.queue, err))
+				continue
+			}
+		}
+		e, err := p.entry(i, msg, strings.HasSuffix(q, ".fifo"))
+		if err != nil {
+			errs[i] = outbox.Permanent(fmt.Errorf("sqs: %s: %w", q, err))
+			continue
+		}
+		if _, ok := byQueue[q]; !ok {
+			queues = append(queues, q)
+		}
+		byQueue[q] = append(byQueue[q], e)
+	}
+
+	// A job is a sequence of calls made one after another; jobs run
+	// Concurrency at a time.
+	var jobs [][]call
+	for _, q := range queues {
+		entries := byQueue[q]
+		if !strings.HasSuffix(q, ".fifo") {
+			for _, c := range p.chunk(q, entries) {
+				jobs = append(jobs, []call{c})
+			}
+			continue
+		}
+		lanes := make([][]entry, p.concurrency)
+		for _, e := range entries {
+			h := fnv.New32a()
+			h.Write([]byte(e.group))
+			n := h.Sum32() % uint32(len(lanes))
+			lanes[n] = append(lanes[n], e)
+		}
+		for _, lane := range lanes {
+			if len(lane) > 0 {
+				jobs = append(jobs, p.chunk(q, lane))
+			}
+		}
+	}
+
+	var (
+		wg  sync.WaitGroup
+		sem = make(chan struct{}, p.concurrency)
+		mu  sync.Mutex // guards errs across jobs
+	)
+	for _, job := range jobs {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			failed := map[string]error{} // FIFO: group -> the failure that stops it
+			for _, c := range job {
+				res := p.send(ctx, c, failed)
+				mu.Lock()
+				for _, r := range res {
+					errs[r.i] = r.err
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return classifyBatch(errs)
+}
+
+type call struct {
+	queue   string
+	entries []entry
+}
+
+type result struct {
+	i   int
+	err error
+}
+
+// chunk splits entries, in order, into calls of at most 10 entries and
+// MaxMessageBytes together.
+func (p *Publisher) chunk(queue string, entries []entry) []call {
+	var out []call
+	cur := call{queue: queue}
+	bytes := 0
+	for _, e := range entries {
+		if len(cur.entries) == maxEntries || (len(cur.entries) > 0 && bytes+e.size > p.maxBytes) {
+			out = append(out, cur)
+			cur, bytes = call{queue: queue}, 0
+		}
+		cur.entries = append(cur.entries, e)
+		bytes += e.size
+	}
+	if len(cur.entries) > 0 {
+		out = append(out, cur)
+	}
+	return out
+}
+
+// send makes one SendMessageBatch call, leaving out the entries of FIFO
+// groups that already failed in this job, and records new group failures.
+func (p *Publisher) send(ctx context.Context, c call, failed map[string]error) []result {
+	var (
+		out     []result
+		entries = make([]types.SendMessageBatchRequestEntry, 0, len(c.entries))
+		byID    = make(map[string]entry, len(c.entries))
+	)
+	for _, e := range c.entries {
+		if e.group != "" {
+			if prev, ok := failed[e.group]; ok {
+				out = append(out, result{e.i, blocked(e.group, prev)})
+				continue
+			}
+		}
+		entries = append(entries, e.e)
+		byID[*e.e.Id] = e
+	}
+	if len(entries) == 0 {
+		return out
+	}
+	fail := func(e entry, err error) {
+		out = append(out, result{e.i, err})
+		if e.group != "" {
+			failed[e.group] = err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		for _, e := range byID {
+			fail(e, fmt.Errorf("sqs: not sent: %w", err))
+		}
+		return out
+	}
+	resp, err := p.api.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(c.queue), Entries: entries})
+	if err != nil {
+		err = classifyCall(fmt.Errorf("sqs: SendMessageBatch to %s: %w", c.queue, err))
+		for _, e := range c.entries {
+			if _, sent := byID[*e.e.Id]; sent {
+				fail(e, err)
+			}
+		}
+		return out
+	}
+	for _, s := range resp.Successful {
+		if e, ok := byID[aws.ToString(s.Id)]; ok {
+			out = append(out, result{e.i, nil})
+			delete(byID, aws.ToString(s.Id))
+		}
+	}
+	for _, f := range resp.Failed {
+		e, ok := byID[aws.ToString(f.Id)]
+		if !ok {
+			continue
+		}
+		delete(byID, aws.ToString(f.Id))
+		err := fmt.Errorf("sqs: SendMessageBatch to %s: entry failed: %s: %s", c.queue, aws.ToString(f.Code), aws.ToString(f.Message))
+		if f.SenderFault {
+			err = outbox.Permanent(err) // the request was wrong: resending it cannot help
+		}
+		fail(e, err)
+	}
+	for _, e := range c.entries { // in request order, for FIFO groups
+		if _, missing := byID[*e.e.Id]; missing {
+			fail(e, fmt.Errorf("sqs: SendMessageBatch to %s: no result for entry %s", c.queue, *e.e.Id))
+		}
+	}
+	return out
+}
+
+// blocked is the error of a FIFO message not sent because an earlier one of
+// its group failed: an outage stays an outage, anything else is transient
+// (the message itself was never judged).
+func blocked(group string, prev error) error {
+	const format = "sqs: not sent: an earlier event of message group %q failed in this batch: %"
+	if outbox.Classify(prev) == outbox.ClassPermanent {
+		// That message is bad, this one was never judged: transient.
+		return fmt.Errorf(format+"v", group, prev)
+	}
+	return fmt.Errorf(format+"w", group, prev)
+}
+
+// Authentication failures: every message fails alike, so the relay backs off
+// (and logs) rather than dead-lettering the table.
+var authCodes = map[string]bool{
+	"InvalidClientTokenId": true, "SignatureDoesNotMatch": true, "ExpiredToken": true, "ExpiredTokenException": true,
+	"UnrecognizedClientException": true, "MissingAuthenticationToken": true, "MissingAuthenticationTokenException": true,
+	"IncompleteSignature": true, "IncompleteSignatureException": true, "InvalidSecurity": true,
+	"AWS.SimpleQueueService.InvalidSecurity": true, "RequestExpired": true,
+}
+
+// classifyCall classifies an error of a whole SendMessageBatch call.
+func classifyCall(err error) error {
+	var (
+		noQueue *types.QueueDoesNotExist
+		apiErr  smithy.APIError
+	)
+	switch {
+	case errors.As(err, &noQueue):
+		return outbox.Permanent(err)
+	case errors.As(err, &apiErr):
+		code := apiErr.ErrorCode()
+		switch {
+		case code == "AWS.SimpleQueueService.NonExistentQueue" || code == "QueueDoesNotExist":
+			return outbox.Permanent(err)
+		case code == "AccessDenied" || code == "AccessDeniedException" || strings.HasPrefix(code, "KmsAccessDenied") ||
+			code == "KMS.AccessDeniedException":
+			// Authorization for this queue (or its KMS key), like Kafka's
+			// topic authorization: the message cannot go there.
+			return outbox.Permanent(err)
+		case authCodes[code]:
+			return outbox.Unavailable(err)
+		}
+	}
+	if msg := err.Error(); strings.Contains(msg, "get identity: ") || strings.Contains(msg, "failed to retrieve credentials") {
+		// No credentials could be had (the SDK has no error type for it,
+		// only this text; TestUnavailable pins it): like a bad password,
+		// it fails every message alike.
+		return outbox.Unavailable(err)
+	}
+	if outbox.Classify(err) == outbox.ClassUnavailable {
+		return outbox.Unavailable(err) // refused, reset, DNS, dial
+	}
+	return err
+}
+
+// classifyBatch turns outage-looking failures (timeouts, server errors, a
+// connection dropped mid-request) into outbox.Unavailable when no message of
+// the batch got through; with some accepted, SQS is up and the failure is
+// the message's.
+func classifyBatch(errs []error) []error {
+	for _, err := range errs {
+		if err == nil {
+			return errs
+		}
+	}
+	for i, err := range errs {
+		if outbox.Classify(err) == outbox.ClassTransient && outageLike(err) {
+			errs[i] = outbox.Unavailable(err)
+		}
+	}
+	return errs
+}
+
+func outageLike(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, net.ErrClosed) {
+		return true
+	}
+	var sendErr *smithyhttp.RequestSendError // the request never got an answer
+	if errors.As(err, &sendErr) {
+		return true
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	var apiErr smithy.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorFault() == smithy.FaultServer {
+		return true
+	}
+	var re interface{ HTTPStatusCode() int }
+	return errors.As(err, &re) && re.HTTPStatusCode() >= 500
+}
