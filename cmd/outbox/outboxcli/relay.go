@@ -304,7 +304,9 @@ func (c *cli) relay(ctx context.Context, o *options, s *relaySettings) error {
 		}
 	}
 	shutdown()
-	if err != nil {
+	// Relay.Run checks the table first; a signal during that check fails it
+	// with the cancellation, which is still a clean stop.
+	if err != nil && !(ctx.Err() != nil && errors.Is(err, context.Canceled)) {
 		return notMigrated(tableName(s.db), &s.db, err)
 	}
 	log.Info("outbox relay stopped")
