@@ -319,9 +319,12 @@ func testOutage(t *testing.T, b *Broker) {
 	e.write(10, "restored")
 	relay.Wake()
 	waitFor(t, 60*time.Second, "the relay to drain the outbox after the broker came back", func() (bool, string) {
-		pending := e.count("processed_at IS NULL")
+		pending := e.count("processed_at IS NULL AND dead_at IS NULL")
 		return pending == 0, fmt.Sprintf("%d of %d events pending", pending, len(e.want))
 	})
+	if n := e.count("processed_at IS NULL"); n != 0 {
+		t.Errorf("%d events dead-lettered through the outage", n)
+	}
 	waitFor(t, 10*time.Second, "outbox_broker_unavailable to return to 0", func() (bool, string) {
 		g := gauge(t, reg, "outbox_broker_unavailable")
 		return g == 0, fmt.Sprintf("outbox_broker_unavailable=%v", g)
