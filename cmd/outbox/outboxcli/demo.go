@@ -331,18 +331,22 @@ func (c *cli) demo(ctx context.Context, o *options, s *demoSettings) (err error)
 		return fmt.Errorf("demo: %w", err)
 	}
 	wctx, stopWriting := context.WithCancel(ctx)
+	// However the demo ends, its goroutines are done before the broker,
+	// connections and schema they use are torn down.
+	var background sync.WaitGroup
+	defer background.Wait()
 	defer stopWriting()
 	writeDone := make(chan error, 1)
-	go func() {
+	background.Go(func() {
 		writeDone <- runOrderService(wctx, pool, writer, q, s, counters, relay.Wake)
-	}()
+	})
 
 	// Failure injection, while orders are being written.
 	var brokerDown atomic.Bool
 	scenarioDone := make(chan error, 1)
-	go func() {
+	background.Go(func() {
 		scenarioDone <- runScenario(wctx, s, embedded, runner, counters, &brokerDown, out)
-	}()
+	})
 
 	// Progress until every order is written and the outbox has drained.
 	tick := time.NewTicker(250 * time.Millisecond)
@@ -536,6 +540,8 @@ func runScenario(ctx context.Context, s *demoSettings, embedded *embeddedNATS, r
 		t := time.NewTimer(s.outage)
 		select {
 		case <-ctx.Done():
+			t.Stop()
+			return nil // interrupted: the demo shuts the server down anyway
 		case <-t.C:
 		}
 		if err := embedded.restart(); err != nil {
