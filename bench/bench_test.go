@@ -1,0 +1,186 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/testdb"
+	"github.com/pgoutbox/outbox/internal/testnats"
+)
+
+// TestMain lets the test binary serve as the harness's relay child, as the
+// bench binary does.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == childCommand {
+		os.Exit(childMain(os.Args[2:]))
+	}
+	os.Exit(m.Run())
+}
+
+// TestRecorder: the delivery check counts duplicates and notices a missing
+// or foreign event.
+func TestRecorder(t *testing.T) {
+	t.Parallel()
+	rec := newRecorder(3, true)
+	for _, id := range []string{"0", "2", "2", "2"} {
+		rec.record(id)
+	}
+	d := rec.delivery(3)
+	if d.OK() || d.Distinct != 2 || d.Dups() != 2 {
+		t.Fatalf("event 1 missing, event 2 thrice: got %+v (dups %d, ok %v)", d, d.Dups(), d.OK())
+	}
+	rec.record("1")
+	if d = rec.delivery(3); !d.OK() || d.Dups() != 2 {
+		t.Fatalf("all three delivered: got %+v (dups %d, ok %v)", d, d.Dups(), d.OK())
+	}
+	if rec.doneAt.IsZero() || rec.times[1] == 0 {
+		t.Fatal("reaching the target must stamp doneAt and the event's time")
+	}
+	rec.record("not-an-index")
+	if d = rec.delivery(3); d.OK() || d.Bad != 1 {
+		t.Fatalf("a foreign event must fail the check: %+v", d)
+	}
+	rec.record("200") // beyond the expected size: the bitset grows
+	if d = rec.delivery(3); d.Distinct != 4 {
+		t.Fatalf("distinct = %d, want 4", d.Distinct)
+	}
+}
+
+// TestQuick runs every figure of the harness at a tiny size against the real
+// PostgreSQL and NATS, and checks that each relay's delivery was verified
+// (every event confirmed at least once) and that the tables came out.
+func TestQuick(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	opt := options{
+		DatabaseURL: testdb.URL(), NatsURL: testnats.URL(), Runs: 1,
+		Events: 2000, ArticleCap: 300, Writers: 4, LatWriters: 4,
+		WriteWindow: time.Second, Rate: 200, LatWindow: 500 * time.Millisecond,
+		GrowthRows: 3000, GrowthBatch: 300, ClaimSamples: 5, Workers: 2,
+		Timeout: time.Minute, Only: map[string]bool{}, Log: testLog{t}, Prefix: "bench_" + randHex(4),
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	if err := run(ctx, opt, &out, "go test ./bench"); err != nil {
+		t.Fatal(err)
+	}
+	md := out.String()
+	t.Log("\n" + md)
+	for _, want := range []string{"### 1. Drain", "### 2. Write cost", "### 3. Latency", "### 4. Table growth", "### Targets",
+		"raw SQL floor", "article → NATS JetStream", "EXPLAIN (ANALYZE, BUFFERS)"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	if strings.Contains(md, "❌ 0/") {
+		t.Error("a relay's delivery was not verified (see ❌ in the tables)")
+	}
+	// The harness dropped every schema it created.
+	conn, err := pgx.Connect(ctx, testdb.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var left []string
+	rows, err := conn.Query(ctx, `SELECT nspname FROM pg_namespace WHERE nspname LIKE $1`, strings.ReplaceAll(opt.Prefix, "_", `\_`)+"\\_%")
+	if err == nil {
+		left, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) > 0 {
+		t.Errorf("schemas left behind: %v", left)
+	}
+}
+
+type testLog struct{ t *testing.T }
+
+func (l testLog) Write(p []byte) (int, error) {
+	l.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// BenchmarkWrite measures Writer.Write in the caller's transaction: one event
+// per transaction (the commit dominates), and 100 events per Write call.
+func BenchmarkWrite(b *testing.B) {
+	for _, perTx := range []int{1, 100} {
+		b.Run(fmt.Sprintf("events_per_tx=%d", perTx), func(b *testing.B) {
+			s := testdb.Schema(b)
+			pool := testdb.Pool(b, s)
+			ctx := context.Background()
+			if _, err := outbox.Migrate(ctx, pool, outbox.MigrateConfig{Schema: s}); err != nil {
+				b.Fatal(err)
+			}
+			w, err := outbox.NewWriter(outbox.WriterConfig{Schema: s})
+			if err != nil {
+				b.Fatal(err)
+			}
+			evs := make([]outbox.Event, perTx)
+			for i := range evs {
+				evs[i] = outbox.Event{AggregateType: "order", AggregateID: fmt.Sprint(i), EventType: "order.created",
+					Payload: []byte(`{"order_id":"42","customer_id":"c7","total":4999}`)}
+			}
+			b.ResetTimer()
+			for b.Loop() {
+				err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+					_, err := w.Write(ctx, tx, evs...)
+					return err
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N*perTx)/b.Elapsed().Seconds(), "events/s")
+		})
+	}
+}
+
+// BenchmarkDrain measures the relay, in this process (so -cpuprofile sees
+// it), draining b.N pre-filled events to an in-memory publisher that
+// confirms at once.
+//
+//	go test -run '^$' -bench Drain -benchtime 200000x -cpuprofile cpu.out ./bench
+func BenchmarkDrain(b *testing.B) {
+	ctx := context.Background()
+	opt := options{DatabaseURL: testdb.URL(), Only: map[string]bool{"drain": true}, Log: os.Stderr}
+	h := &harness{opt: opt, prefix: testdb.NewSchemaName("bench")}
+	h.pool = testdb.Pool(b, "")
+	s, err := h.setupOurs(ctx, "drain")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { testdb.Drop(b, s) })
+	if err := h.fillOurs(ctx, s, 0, b.N); err != nil {
+		b.Fatal(err)
+	}
+	pool := testdb.Pool(b, s)
+	rec := newRecorder(b.N, false)
+	spec := h.spec(designOurs, s, pubMemory)
+	b.ResetTimer()
+	rr, err := startRelay(ctx, spec, pool, &recordingPublisher{rec: rec})
+	if err != nil {
+		b.Fatal(err)
+	}
+	tctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	doneAt := rec.wait(tctx)
+	b.StopTimer()
+	if err := rr.stop(); err != nil {
+		b.Fatal(err)
+	}
+	if d := rec.delivery(int64(b.N)); doneAt.IsZero() || !d.OK() {
+		b.Fatalf("delivery: %+v", d)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+}

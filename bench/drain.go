@@ -1,0 +1,285 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// drainFigure is one line of the drain table, one value per run.
+type drainFigure struct {
+	Label   string
+	Backlog int
+	Rate    []float64 // events/s
+	Ratio   []float64 // / raw SQL floor of the same run
+	RSSMB   []float64
+	CPUus   []float64 // relay process CPU per event, µs
+	Dups    []int64
+	OK      []bool
+	Notes   []string
+}
+
+// rawSQLFloor is the cost of the database work alone: conc connections each
+// claim-and-delete 1000 rows per statement, reading every payload, until the
+// table is empty. Each row read is checked off, as a relay's would be.
+const rawSQLFloor = `DELETE FROM outbox_events WHERE id IN (
+    SELECT id FROM outbox_events
+    WHERE processed_at IS NULL AND dead_at IS NULL
+    ORDER BY seq LIMIT 1000
+    FOR UPDATE SKIP LOCKED)
+RETURNING id, aggregate_type, aggregate_id, event_type, payload`
+
+func (h *harness) rawFloor(ctx context.Context, schema string, n, conc int) (float64, delivery, error) {
+	rec := newRecorder(n, false)
+	q := "SET LOCAL search_path = " + pgx.Identifier{schema}.Sanitize()
+	start := time.Now()
+	gctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, conc)
+	for range conc {
+		go func() {
+			errs <- func() error {
+				conn, err := h.pool.Acquire(gctx)
+				if err != nil {
+					return err
+				}
+				defer conn.Release()
+				for {
+					got := 0
+					err := pgx.BeginFunc(gctx, conn, func(tx pgx.Tx) error {
+						if _, err := tx.Exec(gctx, q); err != nil {
+							return err
+						}
+						rows, err := tx.Query(gctx, rawSQLFloor)
+						if err != nil {
+							return err
+						}
+						var (
+							id                  [16]byte
+							aggType, aggID, typ string
+							payload             []byte
+						)
+						rec.mu.Lock()
+						defer rec.mu.Unlock()
+						for rows.Next() {
+							if err := rows.Scan(&id, &aggType, &aggID, &typ, &payload); err != nil {
+								return err
+							}
+							rec.recordLocked(aggID, time.Now())
+							got++
+						}
+						return rows.Err()
+					})
+					if err != nil {
+						return err
+					}
+					if got == 0 {
+						return nil
+					}
+				}
+			}()
+		}()
+	}
+	var firstErr error
+	for range conc {
+		if err := <-errs; err != nil && firstErr == nil {
+			firstErr = err
+			cancel()
+		}
+	}
+	if firstErr != nil {
+		return 0, delivery{}, firstErr
+	}
+	elapsed := time.Since(start)
+	return float64(n) / elapsed.Seconds(), rec.delivery(int64(n)), nil
+}
+
+// drainOnce runs one child relay over a pre-filled backlog of n events and
+// checks delivery against the table (and the stream, for NATS).
+func (h *harness) drainOnce(ctx context.Context, spec relaySpec, schema string, n int, fillAfterStart func() error) (relayResult, float64, error) {
+	var stream string
+	if spec.Publisher == pubNATS {
+		var err error
+		if stream, err = h.newStream(ctx); err != nil {
+			return relayResult{}, 0, err
+		}
+		defer h.releaseStream(ctx, stream)
+		spec.Subject = stream
+	}
+	spec.Expect = n
+	child, err := spawnRelay(ctx, spec)
+	if err != nil {
+		return relayResult{}, 0, err
+	}
+	if err := child.start(); err != nil {
+		child.kill()
+		return relayResult{}, 0, err
+	}
+	var t0 time.Time
+	if fillAfterStart != nil {
+		if err := fillAfterStart(); err != nil {
+			child.kill()
+			return relayResult{}, 0, err
+		}
+		t0 = time.Now()
+	}
+	res, err := child.finish(0)
+	if err != nil {
+		return res, 0, err
+	}
+	elapsed := res.Elapsed
+	if !t0.IsZero() {
+		elapsed = time.Unix(0, res.DoneAt).Sub(t0)
+	}
+	if pending, err := h.pendingCount(ctx, schema); err != nil {
+		return res, 0, err
+	} else if pending != 0 {
+		return res, 0, fmt.Errorf("%d rows still unprocessed after the relay confirmed every event", pending)
+	}
+	if stream != "" {
+		msgs, err := h.streamMsgs(ctx, stream)
+		if err != nil {
+			return res, 0, err
+		}
+		if msgs < uint64(n) {
+			return res, 0, fmt.Errorf("stream %s holds %d messages, want %d", stream, msgs, n)
+		}
+	}
+	return res, float64(n) / elapsed.Seconds(), nil
+}
+
+// drainRun measures every drain figure once.
+func (h *harness) drainRun(ctx context.Context, r *results) error {
+	n := h.opt.Events
+	na := min(n, h.opt.ArticleCap)
+
+	// Raw SQL floor.
+	s, err := h.setupOurs(ctx, "raw")
+	if err != nil {
+		return err
+	}
+	h.logf("drain: filling %d events (raw SQL floor)", n)
+	if err := h.fillOurs(ctx, s, 0, n); err != nil {
+		return err
+	}
+	h.logf("drain: raw SQL floor, %d connections, batches of 1000", h.opt.Workers)
+	floor, del, err := h.rawFloor(ctx, s, n, h.opt.Workers)
+	if err != nil {
+		return err
+	}
+	h.release(ctx, s)
+	f := r.drain(fmt.Sprintf("raw SQL floor (DELETE … RETURNING, batches of 1000, %d connections)", h.opt.Workers), n)
+	f.add(floor, 1, relayResult{Delivery: del}, del.OK(), "")
+	h.logf("drain: raw SQL floor %.0f ev/s (delivered %d/%d, dups %d)", floor, del.Distinct, n, del.Dups())
+
+	type variant struct {
+		label, design, pub string
+		n                  int
+		afterDrain         string // growth row label for the claim after this drain
+		batch              int
+		del                bool
+	}
+	vs := []variant{
+		{label: "pgoutbox → in-memory (defaults: batch 100, 2 workers)", design: designOurs, pub: pubMemory, n: n, afterDrain: "pgoutbox: just drained " + count(n) + ", before VACUUM"},
+		{label: "pgoutbox → NATS JetStream (defaults)", design: designOurs, pub: pubNATS, n: n},
+		{label: "article → in-memory (processBatch, batch 100, LISTEN + trigger)", design: designArticle, pub: pubMemory, n: na, afterDrain: "article: just drained " + count(na) + ", before VACUUM"},
+		{label: "article → NATS JetStream", design: designArticle, pub: pubNATS, n: na},
+	}
+	if h.opt.Extra {
+		vs = append(vs,
+			variant{label: "pgoutbox → in-memory (BatchSize 1000)", design: designOurs, pub: pubMemory, n: n, batch: 1000},
+			variant{label: "pgoutbox → in-memory (DeleteOnPublish)", design: designOurs, pub: pubMemory, n: n, del: true},
+			variant{label: "pgoutbox → NATS JetStream (BatchSize 1000)", design: designOurs, pub: pubNATS, n: n, batch: 1000})
+	}
+	if n > 100_000 {
+		vs = append(vs, variant{label: "pgoutbox → in-memory (defaults), RSS at a smaller backlog", design: designOurs, pub: pubMemory, n: 100_000})
+	}
+	for _, v := range vs {
+		spec := h.spec(v.design, "", v.pub)
+		spec.BatchSize, spec.Delete = v.batch, v.del
+		var fillAfter func() error
+		if v.design == designOurs {
+			s, err = h.setupOurs(ctx, "drain")
+			if err == nil {
+				h.logf("drain: filling %d events", v.n)
+				err = h.fillOurs(ctx, s, 0, v.n)
+			}
+		} else {
+			// The article's relay drains on notifications, so its backlog is
+			// written (with the trigger) once it listens; the clock starts
+			// when that INSERT commits.
+			s, err = h.setupArticle(ctx, "drain", true)
+			fillAfter = func() error { return h.fillArticle(ctx, s, 0, v.n) }
+		}
+		if err != nil {
+			return err
+		}
+		spec.Schema = s
+		h.logf("drain: %s, %d events", v.label, v.n)
+		res, rate, err := h.drainOnce(ctx, spec, s, v.n, fillAfter)
+		f := r.drain(v.label, v.n)
+		note := ""
+		if err != nil {
+			note = err.Error()
+			h.logf("drain: %s: FAILED: %v", v.label, err)
+		}
+		f.add(rate, rate/floor, res, err == nil && res.Delivery.OK(), note)
+		h.logf("drain: %s: %.0f ev/s (%.2f of raw), peak RSS %.1f MB, delivered %d/%d, dups %d",
+			v.label, rate, rate/floor, float64(res.MaxRSSKB)/1024, res.Delivery.Distinct, v.n, res.Delivery.Dups())
+		if v.afterDrain != "" && h.opt.want("growth") && err == nil {
+			if err := h.claimAfterDrain(ctx, r, v.design, s, v.n, v.afterDrain); err != nil {
+				return err
+			}
+		}
+		h.release(ctx, s)
+	}
+	return nil
+}
+
+// claimAfterDrain times the claim right after a drain, when the pending
+// index still holds an entry for every row just processed (no VACUUM has
+// run: autovacuum is off here, and in production it runs at most once a
+// minute per table), then again after VACUUM.
+func (h *harness) claimAfterDrain(ctx context.Context, r *results, design, schema string, drained int, label string) error {
+	var err error
+	if design == designOurs {
+		err = h.fillOurs(ctx, schema, drained, 1000)
+	} else {
+		_, err = h.exec(ctx, schema, "ALTER TABLE outbox_events DISABLE TRIGGER outbox_insert_notify")
+		if err == nil {
+			err = h.fillArticle(ctx, schema, drained, 1000)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	st, err := h.claimLatency(ctx, design, schema, h.opt.ClaimSamples)
+	if err != nil {
+		return err
+	}
+	r.growth(label).addClaim(st)
+	h.logf("growth: %s: claim p50 %.2f ms p99 %.2f ms", label, st.P50, st.P99)
+	if err := h.vacuum(ctx, schema); err != nil {
+		return err
+	}
+	st, err = h.claimLatency(ctx, design, schema, h.opt.ClaimSamples)
+	if err != nil {
+		return err
+	}
+	after := design + ": just drained " + count(drained) + ", after VACUUM"
+	r.growth(after).addClaim(st)
+	h.logf("growth: %s: claim p50 %.2f ms p99 %.2f ms", after, st.P50, st.P99)
+	return nil
+}
+
+func count(n int) string {
+	switch {
+	case n >= 1_000_000 && n%1_000_000 == 0:
+		return fmt.Sprintf("%dM", n/1_000_000)
+	case n >= 1000 && n%1000 == 0:
+		return fmt.Sprintf("%dk", n/1000)
+	}
+	return fmt.Sprint(n)
+}

@@ -1,0 +1,372 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/pgoutbox/outbox"
+)
+
+// options are the command's flags.
+type options struct {
+	DatabaseURL  string
+	NatsURL      string
+	Quick        bool
+	Runs         int
+	Events       int  // drain backlog
+	ArticleCap   int  // the article's drain backlog (its relay is 10-20x slower)
+	Extra        bool // drain: tuned pgoutbox configurations too
+	Only         map[string]bool
+	Keep         bool
+	Writers      int           // write-cost writers
+	LatWriters   int           // latency writers (paced)
+	WriteWindow  time.Duration // write-cost window per phase
+	Rate         int           // latency: events/s
+	LatWindow    time.Duration // latency window
+	LatMemory    bool
+	GrowthRows   int // processed rows retained in the growth figure
+	GrowthBatch  int // pending rows drained in the growth figure
+	ClaimSamples int
+	Workers      int // relay workers (pgoutbox default) and raw-floor connections
+	Timeout      time.Duration
+	Log          io.Writer
+	Prefix       string // schema and stream name prefix (default bench_<random>)
+}
+
+func (o *options) want(s string) bool { return len(o.Only) == 0 || o.Only[s] }
+
+// harness owns the database schemas and NATS streams of one invocation.
+type harness struct {
+	opt     options
+	pool    *pgxpool.Pool // admin pool, no search_path
+	prefix  string        // bench_<random>: every schema and stream name starts with it
+	schemas []string
+	nc      *natsgo.Conn
+	js      jetstream.JetStream
+	streams []string
+	seq     int
+}
+
+func newHarness(ctx context.Context, opt options) (*harness, error) {
+	pool, err := newPool(ctx, opt.DatabaseURL, "", "pgoutbox-bench", 16)
+	if err != nil {
+		return nil, err
+	}
+	if opt.Prefix == "" {
+		opt.Prefix = "bench_" + randHex(4)
+	}
+	h := &harness{opt: opt, pool: pool, prefix: opt.Prefix}
+	if opt.want("drain") || opt.want("latency") {
+		nc, err := natsgo.Connect(opt.NatsURL)
+		if err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("NATS at %s: %w", opt.NatsURL, err)
+		}
+		h.nc = nc
+		if h.js, err = jetstream.New(nc); err != nil {
+			pool.Close()
+			nc.Close()
+			return nil, err
+		}
+	}
+	return h, nil
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func (h *harness) logf(format string, args ...any) {
+	fmt.Fprintf(h.opt.Log, "[%s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+// close drops every schema and stream the harness created, unless --keep.
+func (h *harness) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if h.opt.Keep {
+		h.logf("keeping schemas %s and streams %s", strings.Join(h.schemas, ", "), strings.Join(h.streams, ", "))
+	} else {
+		for _, s := range h.schemas {
+			h.dropSchema(ctx, s)
+		}
+		for _, s := range h.streams {
+			_ = h.js.DeleteStream(ctx, s)
+		}
+	}
+	if h.nc != nil {
+		h.nc.Close()
+	}
+	h.pool.Close()
+}
+
+func (h *harness) dropSchema(ctx context.Context, s string) {
+	if _, err := h.pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{s}.Sanitize()+" CASCADE"); err != nil {
+		h.logf("drop schema %s: %v", s, err)
+	}
+}
+
+// release drops a schema as soon as a figure is done with it, so a run never
+// holds more than a few million rows at once.
+func (h *harness) release(ctx context.Context, s string) {
+	if h.opt.Keep {
+		return
+	}
+	h.dropSchema(ctx, s)
+	for i, x := range h.schemas {
+		if x == s {
+			h.schemas = append(h.schemas[:i], h.schemas[i+1:]...)
+			break
+		}
+	}
+}
+
+// newSchema creates an empty schema bench_<random>_<n>_<what>.
+func (h *harness) newSchema(ctx context.Context, what string) (string, error) {
+	h.seq++
+	s := fmt.Sprintf("%s_%d_%s", h.prefix, h.seq, what)
+	if _, err := h.pool.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{s}.Sanitize()); err != nil {
+		return "", err
+	}
+	h.schemas = append(h.schemas, s)
+	return s, nil
+}
+
+// setupOurs creates a schema with pgoutbox's migrated table and the orders
+// table.
+func (h *harness) setupOurs(ctx context.Context, what string) (string, error) {
+	s, err := h.newSchema(ctx, what)
+	if err != nil {
+		return "", err
+	}
+	if _, err := outbox.Migrate(ctx, h.pool, outbox.MigrateConfig{Schema: s}); err != nil {
+		return "", err
+	}
+	if _, err := h.exec(ctx, s, ordersSQL); err != nil {
+		return "", err
+	}
+	return s, nil
+}
+
+// setupArticle creates a schema with the article's table (and its trigger).
+func (h *harness) setupArticle(ctx context.Context, what string, trigger bool) (string, error) {
+	s, err := h.newSchema(ctx, what)
+	if err != nil {
+		return "", err
+	}
+	sql := articleSchemaSQL + ordersSQL
+	if trigger {
+		sql += fmt.Sprintf(articleTriggerSQL, articleChannel(s))
+	}
+	if _, err := h.exec(ctx, s, sql); err != nil {
+		return "", err
+	}
+	return s, nil
+}
+
+// exec runs sql (several statements allowed) with search_path = schema.
+func (h *harness) exec(ctx context.Context, schema, sql string, args ...any) (int64, error) {
+	tx, err := h.pool.Begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "SELECT set_config('search_path', $1, true)", schema); err != nil {
+		return 0, err
+	}
+	tag, err := tx.Exec(ctx, sql, args...)
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), tx.Commit(ctx)
+}
+
+// The backlog's events look like CreateOrder's: aggregate_id is the event's
+// index, which the recorder checks off.
+// created_at increases by 1 µs per event, as if each came from its own
+// transaction (a single INSERT would give them all the same now()).
+const eventValuesSQL = `'order', i::text, 'order.created',
+  jsonb_build_object('order_id', i::text, 'customer_id', 'c' || (i % 1000), 'total', 4999),
+  now() - interval '1 hour' + i * interval '1 microsecond'`
+
+// v7ID is a time-ordered id like the UUIDv7 pgoutbox's Writer generates
+// (monotonic in i, which may be negative for retained rows), built
+// server-side.
+const v7ID = `('00000000-0000-7000-8000-' || lpad(to_hex(i + 4294967296), 12, '0'))::uuid`
+
+// fillOurs adds n pending events with indexes [from, from+n) to pgoutbox's
+// table, in one server-side INSERT ... SELECT, then ANALYZE (autovacuum is off
+// on our servers; in production it would analyze the table itself).
+func (h *harness) fillOurs(ctx context.Context, schema string, from, n int) error {
+	_, err := h.exec(ctx, schema, `INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, created_at)
+SELECT `+v7ID+`, `+eventValuesSQL+` FROM generate_series($1::bigint, $2::bigint) i`, from, from+n-1)
+	if err == nil {
+		_, err = h.exec(ctx, schema, "ANALYZE outbox_events")
+	}
+	return err
+}
+
+// fillArticle adds n pending events to the article's table, ids from its
+// DEFAULT gen_random_uuid() (UUIDv4); with its trigger in place, each row
+// sends its notification.
+func (h *harness) fillArticle(ctx context.Context, schema string, from, n int) error {
+	_, err := h.exec(ctx, schema, `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, created_at)
+SELECT `+eventValuesSQL+` FROM generate_series($1::bigint, $2::bigint) i`, from, from+n-1)
+	if err == nil {
+		_, err = h.exec(ctx, schema, "ANALYZE outbox_events")
+	}
+	return err
+}
+
+// vacuum stands in for autovacuum (off on our servers).
+func (h *harness) vacuum(ctx context.Context, schema string) error {
+	_, err := h.pool.Exec(ctx, "VACUUM (ANALYZE) "+pgx.Identifier{schema, "outbox_events"}.Sanitize())
+	return err
+}
+
+// pendingCount counts rows not yet processed.
+func (h *harness) pendingCount(ctx context.Context, schema string) (int64, error) {
+	var n int64
+	err := h.pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, "outbox_events"}.Sanitize()+
+		" WHERE processed_at IS NULL").Scan(&n)
+	return n, err
+}
+
+func (h *harness) rowCount(ctx context.Context, schema, table string) (int64, error) {
+	var n int64
+	err := h.pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, table}.Sanitize()).Scan(&n)
+	return n, err
+}
+
+// newStream creates a JetStream stream (file storage, the durable default)
+// capturing <name>.>, deleted at the end of the run.
+func (h *harness) newStream(ctx context.Context) (string, error) {
+	h.seq++
+	name := strings.ToUpper(fmt.Sprintf("%s_%d", h.prefix, h.seq))
+	_, err := h.js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: name, Subjects: []string{name + ".>"}, Storage: jetstream.FileStorage,
+	})
+	if err != nil {
+		return "", fmt.Errorf("create stream: %w", err)
+	}
+	h.streams = append(h.streams, name)
+	return name, nil
+}
+
+// streamMsgs is how many messages the stream holds (after its dedup).
+func (h *harness) streamMsgs(ctx context.Context, name string) (uint64, error) {
+	s, err := h.js.Stream(ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return info.State.Msgs, nil
+}
+
+func (h *harness) releaseStream(ctx context.Context, name string) {
+	if h.opt.Keep {
+		return
+	}
+	_ = h.js.DeleteStream(ctx, name)
+	for i, x := range h.streams {
+		if x == name {
+			h.streams = append(h.streams[:i], h.streams[i+1:]...)
+			break
+		}
+	}
+}
+
+func (h *harness) spec(design, schema, pub string) relaySpec {
+	h.seq++
+	return relaySpec{
+		Design: design, DatabaseURL: h.opt.DatabaseURL, Schema: schema, Publisher: pub,
+		NatsURL: h.opt.NatsURL, AppName: fmt.Sprintf("%s_relay_%d", h.prefix, h.seq), Timeout: h.opt.Timeout,
+	}
+}
+
+// machine describes where the figures were measured.
+type machine struct {
+	CPUs     int
+	CPUModel string
+	MemGB    float64
+	Postgres string
+	Go       string
+	Settings string
+}
+
+func (h *harness) machine(ctx context.Context) machine {
+	m := machine{CPUs: runtime.NumCPU(), Go: runtime.Version()}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) >= 2 && f[0] == "MemTotal:" {
+				kb, _ := strconv.ParseFloat(f[1], 64)
+				m.MemGB = kb / 1024 / 1024
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	_ = h.pool.QueryRow(ctx, "SELECT version()").Scan(&m.Postgres)
+	rows, err := h.pool.Query(ctx, `SELECT name || '=' || setting || COALESCE(unit, '') FROM pg_settings
+		WHERE name IN ('shared_buffers','synchronous_commit','fsync','autovacuum','max_wal_size','wal_level') ORDER BY name`)
+	if err == nil {
+		var ss []string
+		for rows.Next() {
+			var s string
+			if rows.Scan(&s) == nil {
+				ss = append(ss, s)
+			}
+		}
+		rows.Close()
+		m.Settings = strings.Join(ss, ", ")
+	}
+	return m
+}
+
+// median of xs (0 for none).
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// percentile of sorted xs, nearest rank.
+func percentile(sorted []float64, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(p/100*float64(len(sorted))+0.5) - 1
+	i = max(0, min(i, len(sorted)-1))
+	return sorted[i]
+}

@@ -1,0 +1,186 @@
+// Command bench measures pgoutbox against the reference article's outbox on
+// the local PostgreSQL and NATS: how fast a backlog drains, how much the relay
+// slows the writers, how long an event waits between commit and broker, and
+// what a large table costs. It prints markdown tables; see BENCHMARKS.md.
+//
+//	go run ./bench            # the full run (~15 min on 2 cores)
+//	go run ./bench --quick    # smaller sizes (~3 min)
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == childCommand {
+		os.Exit(childMain(os.Args[2:]))
+	}
+	opt, err := parseFlags(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	cmdline := "go run ./bench"
+	if len(os.Args) > 1 {
+		cmdline += " " + strings.Join(os.Args[1:], " ")
+	}
+	if err := run(ctx, opt, os.Stdout, cmdline); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func parseFlags(args []string, errOut io.Writer) (options, error) {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(errOut)
+	def := os.Getenv("DATABASE_URL")
+	if def == "" {
+		def = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	}
+	natsDef := os.Getenv("NATS_URL")
+	if natsDef == "" {
+		natsDef = "nats://127.0.0.1:4222"
+	}
+	var (
+		opt  options
+		only string
+	)
+	fs.StringVar(&opt.DatabaseURL, "database-url", def, "PostgreSQL URL (default $DATABASE_URL)")
+	fs.StringVar(&opt.NatsURL, "nats-url", natsDef, "NATS URL (default $NATS_URL)")
+	fs.BoolVar(&opt.Quick, "quick", false, "smaller sizes: 100k backlog, 1M retained rows, shorter windows")
+	fs.IntVar(&opt.Runs, "runs", 3, "runs of every figure; tables show medians")
+	fs.IntVar(&opt.Events, "events", 0, "drain backlog (default 1M, --quick 100k)")
+	fs.IntVar(&opt.ArticleCap, "article-events", 0, "the article's drain backlog (default min(events, 30k): its relay is 10-20x slower)")
+	fs.BoolVar(&opt.Extra, "extra", false, "drain: also pgoutbox with BatchSize 1000, and with DeleteOnPublish")
+	fs.StringVar(&only, "only", "", "comma-separated subset of drain,write,latency,growth")
+	fs.BoolVar(&opt.Keep, "keep", false, "keep the schemas and streams")
+	fs.IntVar(&opt.Writers, "writers", 8, "concurrent writers")
+	fs.DurationVar(&opt.WriteWindow, "write-window", 0, "write-cost window per phase (default 10s, --quick 3s)")
+	fs.IntVar(&opt.Rate, "rate", 1000, "latency: events/s")
+	fs.IntVar(&opt.LatWriters, "latency-writers", 16, "latency: paced writers (enough that slow commits do not throttle the rate)")
+	fs.DurationVar(&opt.LatWindow, "latency-window", 0, "latency window (default 30s, --quick 5s)")
+	fs.BoolVar(&opt.LatMemory, "latency-memory", false, "latency: also the in-memory publisher (always with --quick)")
+	fs.IntVar(&opt.GrowthRows, "growth-rows", 0, "processed rows retained (default 10M, --quick 1M)")
+	fs.IntVar(&opt.GrowthBatch, "growth-batch", 0, "pending rows drained in the growth figure (default 100k, --quick 20k)")
+	fs.IntVar(&opt.ClaimSamples, "claim-samples", 200, "claims timed per table state")
+	fs.IntVar(&opt.Workers, "workers", 2, "raw SQL floor connections (pgoutbox's default relay workers)")
+	fs.DurationVar(&opt.Timeout, "timeout", 10*time.Minute, "longest wait for a relay to deliver")
+	if err := fs.Parse(args); err != nil {
+		return opt, err
+	}
+	if fs.NArg() > 0 {
+		return opt, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	pick := func(v *int, full, quick int) {
+		if *v == 0 {
+			*v = full
+			if opt.Quick {
+				*v = quick
+			}
+		}
+	}
+	pickD := func(v *time.Duration, full, quick time.Duration) {
+		if *v == 0 {
+			*v = full
+			if opt.Quick {
+				*v = quick
+			}
+		}
+	}
+	pick(&opt.Events, 1_000_000, 100_000)
+	pick(&opt.GrowthRows, 10_000_000, 1_000_000)
+	pick(&opt.GrowthBatch, 100_000, 20_000)
+	pick(&opt.ArticleCap, min(opt.Events, 30_000), min(opt.Events, 30_000))
+	pickD(&opt.WriteWindow, 10*time.Second, 3*time.Second)
+	pickD(&opt.LatWindow, 30*time.Second, 5*time.Second)
+	opt.Only = map[string]bool{}
+	for _, s := range strings.Split(only, ",") {
+		switch s = strings.TrimSpace(s); s {
+		case "":
+		case "drain", "write", "latency", "growth":
+			opt.Only[s] = true
+		default:
+			return opt, fmt.Errorf("--only: unknown figure %q (want drain, write, latency, growth)", s)
+		}
+	}
+	switch {
+	case opt.Runs < 1:
+		return opt, errors.New("--runs must be at least 1")
+	case opt.Events < 1 || opt.ArticleCap < 1 || opt.GrowthBatch < 1 || opt.GrowthRows < 1:
+		return opt, errors.New("--events, --article-events, --growth-rows, --growth-batch must be positive")
+	case opt.Writers < 1 || opt.LatWriters < 1 || opt.Rate < 1 || opt.Workers < 1 || opt.ClaimSamples < 1:
+		return opt, errors.New("--writers, --rate, --workers, --claim-samples must be positive")
+	}
+	opt.Log = errOut
+	return opt, nil
+}
+
+// run measures every selected figure opt.Runs times and prints the tables.
+func run(ctx context.Context, opt options, out io.Writer, cmdline string) error {
+	started := time.Now()
+	if opt.Log == nil {
+		opt.Log = io.Discard
+	}
+	h, err := newHarness(ctx, opt)
+	if err != nil {
+		return err
+	}
+	defer h.close()
+	m := h.machine(ctx)
+	h.logf("%s; %d CPUs; schemas %s_*", m.Postgres, m.CPUs, h.prefix)
+	r, err := h.measure(ctx)
+	if err != nil {
+		return err
+	}
+	r.print(out, m, opt, cmdline, started, time.Since(started))
+	r.printTargets(out, opt)
+	return nil
+}
+
+func (h *harness) measure(ctx context.Context) (*results, error) {
+	r := &results{}
+	var g *growthTables
+	if h.opt.want("growth") {
+		var err error
+		if g, err = h.growthSetup(ctx); err != nil {
+			return nil, fmt.Errorf("growth setup: %w", err)
+		}
+	}
+	for i := range h.opt.Runs {
+		h.logf("=== run %d of %d", i+1, h.opt.Runs)
+		if h.opt.want("drain") {
+			if err := h.drainRun(ctx, r); err != nil {
+				return nil, fmt.Errorf("drain: %w", err)
+			}
+		}
+		if h.opt.want("write") {
+			if err := h.writeRun(ctx, r); err != nil {
+				return nil, fmt.Errorf("write: %w", err)
+			}
+		}
+		if h.opt.want("latency") {
+			if err := h.latencyRun(ctx, r); err != nil {
+				return nil, fmt.Errorf("latency: %w", err)
+			}
+		}
+		if h.opt.want("growth") {
+			if err := h.growthRun(ctx, r, g, i == 0); err != nil {
+				return nil, fmt.Errorf("growth: %w", err)
+			}
+		}
+	}
+	return r, nil
+}

@@ -1,0 +1,423 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	natsgo "github.com/nats-io/nats.go"
+
+	"github.com/pgoutbox/outbox"
+	outboxnats "github.com/pgoutbox/outbox/nats"
+)
+
+// childCommand is the hidden subcommand that runs one relay in a process of
+// its own, so that its peak RSS and CPU time are its own. The parent drives
+// it over stdin/stdout:
+//
+//	child → "ready"      connected, relay built, nothing claimed yet
+//	parent → "go"        start the relay (and the clock)
+//	child → "running"    relay started (and, with LISTEN, listening)
+//	parent → "stop N"    serve mode: wait until N distinct events arrived, stop
+//	child → {result}     one JSON line, then exit
+//
+// In drain mode (Expect > 0) the child stops by itself once Expect distinct
+// events were confirmed.
+const childCommand = "__relay"
+
+// relaySpec says which relay to run and how.
+type relaySpec struct {
+	Design      string        `json:"design"` // designOurs or designArticle
+	DatabaseURL string        `json:"database_url"`
+	Schema      string        `json:"schema"`
+	Publisher   string        `json:"publisher"` // pubMemory or pubNATS
+	NatsURL     string        `json:"nats_url,omitempty"`
+	Subject     string        `json:"subject,omitempty"` // NATS subject prefix
+	Expect      int           `json:"expect,omitempty"`  // drain mode: events to wait for
+	Timed       bool          `json:"timed,omitempty"`   // record confirmation times
+	BatchSize   int           `json:"batch_size,omitempty"`
+	Workers     int           `json:"workers,omitempty"`
+	Listen      bool          `json:"listen,omitempty"`       // pgoutbox: RelayConfig.Listen
+	Delete      bool          `json:"delete,omitempty"`       // pgoutbox: RelayConfig.DeleteOnPublish
+	ArticleMode string        `json:"article_mode,omitempty"` // article: "listen" or "poll"
+	AppName     string        `json:"app_name"`
+	Timeout     time.Duration `json:"timeout"`
+}
+
+const (
+	designOurs    = "pgoutbox"
+	designArticle = "article"
+	pubMemory     = "memory"
+	pubNATS       = "nats"
+)
+
+// relayResult is what a relay run reports.
+type relayResult struct {
+	Elapsed  time.Duration `json:"elapsed"` // go → last expected confirmation
+	DoneAt   int64         `json:"done_at"` // last expected confirmation, Unix ns
+	Delivery delivery      `json:"delivery"`
+	MaxRSSKB int64         `json:"max_rss_kb"`
+	UserCPU  float64       `json:"user_cpu_s"`
+	SysCPU   float64       `json:"sys_cpu_s"`
+	Times    []int64       `json:"times,omitempty"`
+	Err      string        `json:"err,omitempty"`
+}
+
+// runningRelay is a relay started in this process.
+type runningRelay struct {
+	cancel context.CancelFunc
+	done   chan error
+	wake   func()
+}
+
+func (r *runningRelay) stop() error {
+	r.cancel()
+	err := <-r.done
+	if errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	return err
+}
+
+// startRelay starts the relay spec describes on pool, publishing to pub.
+func startRelay(ctx context.Context, spec relaySpec, pool *pgxpool.Pool, pub outbox.Publisher) (*runningRelay, error) {
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	ctx, cancel := context.WithCancel(ctx)
+	rr := &runningRelay{cancel: cancel, done: make(chan error, 1), wake: func() {}}
+	switch spec.Design {
+	case designOurs:
+		r, err := outbox.NewRelay(pool, pub, outbox.RelayConfig{
+			Schema: spec.Schema, BatchSize: spec.BatchSize, Workers: spec.Workers,
+			Listen: spec.Listen, DeleteOnPublish: spec.Delete, Logger: logger,
+		})
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		rr.wake = r.Wake
+		go func() { rr.done <- r.Run(ctx) }()
+	case designArticle:
+		r := newArticleRelay(pool, articlePublisherFor{pub}, spec.Schema, logger)
+		switch spec.ArticleMode {
+		case "poll":
+			go func() { rr.done <- r.Run(ctx) }()
+		case "listen", "":
+			go func() { rr.done <- r.RunListen(ctx) }()
+		default:
+			cancel()
+			return nil, fmt.Errorf("article mode %q", spec.ArticleMode)
+		}
+	default:
+		cancel()
+		return nil, fmt.Errorf("design %q", spec.Design)
+	}
+	return rr, nil
+}
+
+// newPool connects with the search_path set to schema (the article's
+// unqualified SQL needs it) and application_name set, so the harness can see
+// the relay's sessions in pg_stat_activity.
+func newPool(ctx context.Context, url, schema, appName string, maxConns int32) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("database url: %w", err)
+	}
+	if schema != "" {
+		cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	}
+	if appName != "" {
+		cfg.ConnConfig.RuntimeParams["application_name"] = appName
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("PostgreSQL at %s: %w", cfg.ConnConfig.Host, err)
+	}
+	return pool, nil
+}
+
+// waitListening blocks until a session named appName has run LISTEN.
+func waitListening(ctx context.Context, pool *pgxpool.Pool, appName string) error {
+	for {
+		var n int
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE application_name = $1 AND query ILIKE 'LISTEN%'`, appName).Scan(&n)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("relay never listened: %w", ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// publisherFor builds the recording publisher spec asks for; the returned
+// func releases it.
+func publisherFor(spec relaySpec, rec *recorder) (*recordingPublisher, func(), error) {
+	switch spec.Publisher {
+	case pubMemory:
+		return &recordingPublisher{rec: rec}, func() {}, nil
+	case pubNATS:
+		nc, err := natsgo.Connect(spec.NatsURL)
+		if err != nil {
+			return nil, nil, fmt.Errorf("nats %s: %w", spec.NatsURL, err)
+		}
+		p, err := outboxnats.New(nc, outboxnats.Config{Subject: spec.Subject + ".{event_type}"})
+		if err != nil {
+			nc.Close()
+			return nil, nil, err
+		}
+		return &recordingPublisher{rec: rec, next: p}, nc.Close, nil
+	}
+	return nil, nil, fmt.Errorf("publisher %q", spec.Publisher)
+}
+
+// childMain runs one relay for the parent; see childCommand.
+func childMain(args []string) int {
+	if err := runChild(args, os.Stdin, os.Stdout); err != nil {
+		fmt.Fprintf(os.Stderr, "relay child: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func runChild(args []string, stdin io.Reader, stdout io.Writer) error {
+	if len(args) != 1 {
+		return errors.New("want one JSON argument")
+	}
+	var spec relaySpec
+	if err := json.Unmarshal([]byte(args[0]), &spec); err != nil {
+		return err
+	}
+	ctx := context.Background()
+	pool, err := newPool(ctx, spec.DatabaseURL, spec.Schema, spec.AppName, 0)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	rec := newRecorder(spec.Expect, spec.Timed)
+	pub, closePub, err := publisherFor(spec, rec)
+	if err != nil {
+		return err
+	}
+	defer closePub()
+
+	in := bufio.NewReader(stdin)
+	fmt.Fprintln(stdout, "ready")
+	if line, err := in.ReadString('\n'); err != nil || strings.TrimSpace(line) != "go" {
+		return fmt.Errorf("expected go, got %q (%v)", line, err)
+	}
+	start := time.Now()
+	rr, err := startRelay(ctx, spec, pool, pub)
+	if err != nil {
+		return err
+	}
+	if spec.Listen || (spec.Design == designArticle && spec.ArticleMode != "poll") {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := waitListening(wctx, pool, spec.AppName)
+		cancel()
+		if err != nil {
+			rr.stop()
+			return err
+		}
+	}
+	fmt.Fprintln(stdout, "running")
+
+	expect := int64(spec.Expect)
+	if expect == 0 { // serve mode
+		line, err := in.ReadString('\n')
+		if err != nil {
+			rr.stop()
+			return err
+		}
+		expect, err = strconv.ParseInt(strings.TrimPrefix(strings.TrimSpace(line), "stop "), 10, 64)
+		if err != nil {
+			rr.stop()
+			return fmt.Errorf("expected stop N, got %q", line)
+		}
+	}
+	rec.setTarget(expect)
+	wctx, cancel := context.WithTimeout(ctx, spec.Timeout)
+	doneAt := rec.wait(wctx)
+	cancel()
+	res := relayResult{Delivery: rec.delivery(expect)}
+	if doneAt.IsZero() {
+		res.Err = fmt.Sprintf("only %d of %d events confirmed within %s", res.Delivery.Distinct, expect, spec.Timeout)
+	} else {
+		res.Elapsed = doneAt.Sub(start)
+		res.DoneAt = doneAt.UnixNano()
+	}
+	// Let the batch in flight commit its marks before stopping: the
+	// article's relay would otherwise roll back a batch it has published (at
+	// least once: it would send it again on its next run).
+	if !doneAt.IsZero() {
+		settle(ctx, pool, 10*time.Second)
+	}
+	if err := rr.stop(); err != nil && res.Err == "" {
+		res.Err = err.Error()
+	}
+	res.Delivery = rec.delivery(expect) // duplicates sent while stopping count too
+	if spec.Timed {
+		res.Times = rec.times
+	}
+	res.MaxRSSKB = vmHWM()
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		res.UserCPU = tv(ru.Utime)
+		res.SysCPU = tv(ru.Stime)
+	}
+	return json.NewEncoder(stdout).Encode(res)
+}
+
+// settle waits until the table (on the pool's search_path) has no
+// unprocessed row, or d passes.
+func settle(ctx context.Context, pool *pgxpool.Pool, d time.Duration) {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		var pending bool
+		if err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM outbox_events WHERE processed_at IS NULL)").Scan(&pending); err != nil || !pending {
+			return
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func tv(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
+
+// vmHWM is this process's peak resident set size in kB (Linux).
+func vmHWM() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
+			n, _ := strconv.ParseInt(f[1], 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// relayChild is the parent's handle on a child relay process.
+type relayChild struct {
+	spec  relaySpec
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	out   *bufio.Reader
+}
+
+// spawnRelay starts a child relay process and waits until it is ready.
+func spawnRelay(ctx context.Context, spec relaySpec) (*relayChild, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, exe, childCommand, string(b))
+	cmd.Stderr = os.Stderr
+	// Under the race detector (go test -race) a process sleeps 1 s at exit
+	// by default; the harness waits for every child's exit.
+	cmd.Env = append(os.Environ(), "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	c := &relayChild{spec: spec, cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout)}
+	if err := c.expect("ready"); err != nil {
+		c.kill()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *relayChild) expect(want string) error {
+	line, err := c.out.ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("relay child: waiting for %q: %w", want, err)
+	}
+	if got := strings.TrimSpace(line); got != want {
+		return fmt.Errorf("relay child: want %q, got %q", want, got)
+	}
+	return nil
+}
+
+// start starts the relay and returns once it runs (and listens).
+func (c *relayChild) start() error {
+	if _, err := fmt.Fprintln(c.stdin, "go"); err != nil {
+		return err
+	}
+	return c.expect("running")
+}
+
+// finish waits for the result: in serve mode, after telling the child how
+// many distinct events to wait for. Peak RSS comes from the kernel's
+// accounting of the exited child.
+func (c *relayChild) finish(n int64) (relayResult, error) {
+	var res relayResult
+	if c.spec.Expect == 0 {
+		if _, err := fmt.Fprintf(c.stdin, "stop %d\n", n); err != nil {
+			c.kill()
+			return res, err
+		}
+	}
+	line, err := c.out.ReadBytes('\n')
+	if err != nil {
+		c.kill()
+		return res, fmt.Errorf("relay child: reading result: %w", err)
+	}
+	if err := json.Unmarshal(line, &res); err != nil {
+		c.kill()
+		return res, fmt.Errorf("relay child: result %.200q: %w", line, err)
+	}
+	c.stdin.Close()
+	if err := c.cmd.Wait(); err != nil {
+		return res, fmt.Errorf("relay child: %w", err)
+	}
+	if ru, ok := c.cmd.ProcessState.SysUsage().(*syscall.Rusage); ok && ru.Maxrss > res.MaxRSSKB {
+		res.MaxRSSKB = ru.Maxrss // kB on Linux
+	}
+	if res.Err != "" {
+		return res, errors.New(res.Err)
+	}
+	return res, nil
+}
+
+func (c *relayChild) kill() {
+	if c.cmd.Process != nil {
+		_ = c.cmd.Process.Kill()
+	}
+	_ = c.cmd.Wait()
+}

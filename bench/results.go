@@ -1,0 +1,269 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// results accumulates every figure over the runs, in first-seen order.
+type results struct {
+	drains   []*drainFigure
+	writes   []*writeFigure
+	lats     []*latFigure
+	growths  []*growthFigure
+	explains []string
+}
+
+func (r *results) drain(label string, backlog int) *drainFigure {
+	for _, f := range r.drains {
+		if f.Label == label {
+			return f
+		}
+	}
+	f := &drainFigure{Label: label, Backlog: backlog}
+	r.drains = append(r.drains, f)
+	return f
+}
+
+func (f *drainFigure) add(rate, ratio float64, res relayResult, ok bool, note string) {
+	f.Rate = append(f.Rate, rate)
+	f.Ratio = append(f.Ratio, ratio)
+	if res.MaxRSSKB > 0 {
+		f.RSSMB = append(f.RSSMB, float64(res.MaxRSSKB)/1024)
+	}
+	if cpu := res.UserCPU + res.SysCPU; cpu > 0 && f.Backlog > 0 {
+		f.CPUus = append(f.CPUus, cpu/float64(f.Backlog)*1e6)
+	}
+	f.Dups = append(f.Dups, res.Delivery.Dups())
+	f.OK = append(f.OK, ok)
+	if note != "" {
+		f.Notes = append(f.Notes, note)
+	}
+}
+
+// writeFigure is one line of the write-cost table.
+type writeFigure struct {
+	Label string
+	Rate  []float64 // orders/s
+	Ratio []float64 // / the same design without relay, same run
+	Dups  []int64
+	OK    []bool // nil entries: no relay, nothing to verify
+	Notes []string
+	Check bool
+}
+
+func (r *results) write(label string) *writeFigure {
+	for _, f := range r.writes {
+		if f.Label == label {
+			return f
+		}
+	}
+	f := &writeFigure{Label: label}
+	r.writes = append(r.writes, f)
+	return f
+}
+
+// latFigure is one line of the latency table.
+type latFigure struct {
+	Label                string
+	Achieved             []float64 // events/s the writers sustained
+	P50, P99, Max        []float64 // ms, commit return → broker confirmation
+	CommitP50, CommitP99 []float64 // ms, the writers' CreateOrder
+	Dups                 []int64
+	OK                   []bool
+	Notes                []string
+}
+
+func (r *results) lat(label string) *latFigure {
+	for _, f := range r.lats {
+		if f.Label == label {
+			return f
+		}
+	}
+	f := &latFigure{Label: label}
+	r.lats = append(r.lats, f)
+	return f
+}
+
+// growthFigure is one line of the table-growth table.
+type growthFigure struct {
+	Label      string
+	ClaimP50   []float64
+	ClaimP99   []float64
+	Rate       []float64
+	RateRatio  []float64 // / the empty table's drain rate, same run
+	ClaimRatio []float64 // / the empty table's claim p50, same run
+	OK         []bool
+	Notes      []string
+}
+
+func (r *results) growth(label string) *growthFigure {
+	for _, f := range r.growths {
+		if f.Label == label {
+			return f
+		}
+	}
+	f := &growthFigure{Label: label}
+	r.growths = append(r.growths, f)
+	return f
+}
+
+func (f *growthFigure) addClaim(st claimStats) {
+	f.ClaimP50 = append(f.ClaimP50, st.P50)
+	f.ClaimP99 = append(f.ClaimP99, st.P99)
+}
+
+// ---- formatting ----
+
+func fmtRate(xs []float64) string {
+	if len(xs) == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%s %s", humanRate(median(xs)), spread(xs, humanRate))
+}
+
+func humanRate(x float64) string {
+	switch {
+	case x >= 10_000:
+		return fmt.Sprintf("%.1fk", x/1000)
+	case x >= 1000:
+		return fmt.Sprintf("%.2fk", x/1000)
+	}
+	return fmt.Sprintf("%.0f", x)
+}
+
+// spread shows every run's value when there are several: "(a / b / c)".
+func spread(xs []float64, f func(float64) string) string {
+	if len(xs) < 2 {
+		return ""
+	}
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = f(x)
+	}
+	return "(" + strings.Join(parts, " / ") + ")"
+}
+
+func fmtRatio(xs []float64) string {
+	if len(xs) == 0 {
+		return "–"
+	}
+	f := func(x float64) string { return fmt.Sprintf("%.2f", x) }
+	return strings.TrimSpace(f(median(xs)) + " " + spread(xs, f))
+}
+
+func fmtMS(xs []float64) string {
+	if len(xs) == 0 {
+		return "–"
+	}
+	f := func(x float64) string {
+		if x < 10 {
+			return fmt.Sprintf("%.2f", x)
+		}
+		return fmt.Sprintf("%.0f", x)
+	}
+	return strings.TrimSpace(f(median(xs)) + " " + spread(xs, f))
+}
+
+func fmtMB(xs []float64) string {
+	if len(xs) == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.0f MB", median(xs))
+}
+
+func fmtUS(xs []float64) string {
+	if len(xs) == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.1f", median(xs))
+}
+
+func fmtOK(oks []bool, dups []int64) string {
+	if len(oks) == 0 {
+		return "–"
+	}
+	good := 0
+	for _, ok := range oks {
+		if ok {
+			good++
+		}
+	}
+	var d int64
+	for _, x := range dups {
+		d += x
+	}
+	mark := "✅"
+	if good != len(oks) {
+		mark = "❌"
+	}
+	return fmt.Sprintf("%s %d/%d runs, %d dup", mark, good, len(oks), d)
+}
+
+func (r *results) print(w io.Writer, m machine, opt options, cmdline string, started time.Time, wall time.Duration) {
+	fmt.Fprintf(w, "## pgoutbox benchmark\n\n")
+	fmt.Fprintf(w, "- command: `%s`\n", cmdline)
+	fmt.Fprintf(w, "- date: %s, wall time %s\n", started.UTC().Format("2006-01-02 15:04 MST"), wall.Round(time.Second))
+	fmt.Fprintf(w, "- machine: %d CPUs (%s), %.1f GB RAM, %s\n", m.CPUs, m.CPUModel, m.MemGB, m.Go)
+	fmt.Fprintf(w, "- PostgreSQL: %s (%s), same machine\n", m.Postgres, m.Settings)
+	fmt.Fprintf(w, "- runs: %d; each cell is the median, per-run values in parentheses; ratios are computed within each run, then their median\n\n", opt.Runs)
+
+	if len(r.drains) > 0 {
+		fmt.Fprintf(w, "### 1. Drain a backlog\n\n")
+		fmt.Fprintf(w, "| relay → publisher | backlog | events/s | / raw SQL floor | relay peak RSS | relay CPU µs/event | delivery verified |\n|---|---:|---:|---:|---:|---:|---|\n")
+		for _, f := range r.drains {
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", f.Label, count(f.Backlog), fmtRate(f.Rate),
+				fmtRatio(f.Ratio), fmtMB(f.RSSMB), fmtUS(f.CPUus), fmtOK(f.OK, f.Dups))
+		}
+		notes(w, r.drains, func(f *drainFigure) (string, []string) { return f.Label, f.Notes })
+		fmt.Fprintln(w)
+	}
+	if len(r.writes) > 0 {
+		fmt.Fprintf(w, "### 2. Write cost: %d writers, CreateOrder (order row + outbox row, one transaction), %s per phase\n\n", opt.Writers, opt.WriteWindow)
+		fmt.Fprintf(w, "| phase | orders/s | / same design without relay | delivery verified |\n|---|---:|---:|---|\n")
+		for _, f := range r.writes {
+			ok := "– (no relay)"
+			if f.Check {
+				ok = fmtOK(f.OK, f.Dups)
+			}
+			fmt.Fprintf(w, "| %s | %s | %s | %s |\n", f.Label, fmtRate(f.Rate), fmtRatio(f.Ratio), ok)
+		}
+		notes(w, r.writes, func(f *writeFigure) (string, []string) { return f.Label, f.Notes })
+		fmt.Fprintln(w)
+	}
+	if len(r.lats) > 0 {
+		fmt.Fprintf(w, "### 3. Latency: %d writers paced at %d events/s in all for %s, commit return → broker confirmation\n\n", opt.LatWriters, opt.Rate, opt.LatWindow)
+		fmt.Fprintf(w, "| relay → publisher | writers sustained | p50 ms | p99 ms | max ms | writers' CreateOrder p50 / p99 ms | delivery verified |\n|---|---:|---:|---:|---:|---:|---|\n")
+		for _, f := range r.lats {
+			fmt.Fprintf(w, "| %s | %s ev/s | %s | %s | %s | %s / %s | %s |\n", f.Label, fmtRate(f.Achieved), fmtMS(f.P50), fmtMS(f.P99), fmtMS(f.Max),
+				fmtMS(f.CommitP50), fmtMS(f.CommitP99), fmtOK(f.OK, f.Dups))
+		}
+		notes(w, r.lats, func(f *latFigure) (string, []string) { return f.Label, f.Notes })
+		fmt.Fprintln(w)
+	}
+	if len(r.growths) > 0 {
+		fmt.Fprintf(w, "### 4. Table growth: claim (SELECT … LIMIT 100 FOR UPDATE SKIP LOCKED, alone, rolled back) and drain rate\n\n")
+		fmt.Fprintf(w, "| design: table state | claim p50 ms | claim p99 ms | claim p50 / empty | drain events/s | drain / empty | delivery verified |\n|---|---:|---:|---:|---:|---:|---|\n")
+		for _, f := range r.growths {
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", f.Label, fmtMS(f.ClaimP50), fmtMS(f.ClaimP99), fmtRatio(f.ClaimRatio),
+				fmtRate(f.Rate), fmtRatio(f.RateRatio), fmtOK(f.OK, nil))
+		}
+		notes(w, r.growths, func(f *growthFigure) (string, []string) { return f.Label, f.Notes })
+		fmt.Fprintln(w)
+		for _, e := range r.explains {
+			fmt.Fprintf(w, "%s\n\n", e)
+		}
+	}
+}
+
+func notes[T any](w io.Writer, fs []T, get func(T) (string, []string)) {
+	for _, f := range fs {
+		label, ns := get(f)
+		for _, n := range ns {
+			fmt.Fprintf(w, "\n- %s: %s", label, n)
+		}
+	}
+	fmt.Fprintln(w)
+}

@@ -1,0 +1,275 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/pgoutbox/outbox"
+)
+
+// writers runs CreateOrder from several goroutines. Each order's id (and so
+// its event's aggregate_id) is its index, which the recorder checks off.
+type writers struct {
+	n      int
+	create func(ctx context.Context, o Order) error
+	after  func() // called after each successful commit (the wake-up)
+}
+
+type writeStats struct {
+	Committed, Failed int64
+	Elapsed           time.Duration
+	CommitNs          []int64   // by index: when CreateOrder returned (latency runs)
+	CallMS            []float64 // CreateOrder durations, sorted (latency runs)
+	FirstErr          error
+}
+
+func order(i int64) Order {
+	return Order{ID: strconv.FormatInt(i, 10), CustomerID: "c" + strconv.FormatInt(i%1000, 10), Total: 4999}
+}
+
+// fullSpeed runs the writers back to back for window.
+func (w writers) fullSpeed(ctx context.Context, window time.Duration) writeStats {
+	var (
+		next, ok, failed atomic.Int64
+		firstErr         atomic.Value
+		wg               sync.WaitGroup
+	)
+	start := time.Now()
+	deadline := start.Add(window)
+	for range w.n {
+		wg.Go(func() {
+			for time.Now().Before(deadline) && ctx.Err() == nil {
+				if err := w.create(ctx, order(next.Add(1)-1)); err != nil {
+					failed.Add(1)
+					firstErr.CompareAndSwap(nil, err)
+					continue
+				}
+				ok.Add(1)
+				if w.after != nil {
+					w.after()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	st := writeStats{Committed: ok.Load(), Failed: failed.Load(), Elapsed: time.Since(start)}
+	if e, _ := firstErr.Load().(error); e != nil {
+		st.FirstErr = e
+	}
+	return st
+}
+
+// paced runs the writers at rate events/s (open loop: event k is due at
+// start + k/rate, whatever happened to k-1) for window, recording when each
+// CreateOrder returned.
+func (w writers) paced(ctx context.Context, rate int, window time.Duration) writeStats {
+	total := int64(float64(rate) * window.Seconds())
+	st := writeStats{CommitNs: make([]int64, total)}
+	var (
+		next, ok, failed atomic.Int64
+		firstErr         atomic.Value
+		wg               sync.WaitGroup
+		mu               sync.Mutex
+	)
+	start := time.Now()
+	for range w.n {
+		wg.Go(func() {
+			var calls []float64
+			for ctx.Err() == nil {
+				k := next.Add(1) - 1
+				if k >= total {
+					break
+				}
+				if d := time.Until(start.Add(time.Duration(float64(k) / float64(rate) * float64(time.Second)))); d > 0 {
+					time.Sleep(d)
+				}
+				t := time.Now()
+				if err := w.create(ctx, order(k)); err != nil {
+					failed.Add(1)
+					firstErr.CompareAndSwap(nil, err)
+					continue
+				}
+				now := time.Now()
+				st.CommitNs[k] = now.UnixNano()
+				calls = append(calls, float64(now.Sub(t).Microseconds())/1000)
+				ok.Add(1)
+				if w.after != nil {
+					w.after()
+				}
+			}
+			mu.Lock()
+			st.CallMS = append(st.CallMS, calls...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	st.Committed, st.Failed, st.Elapsed = ok.Load(), failed.Load(), time.Since(start)
+	sort.Float64s(st.CallMS)
+	if e, _ := firstErr.Load().(error); e != nil {
+		st.FirstErr = e
+	}
+	return st
+}
+
+// writePhase is one write-cost phase: a design, and how its relay runs.
+type writePhase struct {
+	label  string
+	design string
+	relay  string // "" none, "child" (LISTEN + Notifier / trigger), "inproc" (Relay.Wake)
+}
+
+// writerDB is the writers' database/sql handle (pgx's driver) on schema.
+func (h *harness) writerDB(ctx context.Context, schema string) (*pgxpool.Pool, *sql.DB, error) {
+	pool, err := newPool(ctx, h.opt.DatabaseURL, schema, h.prefix+"_writers", int32(max(h.opt.Writers, h.opt.LatWriters)+4))
+	if err != nil {
+		return nil, nil, err
+	}
+	return pool, stdlib.OpenDBFromPool(pool), nil
+}
+
+// writeRun measures every write-cost phase once.
+func (h *harness) writeRun(ctx context.Context, r *results) error {
+	phases := []writePhase{
+		{"pgoutbox: no relay", designOurs, ""},
+		{"pgoutbox: relay process with LISTEN, writers call Notifier.Notify()", designOurs, "child"},
+		{"pgoutbox: relay in the writers' process, writers call Relay.Wake()", designOurs, "inproc"},
+		{"article: no trigger, no relay", designArticle, ""},
+		{"article: NOTIFY trigger + its LISTEN relay", designArticle, "child"},
+	}
+	base := map[string]float64{}
+	for _, p := range phases {
+		rate, err := h.writePhase(ctx, r, p)
+		if err != nil {
+			return fmt.Errorf("%s: %w", p.label, err)
+		}
+		f := r.write(p.label)
+		if p.relay == "" {
+			base[p.design] = rate
+			f.Ratio = append(f.Ratio, 1)
+		} else if b := base[p.design]; b > 0 {
+			f.Ratio = append(f.Ratio, rate/b)
+		}
+	}
+	return nil
+}
+
+func (h *harness) writePhase(ctx context.Context, r *results, p writePhase) (float64, error) {
+	var s string
+	var err error
+	if p.design == designOurs {
+		s, err = h.setupOurs(ctx, "write")
+	} else {
+		s, err = h.setupArticle(ctx, "write", p.relay != "")
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer h.release(ctx, s)
+	pool, db, err := h.writerDB(ctx, s)
+	if err != nil {
+		return 0, err
+	}
+	defer pool.Close()
+	defer db.Close()
+
+	w := writers{n: h.opt.Writers}
+	if p.design == designOurs {
+		ow, err := outbox.NewWriter(outbox.WriterConfig{Schema: s})
+		if err != nil {
+			return 0, err
+		}
+		w.create = func(ctx context.Context, o Order) error { return pgoutboxCreateOrder(ctx, db, ow, o) }
+	} else {
+		w.create = func(ctx context.Context, o Order) error { return articleCreateOrder(ctx, db, o) }
+	}
+
+	f := r.write(p.label)
+	var fin func(committed int64) (relayResult, error)
+	switch p.relay {
+	case "child":
+		spec := h.spec(p.design, s, pubMemory)
+		spec.Listen = true
+		child, err := spawnRelay(ctx, spec)
+		if err != nil {
+			return 0, err
+		}
+		if err := child.start(); err != nil {
+			child.kill()
+			return 0, err
+		}
+		if p.design == designOurs {
+			n, err := outbox.NewNotifier(pool, outbox.NotifierConfig{Schema: s})
+			if err != nil {
+				child.kill()
+				return 0, err
+			}
+			defer n.Close()
+			w.after = n.Notify
+		}
+		fin = child.finish
+	case "inproc":
+		rec := newRecorder(1<<16, false)
+		spec := h.spec(p.design, s, pubMemory)
+		rpool, err := newPool(ctx, h.opt.DatabaseURL, s, spec.AppName, 0)
+		if err != nil {
+			return 0, err
+		}
+		defer rpool.Close()
+		rr, err := startRelay(ctx, spec, rpool, &recordingPublisher{rec: rec})
+		if err != nil {
+			return 0, err
+		}
+		w.after = rr.wake
+		fin = func(n int64) (relayResult, error) {
+			rec.setTarget(n)
+			wctx, cancel := context.WithTimeout(ctx, h.opt.Timeout)
+			doneAt := rec.wait(wctx)
+			cancel()
+			err := rr.stop()
+			res := relayResult{Delivery: rec.delivery(n)}
+			if doneAt.IsZero() && err == nil {
+				err = fmt.Errorf("only %d of %d events confirmed", res.Delivery.Distinct, n)
+			}
+			return res, err
+		}
+	}
+
+	h.logf("write: %s, %d writers for %s", p.label, w.n, h.opt.WriteWindow)
+	st := w.fullSpeed(ctx, h.opt.WriteWindow)
+	rate := float64(st.Committed) / st.Elapsed.Seconds()
+	f.Rate = append(f.Rate, rate)
+	if st.Failed > 0 {
+		f.Notes = append(f.Notes, fmt.Sprintf("%d CreateOrder calls failed, first: %v", st.Failed, st.FirstErr))
+	}
+	msg := ""
+	if fin != nil {
+		f.Check = true
+		rows, err := h.rowCount(ctx, s, "outbox_events")
+		if err != nil {
+			return 0, err
+		}
+		orders, err := h.rowCount(ctx, s, "orders")
+		if err != nil {
+			return 0, err
+		}
+		res, err := fin(rows)
+		ok := err == nil && res.Delivery.OK() && orders == rows
+		if err != nil {
+			f.Notes = append(f.Notes, err.Error())
+		}
+		f.OK = append(f.OK, ok)
+		f.Dups = append(f.Dups, res.Delivery.Dups())
+		msg = fmt.Sprintf(", delivered %d/%d, dups %d", res.Delivery.Distinct, rows, res.Delivery.Dups())
+	}
+	h.logf("write: %s: %.0f orders/s%s", p.label, rate, msg)
+	return rate, nil
+}
