@@ -59,16 +59,20 @@ type TypeStatus struct {
 	DeadLetters         int64         `json:"dead_letters"`
 	PublishedLastMinute int64         `json:"published_last_minute"`
 	PublishedLastHour   int64         `json:"published_last_hour"`
-	OldestPendingAge    time.Duration `json:"oldest_pending_age_ns"`
+	OldestPendingAge    time.Duration `json:"-"`
+	// OldestPendingAgeSeconds is OldestPendingAge in seconds, for JSON.
+	OldestPendingAgeSeconds float64 `json:"oldest_pending_age_seconds"`
 }
 
 // Status is the state of the outbox: totals and one line per event type.
 type Status struct {
-	Pending             int64         `json:"pending"`
-	OldestPendingAge    time.Duration `json:"oldest_pending_age_ns"`
-	DeadLetters         int64         `json:"dead_letters"`
-	PublishedLastMinute int64         `json:"published_last_minute"`
-	PublishedLastHour   int64         `json:"published_last_hour"`
+	Pending          int64         `json:"pending"`
+	OldestPendingAge time.Duration `json:"-"`
+	// OldestPendingAgeSeconds is OldestPendingAge in seconds, for JSON.
+	OldestPendingAgeSeconds float64 `json:"oldest_pending_age_seconds"`
+	DeadLetters             int64   `json:"dead_letters"`
+	PublishedLastMinute     int64   `json:"published_last_minute"`
+	PublishedLastHour       int64   `json:"published_last_hour"`
 	// BlockedAggregates counts aggregates with a dead letter and later
 	// events behind it; in ordered mode those events wait for an operator.
 	BlockedAggregates int64        `json:"blocked_aggregates"`
@@ -96,12 +100,14 @@ func (a *Admin) Status(ctx context.Context) (*Status, error) {
 		if oldest != nil {
 			ts.OldestPendingAge = max(now.Sub(*oldest), 0)
 		}
+		ts.OldestPendingAgeSeconds = ts.OldestPendingAge.Seconds()
 		st.ByType = append(st.ByType, ts)
 		st.Pending += ts.Pending
 		st.DeadLetters += ts.DeadLetters
 		st.PublishedLastMinute += ts.PublishedLastMinute
 		st.PublishedLastHour += ts.PublishedLastHour
 		st.OldestPendingAge = max(st.OldestPendingAge, ts.OldestPendingAge)
+		st.OldestPendingAgeSeconds = st.OldestPendingAge.Seconds()
 		return nil
 	})
 	if err != nil {

@@ -244,6 +244,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	defer r.running.Store(false)
 	if err := r.CheckSchema(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting: a clean stop, nothing was claimed
+		}
 		return err
 	}
 	return r.eng.Run(ctx)

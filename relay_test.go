@@ -1,7 +1,9 @@
 package outbox_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"errors"
 	"net"
 	"strings"
@@ -213,11 +215,13 @@ func TestCrashBetweenPublishAndMark(t *testing.T) {
 	pub.FailWith(func(m *outbox.Message) error {
 		if killed.CompareAndSwap(false, true) {
 			// Kill the relay's own session, which holds the claim transaction:
-			// the marks that follow this confirmed publish will fail.
+			// the marks that follow this confirmed publish will fail. Only this
+			// test's session: its claim names this test's schema.
 			_, err := e.pool.Exec(context.Background(), `
 				SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 				WHERE datname = current_database() AND pid <> pg_backend_pid()
-				  AND state = 'idle in transaction' AND query LIKE '%FOR UPDATE SKIP LOCKED%'`)
+				  AND state = 'idle in transaction' AND query LIKE '%FOR UPDATE SKIP LOCKED%'
+				  AND query LIKE '%' || $1 || '%'`, e.schema)
 			if err != nil {
 				t.Errorf("terminate: %v", err)
 			}
@@ -246,14 +250,16 @@ func TestTwoRelaysPublishEachEventOnce(t *testing.T) {
 	e := setup(t)
 	ids := e.writeBatch(2000)
 	pub := memory.New() // shared: counts across both relays
+	logs := &syncBuffer{}
+	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	for range 2 {
-		e.run(e.relay(pub, outbox.RelayConfig{BatchSize: 25, Workers: 3}))
+		e.run(e.relay(pub, outbox.RelayConfig{BatchSize: 25, Workers: 3, Logger: logger}))
 	}
 	if err := pub.WaitDistinct(ctx(t), len(ids)); err != nil {
 		t.Fatal(err)
 	}
 	if pub.Len() != len(ids) {
-		t.Errorf("%d publishes for %d events: some were published twice", pub.Len(), len(ids))
+		t.Errorf("%d publishes for %d events: some were published twice; relay logs:\n%s", pub.Len(), len(ids), logs.String())
 	}
 }
 
@@ -438,4 +444,21 @@ func TestDeleteOnPublish(t *testing.T) {
 	if e.count("true") != 1 || len(left) != 1 || left[0] != ids[2] {
 		t.Errorf("rows left = %d (%v); want only the failed one, with its attempt recorded", e.count("true"), left)
 	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

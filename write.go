@@ -14,6 +14,9 @@ import (
 	"github.com/pgoutbox/outbox/internal/ident"
 )
 
+// DefaultTable is the outbox table's default name, the article's.
+const DefaultTable = ident.DefaultTable
+
 // WriterConfig configures a Writer. The zero value writes to the article's
 // outbox_events table resolved through the connection's search_path.
 type WriterConfig struct {

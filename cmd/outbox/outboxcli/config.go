@@ -11,6 +11,8 @@ import (
 	"text/tabwriter"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/pgoutbox/outbox"
 )
 
 // options is one command's flag set. Flags are settings unless marked
@@ -278,7 +280,7 @@ type dbOptions struct {
 func (d *dbOptions) register(o *options) {
 	o.fs.StringVar(&d.DatabaseURL, "database-url", "", "PostgreSQL connection string, URL (postgres://user@host:5432/db) or key=value form")
 	o.fs.StringVar(&d.Schema, "schema", "", "schema of the outbox table (default: the connection's search_path)")
-	o.fs.StringVar(&d.Table, "table", "outbox_events", "name of the outbox table")
+	o.fs.StringVar(&d.Table, "table", outbox.DefaultTable, "name of the outbox table")
 	o.fs.StringVar(&d.Config, "config", "", "YAML config file; keys are flag names")
 }
 

@@ -85,7 +85,7 @@ func notMigrated(table string, d *dbOptions, err error) error {
 	if d.Schema != "" {
 		hint += " --schema " + d.Schema
 	}
-	if d.Table != "" && d.Table != "outbox_events" {
+	if d.Table != "" && d.Table != outbox.DefaultTable {
 		hint += " --table " + d.Table
 	}
 	return &exitError{code: ExitNotMigrated, err: fmt.Errorf("table %s is missing or not migrated: %s", table, hint)}

@@ -210,7 +210,7 @@ func (c *cli) demo(ctx context.Context, o *options, s *demoSettings) (err error)
 	if _, err := outbox.Migrate(ctx, pool, outbox.MigrateConfig{Schema: s.schema}); err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
-	q := newDemoSQL(s.schema, "outbox_events")
+	q := newDemoSQL(s.schema, outbox.DefaultTable)
 	if _, err := pool.Exec(ctx, q.createOrders); err != nil {
 		return fmt.Errorf("demo: create orders table: %w", err)
 	}

@@ -317,7 +317,7 @@ func (c *cli) relay(ctx context.Context, o *options, s *relaySettings) error {
 func tableName(d dbOptions) string {
 	t := d.Table
 	if t == "" {
-		t = "outbox_events"
+		t = outbox.DefaultTable
 	}
 	if d.Schema != "" {
 		return pgx.Identifier{d.Schema, t}.Sanitize()

@@ -33,7 +33,7 @@ func statusCommand() (*options, func(context.Context, *cli, *options) error) {
 	o := newOptions("status", "[flags]", `
 Prints the outbox's state: events pending and the age of the oldest, dead
 letters, events published in the last minute and hour; in total and per event
-type. --json prints the same for scripts (ages in nanoseconds).`)
+type. --json prints the same for scripts (ages in seconds).`)
 	d.register(o)
 	o.fs.BoolVar(&asJSON, "json", false, "print JSON")
 	o.flagOnly("json")
