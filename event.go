@@ -36,8 +36,11 @@ type Event struct {
 	AggregateID   string
 	// EventType is the name consumers expect ("order.created"). Required.
 	EventType string
-	// Payload is the event body: valid JSON, stored as jsonb. Use JSONPayload
-	// to marshal a value.
+	// Payload is the event body: valid JSON, stored as jsonb (the article's
+	// column type, so it can be queried). jsonb keeps the value, not the text:
+	// the relay publishes PostgreSQL's normalized form, where object keys are
+	// reordered, insignificant whitespace is dropped and only the last of
+	// duplicate keys is kept. Use JSONPayload to marshal a value.
 	Payload []byte
 	// Headers travel with the message as broker headers (trace context, user
 	// metadata). Optional.

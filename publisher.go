@@ -17,7 +17,7 @@ type Message struct {
 	AggregateType string
 	AggregateID   string
 	EventType     string
-	Payload       []byte            // the stored JSON, byte for byte
+	Payload       []byte            // the stored JSON, as jsonb returns it (see Event.Payload)
 	Headers       map[string]string // the row's headers; may be nil
 	CreatedAt     time.Time         // when the event was written
 	Attempt       int               // 1 on the first publish, 2 on the first retry, ...

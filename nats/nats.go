@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	natsgo "github.com/nats-io/nats.go"
@@ -140,7 +141,9 @@ func deadline(ctx context.Context) time.Time {
 }
 
 func classify(err error) error {
-	err = fmt.Errorf("nats: %w", err)
+	if !strings.HasPrefix(err.Error(), "nats: ") {
+		err = fmt.Errorf("nats: %w", err)
+	}
 	switch {
 	case errors.Is(err, natsgo.ErrMaxPayload), errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum):
 		return outbox.Permanent(err)
