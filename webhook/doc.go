@@ -1,0 +1,100 @@
+// Package webhook publishes outbox events as signed HTTP POSTs, following
+// the Standard Webhooks specification (https://www.standardwebhooks.com),
+// with nothing but net/http.
+//
+// # Contract
+//
+// A message counts as published when the endpoint answers 2xx. Each event is
+// one request:
+//
+//   - POST to Config.URL, a static URL or a template over the event
+//     ("https://hooks.example.com/outbox/{event_type}"); the values are
+//     percent-encoded, so each stays within its path segment or query value;
+//   - body: the payload, byte for byte; Content-Type: application/json;
+//   - webhook-id: the event id, the same on every retry, so receivers
+//     deduplicate on it;
+//   - webhook-timestamp: the unix seconds of this attempt;
+//   - webhook-signature: "v1,<base64(HMAC-SHA256(key, id.timestamp.body))>",
+//     one entry per Config.Secrets, space-separated: give two secrets during
+//     a key rotation. Secrets are "whsec_<base64 key>" as the specification
+//     has it; any other string is used as raw key bytes;
+//   - the standard outbox headers (outbox-event-id, outbox-event-type,
+//     outbox-aggregate-type, outbox-aggregate-id, outbox-created-at) as HTTP
+//     headers of those names, and the row's own headers prefixed with
+//     outbox-header- (HeaderRowPrefix): "tenant" arrives as
+//     Outbox-Header-Tenant. HTTP header names are case-insensitive, so
+//     receivers should lowercase them. A header that HTTP cannot carry (a
+//     newline in a value, a space in a name) fails the event permanently;
+//   - Config.Header (an Authorization for the receiver, say) on every request.
+//
+// PublishBatch sends Concurrency requests at a time. One aggregate's events
+// go one after another in batch order, and once one fails the rest of that
+// aggregate's events in the batch are not sent, so a receiver sees an
+// aggregate's events in order except across relay retries.
+//
+// Receivers check requests with Verify (constant-time comparison, timestamp
+// tolerance, any of several secrets) before trusting a body.
+//
+// # Errors
+//
+//	2xx                                              → published
+//	3xx (never followed; the error names Location)   → outbox.Permanent
+//	other 4xx (400, 401, 403, 404, 410, 413, 422…)   → outbox.Permanent
+//	408, 429, 5xx                                    → transient; with a
+//	                                                   Retry-After (seconds or
+//	                                                   HTTP date) the error is
+//	                                                   an *outbox.RetryAfterError
+//	                                                   and the relay waits at
+//	                                                   least that long
+//	payload over MaxBodyBytes, bad rendered URL,
+//	target refused by the SSRF policy                → outbox.Permanent
+//	connection refused or reset, DNS failure         → outbox.Unavailable
+//	timeouts and dropped connections, when no
+//	request of the batch got an answer               → outbox.Unavailable
+//	a timeout while other requests succeeded         → transient
+//
+// Error texts name the endpoint by scheme and host only: webhook URL paths
+// and queries often carry tokens. Config.Header values and secrets never
+// appear in errors.
+//
+// # SSRF protection
+//
+// By default the publisher refuses to connect to loopback, private (RFC 1918,
+// fc00::/7), link-local (including the cloud metadata service at
+// 169.254.169.254), unspecified, multicast, carrier-grade NAT (100.64.0.0/10)
+// and other reserved addresses, IPv4-mapped IPv6 forms included. The check
+// runs in the dialer's Control hook, on the resolved address of every
+// connection and before any packet is sent, so a hostname that resolves (or
+// re-resolves: DNS rebinding) to such an address is refused too. Environment
+// proxies (HTTP_PROXY) are not used, since the check would then judge the
+// proxy. Set Config.AllowPrivateNetworks to deliver to internal services.
+//
+// # Usage
+//
+//	pub, err := webhook.New(webhook.Config{
+//		URL:     "https://hooks.example.com/outbox/{event_type}",
+//		Secrets: []string{os.Getenv("WEBHOOK_SECRET")}, // whsec_...
+//	})
+//	if err != nil {
+//		return err
+//	}
+//	defer pub.Close()
+//	relay, err := outbox.NewRelay(pool, pub, outbox.RelayConfig{})
+//
+// A receiver:
+//
+//	func handle(w http.ResponseWriter, r *http.Request) {
+//		body, _ := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
+//		if err := webhook.Verify(secrets, r.Header, body, 5*time.Minute); err != nil {
+//			http.Error(w, "bad signature", http.StatusUnauthorized)
+//			return
+//		}
+//		// deduplicate on r.Header.Get("webhook-id"), then process body
+//	}
+//
+// From the command line, NewFromURL takes the endpoint itself, with options
+// as outbox_-prefixed query parameters and the secrets in an environment
+// variable (OUTBOX_WEBHOOK_SECRET by default):
+//
+//	https://hooks.example.com/outbox/{event_type}?outbox_timeout=5s
+package webhook

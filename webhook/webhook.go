@@ -1,0 +1,539 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/pgoutbox/outbox"
+)
+
+// Defaults for Config's zero values.
+const (
+	DefaultTimeout = 10 * time.Second
+	// DefaultMaxBodyBytes matches common receivers' request limits (nginx's
+	// client_max_body_size is 1m by default).
+	DefaultMaxBodyBytes = 1 << 20
+	DefaultConcurrency  = 8
+	DefaultUserAgent    = "pgoutbox-webhook/1"
+)
+
+// HeaderRowPrefix prefixes the row's own headers (outbox.Message.Headers)
+// on the request: a row header "tenant" arrives as "Outbox-Header-Tenant".
+// The prefix keeps them from colliding with HTTP's own headers and with the
+// signature headers.
+const HeaderRowPrefix = "outbox-header-"
+
+// Config configures a Publisher. Zero values mean the documented defaults.
+type Config struct {
+	// URL is the endpoint, or a template over the event with
+	// outbox.ParseTopicTemplate's placeholders, each value percent-encoded:
+	// "https://hooks.example.com/outbox/{event_type}". http and https only.
+	// Required.
+	URL string
+	// Secrets sign every request, one webhook-signature entry per secret:
+	// "whsec_<base64>" (Standard Webhooks) or raw key bytes. Give two
+	// during a key rotation. Required.
+	Secrets []string
+	// Timeout bounds one request, connection included. Default 10s.
+	Timeout time.Duration
+	// MaxBodyBytes is the largest payload sent; larger ones fail permanently
+	// without a request. Default 1 MiB.
+	MaxBodyBytes int
+	// Concurrency is how many requests one PublishBatch has in flight.
+	// Default 8.
+	Concurrency int
+	// AllowPrivateNetworks lets the publisher reach loopback, private,
+	// link-local and other non-public addresses. Off by default: the target
+	// address is checked when each connection is dialled.
+	AllowPrivateNetworks bool
+	// Header is sent with every request (an Authorization for the receiver,
+	// say). Never logged or put in errors. It cannot set the signature,
+	// content-type or outbox headers.
+	Header http.Header
+	// TLSConfig is the client's TLS configuration (private CAs, client
+	// certificates); nil means Go's defaults.
+	TLSConfig *tls.Config
+	// UserAgent is the User-Agent header. Default "pgoutbox-webhook/1".
+	UserAgent string
+}
+
+// Publisher is an outbox.BatchPublisher that POSTs each event to an HTTP
+// endpoint. It is safe for concurrent use.
+type Publisher struct {
+	url          *outbox.TopicTemplate
+	keys         [][]byte
+	timeout      time.Duration
+	maxBody      int
+	concurrency  int
+	allowPrivate bool
+	header       http.Header
+	userAgent    string
+	client       *http.Client
+	transport    *http.Transport
+
+	// dialGuard, when set (by tests), vets every dial after the SSRF policy.
+	dialGuard func(netip.AddrPort) error
+}
+
+var _ outbox.BatchPublisher = (*Publisher)(nil)
+
+// New validates cfg and returns a Publisher. It sends no request.
+func New(cfg Config) (*Publisher, error) {
+	if cfg.URL == "" {
+		return nil, errors.New("webhook: Config.URL is required")
+	}
+	tmpl, err := outbox.ParseTopicTemplate(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("webhook: Config.URL: %w", err)
+	}
+	if _, err := checkURL(tmpl.Render(&outbox.Message{EventType: "x", AggregateType: "x", AggregateID: "x"})); err != nil {
+		return nil, fmt.Errorf("webhook: Config.URL: %w", err)
+	}
+	keys, err := decodeSecrets(cfg.Secrets)
+	if err != nil {
+		return nil, fmt.Errorf("webhook: Config.Secrets: %w", err)
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.MaxBodyBytes == 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = DefaultConcurrency
+	}
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = DefaultUserAgent
+	}
+	switch {
+	case cfg.Timeout < time.Millisecond:
+		return nil, fmt.Errorf("webhook: Config.Timeout: %s: must be at least 1ms", cfg.Timeout)
+	case cfg.MaxBodyBytes < 1:
+		return nil, fmt.Errorf("webhook: Config.MaxBodyBytes: %d: must be positive", cfg.MaxBodyBytes)
+	case cfg.Concurrency < 1 || cfg.Concurrency > 256:
+		return nil, fmt.Errorf("webhook: Config.Concurrency: %d: must be between 1 and 256", cfg.Concurrency)
+	}
+	for k, vs := range cfg.Header {
+		if reservedHeader(k) {
+			return nil, fmt.Errorf("webhook: Config.Header: %q is set by the publisher", k)
+		}
+		if !validHeaderName(k) {
+			return nil, fmt.Errorf("webhook: Config.Header: %q is not a valid header name", k)
+		}
+		for _, v := range vs {
+			if !validHeaderValue(v) {
+				return nil, fmt.Errorf("webhook: Config.Header: %q has an invalid value", k) // not the value: it may be a credential
+			}
+		}
+	}
+	p := &Publisher{
+		url: tmpl, keys: keys, timeout: cfg.Timeout, maxBody: cfg.MaxBodyBytes, concurrency: cfg.Concurrency,
+		allowPrivate: cfg.AllowPrivateNetworks, header: cfg.Header.Clone(), userAgent: cfg.UserAgent,
+	}
+	dialer := &net.Dialer{Timeout: cfg.Timeout, KeepAlive: 30 * time.Second, Control: p.control}
+	p.transport = &http.Transport{
+		// No proxy: the SSRF check judges the address dialled, which would
+		// be the proxy's.
+		Proxy:                 nil,
+		DialContext:           dialer.DialContext,
+		TLSClientConfig:       cfg.TLSConfig,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          100,
+		MaxIdleConnsPerHost:   cfg.Concurrency,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   cfg.Timeout,
+		ExpectContinueTimeout: time.Second,
+	}
+	p.client = &http.Client{
+		Transport: p.transport,
+		// A redirect is not followed: it is reported, permanently. A
+		// receiver that moved must be reconfigured, and following it could
+		// lead the signed event somewhere unintended.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	return p, nil
+}
+
+// reservedHeader reports the headers the publisher sets itself.
+func reservedHeader(k string) bool {
+	k = strings.ToLower(k)
+	switch k {
+	case HeaderID, HeaderTimestamp, HeaderSignature, "content-type", "content-length", "host", "user-agent",
+		"transfer-encoding", "connection":
+		return true
+	}
+	return strings.HasPrefix(k, "outbox-")
+}
+
+// checkURL parses a rendered target URL.
+func checkURL(s string) (*url.URL, error) {
+	u, err := url.Parse(s)
+	if err != nil {
+		return nil, errors.New("not a valid URL")
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("scheme %q: want http or https", u.Scheme)
+	}
+	if u.Host == "" {
+		return nil, errors.New("no host")
+	}
+	if u.User != nil {
+		return nil, errors.New("credentials in the URL are not supported; use Config.Header")
+	}
+	return u, nil
+}
+
+// NewFromURL returns a Publisher for the endpoint u, for command-line use:
+//
+//	https://hooks.example.com/outbox/{event_type}?outbox_timeout=5s
+//
+// Options are query parameters prefixed "outbox_", removed from the target
+// URL: outbox_timeout, outbox_max_body_bytes, outbox_concurrency,
+// outbox_allow_private_networks (true/false) and outbox_secret_env, the
+// name of the environment variable holding the secrets, space-separated
+// (default OUTBOX_WEBHOOK_SECRET). Secrets never come from the URL.
+func NewFromURL(u *url.URL) (*Publisher, error) {
+	if u == nil {
+		return nil, errors.New("webhook: URL is nil")
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("webhook: URL scheme %q: want http or https", u.Scheme)
+	}
+	target := *u
+	q := target.Query()
+	cfg := Config{}
+	secretEnv := "OUTBOX_WEBHOOK_SECRET"
+	var err error
+	for key := range q {
+		name, ok := strings.CutPrefix(key, "outbox_")
+		if !ok {
+			continue
+		}
+		v := q.Get(key)
+		switch name {
+		case "timeout":
+			cfg.Timeout, err = time.ParseDuration(v)
+		case "max_body_bytes":
+			cfg.MaxBodyBytes, err = strconv.Atoi(v)
+		case "concurrency":
+			cfg.Concurrency, err = strconv.Atoi(v)
+		case "allow_private_networks":
+			cfg.AllowPrivateNetworks, err = strconv.ParseBool(v)
+		case "secret_env":
+			secretEnv = v
+		default:
+			return nil, fmt.Errorf("webhook: URL option %q is unknown", key)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("webhook: URL option %s: %w", key, err)
+		}
+		q.Del(key)
+	}
+	target.RawQuery = q.Encode()
+	if len(q) == 0 {
+		target.RawQuery = ""
+	}
+	// Put back the template's braces, which String percent-encodes.
+	cfg.URL = strings.NewReplacer("%7B", "{", "%7D", "}", "%7b", "{", "%7d", "}").Replace(target.String())
+	cfg.Secrets = strings.Fields(os.Getenv(secretEnv))
+	if len(cfg.Secrets) == 0 {
+		return nil, fmt.Errorf("webhook: environment variable %s holds no secret", secretEnv)
+	}
+	return New(cfg)
+}
+
+// Close closes idle connections.
+func (p *Publisher) Close() { p.transport.CloseIdleConnections() }
+
+// URL returns the endpoint msg is posted to.
+func (p *Publisher) URL(msg *outbox.Message) string {
+	esc := *msg
+	esc.EventType = escape(msg.EventType)
+	esc.AggregateType = escape(msg.AggregateType)
+	esc.AggregateID = escape(msg.AggregateID)
+	return p.url.Render(&esc)
+}
+
+// escape percent-encodes all but RFC 3986's unreserved characters, so a
+// value stays one path segment or one query value wherever the template
+// puts it.
+func escape(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~' {
+			b.WriteByte(c)
+		} else {
+			fmt.Fprintf(&b, "%%%02X", c)
+		}
+	}
+	return b.String()
+}
+
+// redact names a target without its path and query, which often carry
+// tokens (https://hooks.slack.com/services/T0/B0/XXXX).
+func redact(u *url.URL) string {
+	if u.Path == "" || u.Path == "/" {
+		return u.Scheme + "://" + u.Host + "/"
+	}
+	return u.Scheme + "://" + u.Host + "/…"
+}
+
+// Request returns the signed HTTP request msg becomes, signed at now.
+func (p *Publisher) Request(ctx context.Context, msg *outbox.Message, now time.Time) (*http.Request, error) {
+	u, err := checkURL(p.URL(msg))
+	if err != nil {
+		return nil, outbox.Permanent(fmt.Errorf("webhook: URL from template: %w", err))
+	}
+	if len(msg.Payload) > p.maxBody {
+		return nil, outbox.Permanent(fmt.Errorf("webhook: payload of %d bytes exceeds MaxBodyBytes %d", len(msg.Payload), p.maxBody))
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(msg.Payload))
+	if err != nil {
+		return nil, outbox.Permanent(fmt.Errorf("webhook: request to %s: %w", redact(u), err))
+	}
+	for k, vs := range p.header {
+		req.Header[http.CanonicalHeaderKey(k)] = vs
+	}
+	id := msg.ID.String()
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", p.userAgent)
+	req.Header.Set(HeaderID, id)
+	req.Header.Set(HeaderTimestamp, strconv.FormatInt(now.Unix(), 10))
+	req.Header.Set(HeaderSignature, signatureHeader(p.keys, id, now.Unix(), msg.Payload))
+	std := map[string]bool{outbox.HeaderEventID: true, outbox.HeaderEventType: true, outbox.HeaderAggregateType: true,
+		outbox.HeaderAggregateID: true, outbox.HeaderCreatedAt: true}
+	for k, v := range msg.StandardHeaders() {
+		name := k
+		if !std[k] {
+			name = HeaderRowPrefix + k
+		}
+		if !validHeaderName(name) || !validHeaderValue(v) {
+			return nil, outbox.Permanent(fmt.Errorf("webhook: header %q cannot be sent over HTTP (invalid name or value)", k))
+		}
+		req.Header.Set(name, v)
+	}
+	return req, nil
+}
+
+// Publish posts msg and waits for a 2xx answer.
+func (p *Publisher) Publish(ctx context.Context, msg *outbox.Message) error {
+	return p.PublishBatch(ctx, []*outbox.Message{msg})[0]
+}
+
+// PublishBatch posts the messages, Concurrency at a time. One aggregate's
+// messages are posted one after another in batch order, and once one fails
+// the later ones of that aggregate are not sent in this batch (they fail
+// with the same class), so a receiver sees an aggregate's events in order
+// unless the relay retries.
+func (p *Publisher) PublishBatch(ctx context.Context, msgs []*outbox.Message) []error {
+	errs := make([]error, len(msgs))
+	lanes := make([][]int, min(p.concurrency, len(msgs)))
+	for i, m := range msgs {
+		h := fnv.New32a()
+		h.Write([]byte(m.AggregateType))
+		h.Write([]byte{0})
+		h.Write([]byte(m.AggregateID))
+		n := h.Sum32() % uint32(len(lanes))
+		lanes[n] = append(lanes[n], i)
+	}
+	var wg sync.WaitGroup
+	for _, lane := range lanes {
+		wg.Go(func() {
+			failed := map[string]error{}
+			for _, i := range lane {
+				m := msgs[i]
+				key := m.AggregateType + "\x00" + m.AggregateID
+				if prev, ok := failed[key]; ok {
+					errs[i] = blocked(m.AggregateID, prev)
+					continue
+				}
+				if err := p.post(ctx, m); err != nil {
+					errs[i] = err
+					failed[key] = err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return classifyBatch(errs)
+}
+
+func blocked(aggregate string, prev error) error {
+	const format = "webhook: not sent: an earlier event of aggregate %q failed in this batch: %"
+	if outbox.Classify(prev) == outbox.ClassPermanent {
+		return fmt.Errorf(format+"v", aggregate, prev) // that event is bad; this one was never judged
+	}
+	return fmt.Errorf(format+"w", aggregate, prev)
+}
+
+// post sends one request and classifies its outcome.
+func (p *Publisher) post(ctx context.Context, msg *outbox.Message) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("webhook: not sent: %w", err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	req, err := p.Request(rctx, msg, time.Now())
+	if err != nil {
+		return err
+	}
+	target := redact(req.URL)
+	resp, err := p.client.Do(req)
+	if err != nil {
+		err = fmt.Errorf("webhook: POST %s: %w", target, scrub(err))
+		switch {
+		case errors.Is(err, ErrBlockedAddress):
+			return outbox.Permanent(err)
+		case outbox.Classify(err) == outbox.ClassUnavailable:
+			return outbox.Unavailable(err) // refused, reset, DNS failure
+		}
+		return err
+	}
+	defer resp.Body.Close()
+	// Read a little of the answer for the error message, and drain some
+	// more so the connection can be reused.
+	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	return statusError(resp, target, snippet, time.Now())
+}
+
+// scrub drops the *url.Error layer, whose text repeats the full URL (path
+// and query may carry tokens), keeping the cause.
+func scrub(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return fmt.Errorf("%s: %w", ue.Op, ue.Err)
+	}
+	return err
+}
+
+// statusError classifies an HTTP answer: nil for 2xx.
+func statusError(resp *http.Response, target string, snippet []byte, now time.Time) error {
+	code := resp.StatusCode
+	if code >= 200 && code < 300 {
+		return nil
+	}
+	msg := fmt.Sprintf("webhook: POST %s: %s", target, resp.Status)
+	if s := printable(snippet); s != "" {
+		msg += ": " + s
+	}
+	switch {
+	case code >= 300 && code < 400:
+		loc := resp.Header.Get("Location")
+		if u, err := resp.Request.URL.Parse(loc); err == nil && loc != "" {
+			loc = u.Redacted()
+		}
+		return outbox.Permanent(fmt.Errorf("%s: redirect to %q not followed; configure the final URL", msg, loc))
+	case code == http.StatusRequestTimeout, code == http.StatusTooManyRequests, code >= 500:
+		err := errors.New(msg)
+		if d, ok := retryAfter(resp.Header.Get("Retry-After"), now); ok {
+			return outbox.RetryAfter(fmt.Errorf("%w (Retry-After %s)", err, d), d)
+		}
+		return err
+	default:
+		return outbox.Permanent(errors.New(msg))
+	}
+}
+
+// retryAfter parses a Retry-After value: delay-seconds or an HTTP date.
+func retryAfter(v string, now time.Time) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n < 0 {
+			return 0, false
+		}
+		return time.Duration(min(n, int64(365*24*time.Hour/time.Second))) * time.Second, true
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(t.Sub(now), 0), true
+	}
+	return 0, false
+}
+
+// printable returns s's first line-ish text, for an error message.
+func printable(b []byte) string {
+	s := strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, strings.ToValidUTF8(string(b), "?"))
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > 200 {
+		s = s[:200] + "…"
+	}
+	return s
+}
+
+// classifyBatch makes timeouts and dropped connections an outage when no
+// message of the batch was accepted: the endpoint is not answering at all.
+func classifyBatch(errs []error) []error {
+	for _, err := range errs {
+		if err == nil {
+			return errs
+		}
+	}
+	for i, err := range errs {
+		if outbox.Classify(err) == outbox.ClassTransient && outageLike(err) {
+			errs[i] = outbox.Unavailable(err)
+		}
+	}
+	return errs
+}
+
+func outageLike(err error) bool {
+	var ra *outbox.RetryAfterError
+	if errors.As(err, &ra) {
+		return false // the endpoint answered, and said when to come back
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, net.ErrClosed) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// validHeaderName reports an RFC 9110 token.
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// validHeaderValue refuses control characters (CR and LF above all) other
+// than horizontal tab.
+func validHeaderValue(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
