@@ -21,7 +21,9 @@ func TestCheckFindsEveryAnomaly(t *testing.T) {
 	}
 	h.Resolve(map[string]bool{"x1": true, "x3": true})
 
-	d := func(seq uint64, id, agg string, n int) Delivery { return Delivery{Seq: seq, ID: id, Aggregate: agg, N: n} }
+	d := func(seq uint64, id, agg string, n int) Delivery {
+		return Delivery{Seq: seq, ID: id, Aggregate: agg, N: n}
+	}
 	ds := []Delivery{
 		d(1, "a1", "A", 1),
 		d(2, "a3", "A", 3), // a2 first stored after a3: one inversion
