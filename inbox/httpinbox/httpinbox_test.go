@@ -1,0 +1,332 @@
+package httpinbox_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/inbox"
+	"github.com/pgoutbox/outbox/inbox/httpinbox"
+	"github.com/pgoutbox/outbox/internal/testdb"
+	"github.com/pgoutbox/outbox/webhook"
+)
+
+const secret = "whsec_c2VjcmV0LWtleS1mb3ItdGVzdHM=" // base64("secret-key-for-tests")
+
+// env is one test's database schema (inbox + effects), a receiving server
+// running the Handler, and the outbox's own webhook publisher sending to it.
+type env struct {
+	t    *testing.T
+	pool *pgxpool.Pool
+	in   *inbox.Inbox
+	srv  *httptest.Server
+	h    *httpinbox.Handler
+	pub  *webhook.Publisher
+
+	mu      sync.Mutex
+	results map[uuid.UUID][]string
+	calls   atomic.Int32
+	fail    func(inbox.Message) error
+	// wrap, when set, stands between the server and the Handler.
+	wrap func(w http.ResponseWriter, r *http.Request, next http.Handler)
+}
+
+func setup(t *testing.T) *env {
+	t.Helper()
+	t.Parallel()
+	schema := testdb.Schema(t)
+	pool := testdb.Pool(t, schema)
+	if _, err := inbox.Migrate(ctx(t), pool, inbox.MigrateConfig{Schema: schema}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx(t), `CREATE TABLE effects (event_id UUID NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	in, err := inbox.New(pool, inbox.Config{Schema: schema, Consumer: "billing.webhooks"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, pool: pool, in: in, results: map[uuid.UUID][]string{}}
+	e.h, err = httpinbox.New(e.proc(), httpinbox.Config{Secrets: []string{"old-raw-secret", secret}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		e.mu.Lock()
+		wrap := e.wrap
+		e.mu.Unlock()
+		if wrap != nil {
+			wrap(w, r, e.h)
+			return
+		}
+		e.h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(e.srv.Close)
+	e.pub, err = webhook.New(webhook.Config{URL: e.srv.URL + "/hooks/{event_type}", Secrets: []string{secret}, AllowPrivateNetworks: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func (e *env) proc() inbox.Processor {
+	handle := e.in.Processor(func(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
+		e.calls.Add(1)
+		e.mu.Lock()
+		fail := e.fail
+		e.mu.Unlock()
+		if fail != nil {
+			if err := fail(m); err != nil {
+				return err
+			}
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO effects (event_id) VALUES ($1)`, m.ID)
+		return err
+	})
+	return func(ctx context.Context, m inbox.Message) (inbox.Result, error) {
+		res, err := handle(ctx, m)
+		outcome := "processed"
+		switch {
+		case err != nil:
+			outcome = "error"
+		case res.Duplicate:
+			outcome = "duplicate"
+		}
+		e.mu.Lock()
+		e.results[m.ID] = append(e.results[m.ID], outcome)
+		e.mu.Unlock()
+		return res, err
+	}
+}
+
+func (e *env) outcomes(id uuid.UUID) []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]string(nil), e.results[id]...)
+}
+
+func (e *env) effects(id uuid.UUID) int {
+	e.t.Helper()
+	var n int
+	if err := e.pool.QueryRow(ctx(e.t), `SELECT count(*) FROM effects WHERE event_id = $1`, id).Scan(&n); err != nil {
+		e.t.Fatal(err)
+	}
+	return n
+}
+
+func event() *outbox.Message {
+	return &outbox.Message{ID: uuid.Must(uuid.NewV7()), AggregateType: "order", AggregateID: "42",
+		EventType: "order.created", Payload: []byte(`{"order_id":"42"}`), CreatedAt: time.Now(),
+		Headers: map[string]string{"tenant": "acme"}}
+}
+
+// signed builds a request as a Standard Webhooks sender would.
+func signed(t *testing.T, url, id string, ts time.Time, body []byte, secrets ...string) *http.Request {
+	t.Helper()
+	req := httptest.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	sig, err := webhook.Signature(secrets, id, ts, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(webhook.HeaderID, id)
+	req.Header.Set(webhook.HeaderTimestamp, strconv.FormatInt(ts.Unix(), 10))
+	req.Header.Set(webhook.HeaderSignature, sig)
+	return req
+}
+
+func (e *env) serve(req *http.Request) *httptest.ResponseRecorder {
+	rec := httptest.NewRecorder()
+	e.h.ServeHTTP(rec, req)
+	return rec
+}
+
+// The webhook publisher's deliveries, retries included, are processed once.
+func TestDeliveredAndRetriedOnce(t *testing.T) {
+	e := setup(t)
+	var got inbox.Message
+	e.fail = func(m inbox.Message) error { got = m; return nil }
+	m := event()
+	for i := range 3 { // the relay's retries send the same event again
+		if err := e.pub.Publish(ctx(t), m); err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+	}
+	if o := e.outcomes(m.ID); strings.Join(o, " ") != "processed duplicate duplicate" {
+		t.Errorf("outcomes %v, want [processed duplicate duplicate]", o)
+	}
+	if n := e.effects(m.ID); n != 1 {
+		t.Errorf("effects = %d, want 1", n)
+	}
+	if got.ID != m.ID || got.EventType != "order.created" || got.AggregateType != "order" || got.AggregateID != "42" ||
+		!got.CreatedAt.Equal(m.CreatedAt) || string(got.Payload) != string(m.Payload) ||
+		got.Header(webhook.HeaderRowPrefix+"tenant") != "acme" {
+		t.Errorf("handler got %+v", got)
+	}
+}
+
+// A handler error answers 500: nothing is recorded, the sender's retry (a
+// transient error for the relay) processes it.
+func TestHandlerErrorAnswers500AndRetrySucceeds(t *testing.T) {
+	e := setup(t)
+	e.fail = func(inbox.Message) error { return errors.New("ledger locked") }
+	m := event()
+	err := e.pub.Publish(ctx(t), m)
+	if err == nil || outbox.Classify(err) != outbox.ClassTransient || !strings.Contains(err.Error(), "500") {
+		t.Fatalf("publish = %v (%s), want a transient 500", err, outbox.Classify(err))
+	}
+	if n := e.effects(m.ID); n != 0 {
+		t.Fatalf("effects after a failed handler = %d", n)
+	}
+	e.mu.Lock()
+	e.fail = nil
+	e.mu.Unlock()
+	if err := e.pub.Publish(ctx(t), m); err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	if o := e.outcomes(m.ID); strings.Join(o, " ") != "error processed" {
+		t.Errorf("outcomes %v", o)
+	}
+	if n := e.effects(m.ID); n != 1 {
+		t.Errorf("effects = %d, want 1", n)
+	}
+}
+
+// The receiver commits, then the connection drops before the sender reads
+// the 204 (a crash, a proxy timeout). The sender retries; the inbox answers
+// 204 as a duplicate without running the handler again.
+func TestCrashBetweenCommitAndResponse(t *testing.T) {
+	e := setup(t)
+	var dropped atomic.Bool
+	e.wrap = func(w http.ResponseWriter, r *http.Request, next http.Handler) {
+		if dropped.CompareAndSwap(false, true) {
+			rec := httptest.NewRecorder()
+			next.ServeHTTP(rec, r) // processed and committed
+			if rec.Code != http.StatusNoContent {
+				t.Errorf("first delivery: %d", rec.Code)
+			}
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			conn.Close() // no response ever reaches the sender
+			return
+		}
+		next.ServeHTTP(w, r)
+	}
+	m := event()
+	if err := e.pub.Publish(ctx(t), m); err == nil {
+		t.Fatal("publish succeeded although the response was dropped")
+	}
+	if err := e.pub.Publish(ctx(t), m); err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	if o := e.outcomes(m.ID); strings.Join(o, " ") != "processed duplicate" {
+		t.Errorf("outcomes %v, want [processed duplicate]", o)
+	}
+	if n := e.effects(m.ID); n != 1 {
+		t.Errorf("effects = %d, want 1", n)
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	e := setup(t)
+	id := uuid.Must(uuid.NewV7()).String()
+	body := []byte(`{"order_id":"42"}`)
+	now := time.Now()
+	url := e.srv.URL + "/hooks"
+	for _, tc := range []struct {
+		name string
+		req  func() *http.Request
+		want int
+	}{
+		{"valid, second secret of a rotation", func() *http.Request { return signed(t, url, id, now, body, "old-raw-secret") }, http.StatusNoContent},
+		{"duplicate", func() *http.Request { return signed(t, url, id, now, body, secret) }, http.StatusNoContent},
+		{"wrong secret", func() *http.Request { return signed(t, url, uuid.NewString(), now, body, "whsec_d3Jvbmc=") }, http.StatusUnauthorized},
+		{"no signature headers", func() *http.Request {
+			return httptest.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+		}, http.StatusUnauthorized},
+		{"tampered body", func() *http.Request {
+			r := signed(t, url, uuid.NewString(), now, body, secret)
+			r.Body = io.NopCloser(strings.NewReader(`{"order_id":"43"}`))
+			return r
+		}, http.StatusUnauthorized},
+		{"tampered webhook-id (replay to dodge dedup)", func() *http.Request {
+			r := signed(t, url, id, now, body, secret)
+			r.Header.Set(webhook.HeaderID, uuid.NewString())
+			return r
+		}, http.StatusUnauthorized},
+		{"timestamp too old (replay)", func() *http.Request {
+			return signed(t, url, uuid.NewString(), now.Add(-10*time.Minute), body, secret)
+		}, http.StatusUnauthorized},
+		{"signed, id not a UUID", func() *http.Request { return signed(t, url, "msg_42", now, body, secret) }, http.StatusBadRequest},
+		{"signed, outbox-event-id disagrees (unsigned header)", func() *http.Request {
+			r := signed(t, url, uuid.NewString(), now, body, secret)
+			r.Header.Set(outbox.HeaderEventID, uuid.NewString())
+			return r
+		}, http.StatusBadRequest},
+		{"signed, bad created-at", func() *http.Request {
+			r := signed(t, url, uuid.NewString(), now, body, secret)
+			r.Header.Set(outbox.HeaderCreatedAt, "yesterday")
+			return r
+		}, http.StatusBadRequest},
+		{"GET", func() *http.Request { return httptest.NewRequest(http.MethodGet, url, nil) }, http.StatusMethodNotAllowed},
+		{"too large", func() *http.Request {
+			big := []byte(`"` + strings.Repeat("x", httpinbox.DefaultMaxBodyBytes) + `"`)
+			return signed(t, url, uuid.NewString(), now, big, secret)
+		}, http.StatusRequestEntityTooLarge},
+	} {
+		if rec := e.serve(tc.req()); rec.Code != tc.want {
+			t.Errorf("%s: %d %s, want %d", tc.name, rec.Code, strings.TrimSpace(rec.Body.String()), tc.want)
+		}
+	}
+	if n := e.calls.Load(); n != 1 {
+		t.Errorf("handler calls = %d, want 1 (only the first valid request)", n)
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	proc := func(context.Context, inbox.Message) (inbox.Result, error) { return inbox.Result{}, nil }
+	for _, tc := range []struct {
+		cfg   httpinbox.Config
+		field string
+	}{
+		{httpinbox.Config{}, "Config.Secrets"},
+		{httpinbox.Config{Secrets: []string{""}}, "Config.Secrets[0]"},
+		{httpinbox.Config{Secrets: []string{"whsec_!!!"}}, "Config.Secrets[0]"},
+		{httpinbox.Config{Secrets: []string{"s"}, Tolerance: -1}, "Config.Tolerance"},
+		{httpinbox.Config{Secrets: []string{"s"}, MaxBodyBytes: -1}, "Config.MaxBodyBytes"},
+	} {
+		_, err := httpinbox.New(proc, tc.cfg)
+		if err == nil || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("New(%+v) = %v, want an error naming %s", tc.cfg, err, tc.field)
+		}
+		if err != nil && strings.Contains(err.Error(), "!!!") {
+			t.Errorf("error %q shows the secret", err)
+		}
+	}
+	if _, err := httpinbox.New(nil, httpinbox.Config{Secrets: []string{"s"}}); err == nil {
+		t.Error("New(nil) accepted")
+	}
+}
