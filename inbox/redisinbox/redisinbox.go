@@ -1,0 +1,302 @@
+// Package redisinbox consumes a Redis Stream in a consumer group through an
+// inbox: each entry is processed in one database transaction with its
+// deduplication record, and acknowledged (XACK) only after that transaction
+// committed. Entries a crashed or failing consumer left pending are taken
+// over with XAUTOCLAIM.
+//
+//	in, _ := inbox.New(pool, inbox.Config{Consumer: "shipping"})
+//	proc := in.Processor(func(ctx context.Context, tx pgx.Tx, msg inbox.Message) error {
+//		_, err := tx.Exec(ctx, `INSERT INTO shipments (order_id) VALUES ($1)`, msg.AggregateID)
+//		return err
+//	})
+//	client := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:6379"})
+//	_ = redisinbox.EnsureGroup(ctx, client, "order.created", "shipping") // or XGROUP CREATE at deploy time
+//	c, _ := redisinbox.New(client, proc, redisinbox.Config{
+//		Stream: "order.created", Group: "shipping", Consumer: hostname,
+//	})
+//	err := c.Run(ctx)
+//
+// Per entry: committed or already processed (a duplicate) ⇒ XACK; the
+// handler or the commit failed ⇒ no XACK, so the entry stays in the group's
+// pending list; no usable event id ⇒ XACK and an error log line, since no
+// retry can fix it. Run reads new entries (XREADGROUP ... >) and, every
+// ClaimInterval, claims entries pending for longer than ClaimIdle, from any
+// consumer of the group, itself included (XAUTOCLAIM): that retries failed
+// entries and recovers those of a consumer that died between its commit and
+// its XACK, which the inbox then reports as duplicates. Keep ClaimIdle above
+// the longest a handler takes, or a slow entry is claimed by another consumer
+// while it runs (the inbox still runs its handler once: the claim waits on
+// the row lock and is skipped as a duplicate).
+//
+// The entries are read as the redis publisher writes them: the event id and
+// the standard headers from the h:-prefixed fields (the id field as a
+// fallback), the body from the payload field.
+package redisinbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/inbox"
+	"github.com/pgoutbox/outbox/redis"
+)
+
+// Defaults for Config's zero values.
+const (
+	DefaultCount     = 10
+	DefaultBlock     = time.Second
+	DefaultClaimIdle = 30 * time.Second
+)
+
+// Config configures a Consumer. Zero values mean the documented defaults;
+// Stream, Group and Consumer are required.
+type Config struct {
+	// Stream is the stream to read.
+	Stream string
+	// Group is the consumer group; create it first (EnsureGroup, or XGROUP
+	// CREATE at deploy time).
+	Group string
+	// Consumer names this instance within the group (a hostname, a pod name).
+	// Keep it stable across restarts: a restarted consumer then also finds its
+	// own pending entries at once, without waiting for ClaimIdle.
+	Consumer string
+	// Count is the most entries read or claimed per call. Default 10.
+	Count int
+	// Block is how long one XREADGROUP waits for new entries; it bounds how
+	// long Run takes to notice ctx. Default 1s.
+	Block time.Duration
+	// ClaimIdle is how long an entry must have been pending (delivered, not
+	// acknowledged) before Run claims it. Default 30s.
+	ClaimIdle time.Duration
+	// ClaimInterval is how often Run looks for such entries. Default
+	// ClaimIdle/2.
+	ClaimInterval time.Duration
+	// Logger receives a line per failed or invalid entry (event_id,
+	// event_type, aggregate_id, entry_id). Default: discard.
+	Logger *slog.Logger
+}
+
+// Consumer feeds stream entries to an inbox.Processor and acknowledges them
+// after it committed.
+type Consumer struct {
+	client goredis.UniversalClient
+	proc   inbox.Processor
+	cfg    Config
+	log    *slog.Logger
+}
+
+// New validates cfg and returns a Consumer reading with client (the
+// caller's) and processing entries with proc.
+func New(client goredis.UniversalClient, proc inbox.Processor, cfg Config) (*Consumer, error) {
+	if client == nil {
+		return nil, errors.New("redisinbox: New: client is nil")
+	}
+	if proc == nil {
+		return nil, errors.New("redisinbox: New: processor is nil")
+	}
+	for field, v := range map[string]string{"Stream": cfg.Stream, "Group": cfg.Group, "Consumer": cfg.Consumer} {
+		if v == "" {
+			return nil, fmt.Errorf("redisinbox: Config.%s is required", field)
+		}
+	}
+	if cfg.Count == 0 {
+		cfg.Count = DefaultCount
+	}
+	if cfg.Block == 0 {
+		cfg.Block = DefaultBlock
+	}
+	if cfg.ClaimIdle == 0 {
+		cfg.ClaimIdle = DefaultClaimIdle
+	}
+	if cfg.ClaimInterval == 0 {
+		cfg.ClaimInterval = cfg.ClaimIdle / 2
+	}
+	switch {
+	case cfg.Count < 1:
+		return nil, fmt.Errorf("redisinbox: Config.Count: %d must be at least 1", cfg.Count)
+	case cfg.Block < time.Millisecond:
+		return nil, fmt.Errorf("redisinbox: Config.Block: %s must be at least 1ms", cfg.Block)
+	case cfg.ClaimIdle < time.Millisecond:
+		return nil, fmt.Errorf("redisinbox: Config.ClaimIdle: %s must be at least 1ms", cfg.ClaimIdle)
+	case cfg.ClaimInterval < time.Millisecond:
+		return nil, fmt.Errorf("redisinbox: Config.ClaimInterval: %s must be at least 1ms", cfg.ClaimInterval)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return &Consumer{client: client, proc: proc, cfg: cfg, log: log}, nil
+}
+
+// EnsureGroup creates group on stream, reading from the stream's first entry,
+// and the stream if it does not exist; an existing group is left as it is.
+// It is an explicit, opt-in operator action, as nats.EnsureStream is.
+func EnsureGroup(ctx context.Context, client goredis.UniversalClient, stream, group string) error {
+	err := client.XGroupCreateMkStream(ctx, stream, group, "0").Err()
+	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
+		return fmt.Errorf("redisinbox: create group %q on %q: %w", group, stream, err)
+	}
+	return nil
+}
+
+// ToMessage builds an inbox.Message from an entry written by the redis
+// publisher. An error wraps inbox.ErrInvalidMessage.
+func ToMessage(x goredis.XMessage) (inbox.Message, error) {
+	h := make(map[string]string, len(x.Values))
+	var payload []byte
+	for k, v := range x.Values {
+		s, ok := v.(string)
+		if !ok {
+			s = fmt.Sprint(v)
+		}
+		switch {
+		case k == redis.FieldPayload:
+			payload = []byte(s)
+		case strings.HasPrefix(k, redis.HeaderPrefix):
+			h[strings.TrimPrefix(k, redis.HeaderPrefix)] = s
+		}
+	}
+	fallbacks := map[string]string{
+		outbox.HeaderEventID: redis.FieldID, outbox.HeaderEventType: redis.FieldEventType,
+		outbox.HeaderAggregateType: redis.FieldAggregateType, outbox.HeaderAggregateID: redis.FieldAggregateID,
+		outbox.HeaderCreatedAt: redis.FieldCreatedAt,
+	}
+	for header, field := range fallbacks {
+		if _, ok := h[header]; !ok {
+			if v, ok := x.Values[field].(string); ok {
+				h[header] = v
+			}
+		}
+	}
+	m, err := inbox.MessageFromHeaders(h, payload)
+	if err != nil {
+		return m, fmt.Errorf("redisinbox: entry %s: %w", x.ID, err)
+	}
+	return m, nil
+}
+
+// Handle processes one entry and settles it: XACK after the processor
+// succeeded (Result.Duplicate included) and for an entry that can never be
+// processed; nothing after a failure, so the entry stays pending and is
+// claimed again after ClaimIdle. It returns the processor's result and error;
+// a failed XACK is returned too (the effects are committed and the claimed
+// redelivery will be a duplicate).
+func (c *Consumer) Handle(ctx context.Context, x goredis.XMessage) (inbox.Result, error) {
+	m, err := ToMessage(x)
+	var res inbox.Result
+	if err == nil {
+		res, err = c.proc(ctx, m)
+	}
+	if err != nil && !errors.Is(err, inbox.ErrInvalidMessage) {
+		c.log.LogAttrs(ctx, slog.LevelWarn, "redisinbox: handler failed; the entry stays pending and will be claimed again",
+			slog.String("event_id", m.ID.String()), slog.String("event_type", m.EventType),
+			slog.String("aggregate_id", m.AggregateID), slog.String("entry_id", x.ID), slog.Any("err", err))
+		return res, err
+	}
+	if err != nil {
+		c.log.LogAttrs(ctx, slog.LevelError, "redisinbox: acknowledging an invalid entry without processing it",
+			slog.String("stream", c.cfg.Stream), slog.String("entry_id", x.ID), slog.Any("err", err))
+	}
+	// XACK even when ctx is cancelled: the commit happened.
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if ackErr := c.client.XAck(actx, c.cfg.Stream, c.cfg.Group, x.ID).Err(); ackErr != nil {
+		return res, errors.Join(err, fmt.Errorf("redisinbox: entry %s: xack: %w", x.ID, ackErr))
+	}
+	return res, err
+}
+
+// Run reads and handles entries until ctx is cancelled, then returns nil.
+// It first claims idle pending entries (recovering a previous crash), then
+// alternates XREADGROUP for new entries with XAUTOCLAIM every ClaimInterval.
+// Redis errors are logged and retried after a pause; Run returns an error
+// only when the group or stream is missing (NOGROUP).
+func (c *Consumer) Run(ctx context.Context) error {
+	lastClaim := time.Time{}
+	for ctx.Err() == nil {
+		if time.Since(lastClaim) >= c.cfg.ClaimInterval {
+			if err := c.claim(ctx); err != nil {
+				if err := c.pause(ctx, "xautoclaim", err); err != nil {
+					return err
+				}
+				continue
+			}
+			lastClaim = time.Now()
+		}
+		block := min(c.cfg.Block, max(time.Millisecond, c.cfg.ClaimInterval-time.Since(lastClaim)))
+		streams, err := c.client.XReadGroup(ctx, &goredis.XReadGroupArgs{
+			Group: c.cfg.Group, Consumer: c.cfg.Consumer, Streams: []string{c.cfg.Stream, ">"},
+			Count: int64(c.cfg.Count), Block: block,
+		}).Result()
+		if errors.Is(err, goredis.Nil) {
+			continue
+		}
+		if err != nil {
+			if err := c.pause(ctx, "xreadgroup", err); err != nil {
+				return err
+			}
+			continue
+		}
+		for _, s := range streams {
+			for _, x := range s.Messages {
+				if ctx.Err() != nil {
+					return nil // left pending: claimed again later
+				}
+				_, _ = c.Handle(ctx, x) // logged
+			}
+		}
+	}
+	return nil
+}
+
+// claim takes over entries pending longer than ClaimIdle, a page at a time,
+// and handles them.
+func (c *Consumer) claim(ctx context.Context) error {
+	start := "0-0"
+	for ctx.Err() == nil {
+		msgs, next, err := c.client.XAutoClaim(ctx, &goredis.XAutoClaimArgs{
+			Stream: c.cfg.Stream, Group: c.cfg.Group, Consumer: c.cfg.Consumer,
+			MinIdle: c.cfg.ClaimIdle, Start: start, Count: int64(c.cfg.Count),
+		}).Result()
+		if err != nil {
+			return err
+		}
+		for _, x := range msgs {
+			if ctx.Err() != nil {
+				return nil
+			}
+			_, _ = c.Handle(ctx, x)
+		}
+		if next == "0-0" || next == "" {
+			return nil
+		}
+		start = next
+	}
+	return nil
+}
+
+// pause logs err and waits a little; a missing group or stream ends Run.
+func (c *Consumer) pause(ctx context.Context, op string, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	if strings.HasPrefix(err.Error(), "NOGROUP") {
+		return fmt.Errorf("redisinbox: %s on %q: %w (create the group: EnsureGroup or XGROUP CREATE)", op, c.cfg.Stream, err)
+	}
+	c.log.LogAttrs(ctx, slog.LevelWarn, "redisinbox: "+op, slog.String("stream", c.cfg.Stream), slog.Any("err", err))
+	t := time.NewTimer(500 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return nil
+}
