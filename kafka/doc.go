@@ -42,10 +42,17 @@
 //	dial refused or reset, DNS failure, SASL or TLS
 //	failure, client closed                            → outbox.Unavailable
 //	delivery or request timeout, ctx deadline,
-//	no leader, not enough replicas — when no record
-//	of the batch was acknowledged                     → outbox.Unavailable
+//	no leader, not enough replicas, dropped
+//	connection                                        → outbox.Unavailable
 //	anything else (retriable Kafka errors once
-//	franz-go gave up)                                 → transient
+//	franz-go gave up, a cancelled ctx)                → transient
+//
+// A record that times out is unavailable even when other records of the
+// batch were acknowledged: Kafka names what is wrong with a record
+// explicitly, so a record without a verdict is stuck behind its partition's
+// leader (being moved, or recovering after an outage), and counting an
+// attempt for it would dead-letter healthy events during a partial outage.
+// The relay then backs off as a whole while those partitions recover.
 //
 // Authentication failures count as unavailable rather than permanent: they
 // fail every event alike, and dead-lettering the whole table over a rotated

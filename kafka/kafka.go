@@ -357,23 +357,13 @@ wait:
 	return classifyBatch(errs, topics)
 }
 
-// classifyBatch wraps each failure with its class. A failure that looks like
-// the cluster being out of reach (dial errors, delivery or request timeouts)
-// means an outage only when nothing in the batch got through; with some
-// records acknowledged the cluster is up and the failure is this record's.
+// classifyBatch wraps each failure with its class and the record's topic.
 func classifyBatch(errs []error, topics []string) []error {
-	anyOK := false
-	for _, err := range errs {
-		if err == nil {
-			anyOK = true
-			break
-		}
-	}
 	for i, err := range errs {
 		if err == nil || errors.Is(err, outbox.ErrPermanent) {
 			continue
 		}
-		errs[i] = classify(fmt.Errorf("kafka: produce to topic %q: %w", topics[i], err), !anyOK)
+		errs[i] = classify(fmt.Errorf("kafka: produce to topic %q: %w", topics[i], err))
 	}
 	return errs
 }
@@ -391,7 +381,7 @@ var permanentErrs = []error{
 	kerr.PolicyViolation,            //
 }
 
-func classify(err error, wholeBatch bool) error {
+func classify(err error) error {
 	for _, pe := range permanentErrs {
 		if errors.Is(err, pe) {
 			return outbox.Permanent(err)
@@ -410,14 +400,21 @@ func classify(err error, wholeBatch bool) error {
 		return outbox.Unavailable(err)
 	case outbox.Classify(err) == outbox.ClassUnavailable:
 		return outbox.Unavailable(err) // dial errors, refused, reset, DNS
-	case wholeBatch && outageLike(err):
+	case outageLike(err):
+		// The record got no verdict from its partition's leader in time.
+		// Kafka reports what is wrong with a record explicitly (the
+		// permanent errors above), so a record that merely could not get
+		// through is an availability problem even when other partitions'
+		// records were acknowledged: a leader being moved, a cluster
+		// coming back after an outage. Counting an attempt for it would
+		// dead-letter healthy events during a long partial outage.
 		return outbox.Unavailable(err)
 	}
 	return err
 }
 
-// outageLike reports errors that, for a whole batch, mean the cluster is not
-// answering.
+// outageLike reports errors meaning the record's leader could not be
+// reached or did not answer in time.
 func outageLike(err error) bool {
 	if errors.Is(err, kgo.ErrRecordTimeout) || errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, kerr.RequestTimedOut) || errors.Is(err, kerr.BrokerNotAvailable) ||

@@ -12,7 +12,8 @@
 //     percent-encoded, so each stays within its path segment or query value;
 //   - body: the payload, byte for byte; Content-Type: application/json;
 //   - webhook-id: the event id, the same on every retry, so receivers
-//     deduplicate on it;
+//     deduplicate on it; also sent as Idempotency-Key, which lets net/http
+//     replay the request on a keep-alive connection found dead;
 //   - webhook-timestamp: the unix seconds of this attempt;
 //   - webhook-signature: "v1,<base64(HMAC-SHA256(key, id.timestamp.body))>",
 //     one entry per Config.Secrets, space-separated: give two secrets during

@@ -173,7 +173,7 @@ func New(cfg Config) (*Publisher, error) {
 func reservedHeader(k string) bool {
 	k = strings.ToLower(k)
 	switch k {
-	case HeaderID, HeaderTimestamp, HeaderSignature, "content-type", "content-length", "host", "user-agent",
+	case HeaderID, HeaderTimestamp, HeaderSignature, "idempotency-key", "content-type", "content-length", "host", "user-agent",
 		"transfer-encoding", "connection":
 		return true
 	}
@@ -314,6 +314,12 @@ func (p *Publisher) Request(ctx context.Context, msg *outbox.Message, now time.T
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", p.userAgent)
 	req.Header.Set(HeaderID, id)
+	// The same on every attempt. Besides telling receivers that follow the
+	// IETF Idempotency-Key draft how to deduplicate, it makes the request
+	// replayable for net/http, which then retries it by itself when a
+	// pooled keep-alive connection turns out to be dead before anything
+	// was sent.
+	req.Header.Set("Idempotency-Key", id)
 	req.Header.Set(HeaderTimestamp, strconv.FormatInt(now.Unix(), 10))
 	req.Header.Set(HeaderSignature, signatureHeader(p.keys, id, now.Unix(), msg.Payload))
 	std := map[string]bool{outbox.HeaderEventID: true, outbox.HeaderEventType: true, outbox.HeaderAggregateType: true,

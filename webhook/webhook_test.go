@@ -279,7 +279,7 @@ func TestRequestShape(t *testing.T) {
 	got, _ := rc.Read(timeout(t, time.Second), 1)
 	for k, want := range map[string]string{
 		"Content-Type": "application/json", "Authorization": "Bearer receiver-token", "User-Agent": webhook.DefaultUserAgent,
-		webhook.HeaderID: m.ID.String(), "Outbox-Event-Id": m.ID.String(), "Outbox-Aggregate-Id": "a/b c?",
+		webhook.HeaderID: m.ID.String(), "Idempotency-Key": m.ID.String(), "Outbox-Event-Id": m.ID.String(), "Outbox-Aggregate-Id": "a/b c?",
 		"Outbox-Header-Tenant": "acme", "Outbox-Created-At": m.CreatedAt.Format(time.RFC3339Nano),
 	} {
 		if v := r.Header.Get(k); v != want {
