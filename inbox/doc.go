@@ -50,15 +50,31 @@
 //	// err != nil: nothing happened; let the broker redeliver (nak, requeue).
 //	// err == nil: acknowledge; res.Duplicate says the handler was skipped.
 //
-// NewSQL gives the same for database/sql (the handler gets a *sql.Tx). A
-// broker adapter does the acknowledging for you: natsinbox (JetStream) and
-// httpinbox (signed webhooks) take a Processor, which Inbox.Processor builds
-// from a handler that also receives the Message:
+// NewSQL gives the same for database/sql (the handler gets a *sql.Tx).
+//
+// # Broker adapters
+//
+// An adapter takes a broker subscription, builds the Message, runs it through
+// a Processor (Inbox.Processor builds one from a handler that also receives
+// the Message) and settles the delivery with the broker only after the
+// transaction committed:
+//
+//	package        success or duplicate   handler/commit error              no valid event id
+//	natsinbox      Ack                    Nak (NakWithDelay)                Term
+//	rabbitmqinbox  basic.ack              basic.nack, requeue               basic.reject, no requeue
+//	kafkainbox     CommitRecords          retry in place (no offset commit) skip, commit
+//	redisinbox     XACK                   stay pending; XAUTOCLAIM later    XACK
+//	httpinbox      204                    500 (the sender retries)          400; bad signature 401
 //
 //	proc := in.Processor(func(ctx context.Context, tx pgx.Tx, msg inbox.Message) error { ... })
 //	c, err := natsinbox.New(proc, natsinbox.Config{})
 //	...
-//	err = c.Run(ctx, jsConsumer) // Ack after commit, Nak on error
+//	err = c.Run(ctx, jsConsumer)
+//
+// Each adapter is tested on the real broker (kfake for Kafka) for
+// redelivery after a handler error and after a crash between the commit and
+// the acknowledgement. examples/orders runs an order service and a shipping
+// service end to end, delivering every event twice.
 //
 // Message carries the event id, type, aggregate, creation time and every
 // header; MessageFromHeaders builds it from the standard headers every

@@ -1,0 +1,33 @@
+// Package httpinbox receives signed webhooks through an inbox: an
+// http.Handler that verifies the Standard Webhooks signature (as sent by the
+// webhook publisher) before anything else, processes the event in one
+// database transaction with its deduplication record, and answers 2xx only
+// after that transaction committed.
+//
+//	in, _ := inbox.New(pool, inbox.Config{Consumer: "billing.webhooks"})
+//	proc := in.Processor(func(ctx context.Context, tx pgx.Tx, msg inbox.Message) error {
+//		_, err := tx.Exec(ctx, `INSERT INTO invoices (order_id) VALUES ($1)`, msg.AggregateID)
+//		return err
+//	})
+//	h, _ := httpinbox.New(proc, httpinbox.Config{Secrets: []string{os.Getenv("WEBHOOK_SECRET")}})
+//	http.Handle("POST /hooks/orders", h)
+//
+// Responses, chosen so a Standard Webhooks sender (the webhook publisher
+// included) does the right thing:
+//
+//	204 No Content           processed and committed, or already processed (a duplicate)
+//	401 Unauthorized         signature headers missing, signature wrong, timestamp outside Tolerance
+//	400 Bad Request          signed, but webhook-id is not a UUID or disagrees with outbox-event-id
+//	405, 413                 not a POST; body over MaxBodyBytes
+//	500 Internal Server Error the handler or the commit failed: nothing was recorded, the sender retries
+//
+// A sender that never got the 204 for a committed event (a dropped
+// connection, a timeout) sends it again; the inbox recognises it and answers
+// 204 without running the handler.
+//
+// The event id is the signed webhook-id header (the webhook publisher sets it
+// to the outbox event id, as does outbox-event-id). The signature covers
+// webhook-id, webhook-timestamp and the body, and nothing else: the other
+// headers (outbox-event-type, outbox-aggregate-id, ...) are unsigned, so a
+// handler that must trust them should read them from the payload instead.
+package httpinbox
