@@ -93,6 +93,11 @@ func New(cfg Config) (*Publisher, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("sqs: Config.Client is nil")
 	}
+	if c, ok := cfg.Client.(*sqs.Client); ok && c.Options().Region == "" {
+		// The SDK would fail every request (requests are signed for a
+		// region), as a transient error: say it now.
+		return nil, errors.New("sqs: Config.Client has no region (set AWS_REGION, the profile's region, or sqs.Options.Region)")
+	}
 	if cfg.QueueURL == "" {
 		return nil, errors.New("sqs: Config.QueueURL is required")
 	}

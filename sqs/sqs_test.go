@@ -527,7 +527,7 @@ func TestHealth(t *testing.T) {
 
 func TestEntryMapping(t *testing.T) {
 	t.Parallel()
-	p, err := sqs.New(sqs.Config{Client: &awssqs.Client{}, QueueURL: "https://sqs.eu-west-1.amazonaws.com/123456789012/orders"})
+	p, err := sqs.New(sqs.Config{Client: newClient("http://127.0.0.1:1"), QueueURL: "https://sqs.eu-west-1.amazonaws.com/123456789012/orders"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -561,12 +561,13 @@ func TestEntryMapping(t *testing.T) {
 
 func TestNewValidates(t *testing.T) {
 	t.Parallel()
-	c := &awssqs.Client{}
+	c := newClient("http://127.0.0.1:1")
 	for _, tc := range []struct {
 		cfg  sqs.Config
 		want string
 	}{
 		{sqs.Config{QueueURL: "https://h/1/q"}, "Config.Client"},
+		{sqs.Config{QueueURL: "https://h/1/q", Client: awssqs.New(awssqs.Options{})}, "region"},
 		{sqs.Config{Client: c}, "Config.QueueURL"},
 		{sqs.Config{Client: c, QueueURL: "orders"}, "Config.QueueURL"},
 		{sqs.Config{Client: c, QueueURL: "https://h/1/{nope}"}, "Config.QueueURL"},
