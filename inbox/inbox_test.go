@@ -207,6 +207,7 @@ func TestConcurrentDuplicateRunsOnce(t *testing.T) {
 	a := e.inbox
 	b := e.newInbox(testdb.Pool(t, e.schema), "shipping")
 	const rounds = 50
+	overlapped := 0 // rounds where the duplicate started before the winner committed
 	for round := range rounds {
 		m := msg()
 		var calls atomic.Int32
@@ -217,6 +218,7 @@ func TestConcurrentDuplicateRunsOnce(t *testing.T) {
 		}
 		results := make([]inbox.Result, 2)
 		errs := make([]error, 2)
+		began, ended := make([]time.Time, 2), make([]time.Time, 2)
 		start := make(chan struct{})
 		var wg sync.WaitGroup
 		for i, in := range []*inbox.Inbox{a, b} {
@@ -224,7 +226,9 @@ func TestConcurrentDuplicateRunsOnce(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
+				began[i] = time.Now()
 				results[i], errs[i] = in.Handle(ctx(t), m, handler)
+				ended[i] = time.Now()
 			}()
 		}
 		close(start)
@@ -243,7 +247,19 @@ func TestConcurrentDuplicateRunsOnce(t *testing.T) {
 		if n := e.effects(m.ID); n != 1 {
 			t.Fatalf("round %d: effects = %d, want 1", round, n)
 		}
+		winner, dup := 0, 1
+		if results[0].Duplicate {
+			winner, dup = 1, 0
+		}
+		if began[dup].Before(ended[winner]) {
+			overlapped++
+		}
 	}
+	// Otherwise this would test sequential redelivery, not a race.
+	if overlapped < rounds/2 {
+		t.Errorf("only %d of %d rounds had both deliveries in flight at once", overlapped, rounds)
+	}
+	t.Logf("%d of %d rounds overlapped", overlapped, rounds)
 }
 
 // When the first of two concurrent deliveries fails, the one waiting on its
