@@ -1,0 +1,80 @@
+package httpinbox_test
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/inbox"
+	"github.com/pgoutbox/outbox/inbox/httpinbox"
+	"github.com/pgoutbox/outbox/internal/testdb"
+	"github.com/pgoutbox/outbox/webhook"
+)
+
+// A billing service receives order.created webhooks from the outbox's
+// webhook publisher. The relay's retries deliver the event three times; one
+// invoice is written.
+func Example() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, testdb.URL())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pool.Close()
+	schema := testdb.NewSchemaName("example")
+	defer pool.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE") //nolint:errcheck
+	if _, err := inbox.Migrate(ctx, pool, inbox.MigrateConfig{Schema: schema}); err != nil {
+		fmt.Println(err)
+		return
+	}
+	invoices := pgx.Identifier{schema, "invoices"}.Sanitize()
+	if _, err := pool.Exec(ctx, `CREATE TABLE `+invoices+` (order_id TEXT NOT NULL)`); err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	// The receiver.
+	in, err := inbox.New(pool, inbox.Config{Schema: schema, Consumer: "billing.webhooks"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	h, err := httpinbox.New(in.Processor(func(ctx context.Context, tx pgx.Tx, msg inbox.Message) error {
+		_, err := tx.Exec(ctx, `INSERT INTO `+invoices+` (order_id) VALUES ($1)`, msg.AggregateID)
+		return err
+	}), httpinbox.Config{Secrets: []string{"whsec_c2VjcmV0LWtleS1mb3ItdGVzdHM="}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+
+	// The sender: the webhook publisher, as the relay would call it.
+	pub, err := webhook.New(webhook.Config{URL: srv.URL, Secrets: []string{"whsec_c2VjcmV0LWtleS1mb3ItdGVzdHM="}, AllowPrivateNetworks: true})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ev := &outbox.Message{ID: uuid.Must(uuid.NewV7()), AggregateType: "order", AggregateID: "42",
+		EventType: "order.created", Payload: []byte(`{"order_id":"42"}`), CreatedAt: time.Now()}
+	for range 3 {
+		fmt.Println("publish:", pub.Publish(ctx, ev))
+	}
+
+	var n int
+	_ = pool.QueryRow(ctx, `SELECT count(*) FROM `+invoices).Scan(&n)
+	fmt.Println("invoices:", n)
+	// Output:
+	// publish: <nil>
+	// publish: <nil>
+	// publish: <nil>
+	// invoices: 1
+}
