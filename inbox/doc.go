@@ -18,7 +18,10 @@
 // acknowledge a delivery only after that transaction committed. A first
 // delivery commits the record and the handler's writes together; a handler
 // error, a failed commit or a crash before the commit leaves neither, and the
-// unacknowledged delivery comes back; a delivery of an event already recorded
+// unacknowledged delivery comes back (Kafka: is retried); a commit error that
+// hides a commit which did happen (the connection died while COMMIT was being
+// answered) only makes that redelivery a duplicate; a delivery of an event
+// already recorded
 // (a redelivery after a crash between commit and acknowledgement, a relay
 // re-send, a second instance receiving it at the same moment) is recognised,
 // skipped without calling the handler, and acknowledged. So each event's
