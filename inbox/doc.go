@@ -21,10 +21,10 @@
 // unacknowledged delivery comes back (Kafka: is retried); a commit error that
 // hides a commit which did happen (the connection died while COMMIT was being
 // answered) only makes that redelivery a duplicate; a delivery of an event
-// already recorded
-// (a redelivery after a crash between commit and acknowledgement, a relay
-// re-send, a second instance receiving it at the same moment) is recognised,
-// skipped without calling the handler, and acknowledged. So each event's
+// already recorded (a redelivery after a crash between commit and
+// acknowledgement, a relay re-send, a second instance receiving it at the
+// same moment) is recognised, skipped without calling the handler, and
+// acknowledged. So each event's
 // database writes happen exactly once per consumer. The limits: only what the
 // handler writes through the transaction it is given is covered. An email
 // sent, an HTTP API called, a message published or a file written from the
