@@ -207,7 +207,10 @@ func checkURL(s string) (*url.URL, error) {
 // outbox_allow_private_networks (true/false) and outbox_secret_env, the
 // name of the environment variable holding the secrets, space-separated
 // (default OUTBOX_WEBHOOK_SECRET). Secrets never come from the URL.
-func NewFromURL(u *url.URL) (*Publisher, error) {
+func NewFromURL(u *url.URL) (*Publisher, error) { return NewFromURLEnv(u, os.Getenv) }
+
+// NewFromURLEnv is NewFromURL reading the secrets' variable through getenv.
+func NewFromURLEnv(u *url.URL, getenv func(string) string) (*Publisher, error) {
 	if u == nil {
 		return nil, errors.New("webhook: URL is nil")
 	}
@@ -250,7 +253,7 @@ func NewFromURL(u *url.URL) (*Publisher, error) {
 	}
 	// Put back the template's braces, which String percent-encodes.
 	cfg.URL = strings.NewReplacer("%7B", "{", "%7D", "}", "%7b", "{", "%7d", "}").Replace(target.String())
-	cfg.Secrets = strings.Fields(os.Getenv(secretEnv))
+	cfg.Secrets = strings.Fields(getenv(secretEnv))
 	if len(cfg.Secrets) == 0 {
 		return nil, fmt.Errorf("webhook: environment variable %s holds no secret", secretEnv)
 	}

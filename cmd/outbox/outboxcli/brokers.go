@@ -29,6 +29,8 @@ type BrokerOptions struct {
 	Stdout io.Writer
 	// ClientName identifies the relay to brokers that show client names.
 	ClientName string
+	// Getenv reads the environment (secrets a broker takes from variables).
+	Getenv func(string) string
 }
 
 // BrokerFunc connects to the broker at u and returns its publisher and what

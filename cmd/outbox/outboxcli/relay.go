@@ -67,8 +67,22 @@ process at once.
   nats://host:4222   NATS JetStream; credentials go in the URL's userinfo as
                      usual, several servers are comma-separated
   tls://host:4222    NATS JetStream over TLS
+  kafka://h1:9092,h2:9092?tls=true&sasl=scram-sha-512
+                     Kafka (acks=all, idempotent; key = aggregate id);
+                     --topic is the topic
+  amqp://user:pw@host:5672/vhost?exchange=events   (or amqps://)
+                     RabbitMQ with publisher confirms; --topic is the
+                     routing key
+  redis://host:6379/0?maxlen=100000   (or rediss://)
+                     Redis Streams (XADD); --topic is the stream
+  sqs://?queue_url=<escaped URL or template>&region=eu-west-1
+                     Amazon SQS (credentials from the AWS default chain)
+  https://hooks.example.com/{event_type}   (or http://)
+                     signed webhooks (Standard Webhooks); secrets from
+                     OUTBOX_WEBHOOK_SECRET (space-separated whsec_...)
   stdout:            one JSON line per event on stdout (debugging; no
                      durability)
+Each broker package documents its URL options (go doc .../outbox/kafka ...).
 The relay never creates streams or topics: that is the operator's job.
 
 --topic is the subject/topic template: {event_type}, {aggregate_type} and
@@ -235,7 +249,7 @@ func (c *cli) relay(ctx context.Context, o *options, s *relaySettings) error {
 	}
 
 	pub, brokerCloser, err := openBroker(ctx, brokerURL, BrokerOptions{
-		Topic: s.topic, Logger: log, Stdout: c.stdout, ClientName: "pgoutbox relay",
+		Topic: s.topic, Logger: log, Stdout: c.stdout, ClientName: "pgoutbox relay", Getenv: c.getenv,
 	})
 	if err != nil {
 		pool.Close()

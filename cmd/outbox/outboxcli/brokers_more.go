@@ -1,0 +1,88 @@
+package outboxcli
+
+import (
+	"context"
+	"io"
+	"net/url"
+
+	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/kafka"
+	"github.com/pgoutbox/outbox/rabbitmq"
+	"github.com/pgoutbox/outbox/redis"
+	"github.com/pgoutbox/outbox/sqs"
+	"github.com/pgoutbox/outbox/webhook"
+)
+
+func init() {
+	brokers["kafka"] = openKafka
+	brokers["amqp"] = openRabbitMQ
+	brokers["amqps"] = openRabbitMQ
+	brokers["redis"] = openRedis
+	brokers["rediss"] = openRedis
+	brokers["sqs"] = openSQS
+	brokers["http"] = openWebhook
+	brokers["https"] = openWebhook
+}
+
+// withTopic returns u with its destination option set to --topic, unless the
+// URL sets that option itself (the URL wins: it is the more specific).
+func withTopic(u *url.URL, param, topic string) *url.URL {
+	q := u.Query()
+	if q.Has(param) || topic == "" {
+		return u
+	}
+	c := *u
+	q.Set(param, topic)
+	c.RawQuery = q.Encode()
+	return &c
+}
+
+// openKafka: kafka://host:9092,host2:9092?topic=...; see package kafka.
+func openKafka(_ context.Context, u *url.URL, o BrokerOptions) (outbox.Publisher, io.Closer, error) {
+	pub, err := kafka.NewFromURL(withTopic(u, "topic", o.Topic))
+	if err != nil {
+		return nil, nil, err
+	}
+	return pub, closerFunc(func() error { pub.Close(); return nil }), nil
+}
+
+// openRabbitMQ: amqp://user:pw@host:5672/vhost?exchange=...&routing_key=...;
+// --topic is the routing key. See package rabbitmq.
+func openRabbitMQ(_ context.Context, u *url.URL, o BrokerOptions) (outbox.Publisher, io.Closer, error) {
+	pub, err := rabbitmq.NewFromURL(withTopic(u, "routing_key", o.Topic))
+	if err != nil {
+		return nil, nil, err
+	}
+	return pub, pub, nil
+}
+
+// openRedis: redis://host:6379/0?stream=...&maxlen=...; --topic is the
+// stream name. See package redis.
+func openRedis(_ context.Context, u *url.URL, o BrokerOptions) (outbox.Publisher, io.Closer, error) {
+	pub, err := redis.NewFromURL(withTopic(u, "stream", o.Topic))
+	if err != nil {
+		return nil, nil, err
+	}
+	return pub, pub, nil
+}
+
+// openSQS: sqs://?queue_url=...&region=...; the queue URL (a template) is the
+// destination, so --topic does not apply. See package sqs.
+func openSQS(_ context.Context, u *url.URL, _ BrokerOptions) (outbox.Publisher, io.Closer, error) {
+	pub, err := sqs.NewFromURL(u)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pub, closerFunc(func() error { return nil }), nil
+}
+
+// openWebhook: https://hooks.example.com/path/{event_type}?outbox_timeout=5s;
+// the URL (a template) is the destination and the signing secrets come from
+// OUTBOX_WEBHOOK_SECRET. See package webhook.
+func openWebhook(_ context.Context, u *url.URL, o BrokerOptions) (outbox.Publisher, io.Closer, error) {
+	pub, err := webhook.NewFromURLEnv(u, o.Getenv)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pub, closerFunc(func() error { pub.Close(); return nil }), nil
+}
