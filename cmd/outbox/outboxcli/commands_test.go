@@ -156,7 +156,7 @@ func TestStatus(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
 		t.Fatalf("status --json: %v\n%s", err, r.stdout)
 	}
-	if st.Pending != 4 || st.DeadLetters != 1 || st.PublishedLastMinute != 1 || len(st.ByType) != 2 || st.OldestPendingAge <= 0 {
+	if st.Pending != 4 || st.DeadLetters != 1 || st.PublishedLastMinute != 1 || len(st.ByType) != 2 || st.OldestPendingAgeSeconds <= 0 {
 		t.Errorf("status --json: %+v", st)
 	}
 	if st.Table != `"`+f.schema+`"."outbox_events"` {
