@@ -33,6 +33,10 @@
 // aggregate's events in the batch are not sent, so a receiver sees an
 // aggregate's events in order except across relay retries.
 //
+// The signature covers webhook-id, webhook-timestamp and the body only: the
+// outbox-* headers are not signed, so a receiver must deduplicate on the signed
+// webhook-id (which is the event id), as inbox/httpinbox does.
+//
 // Receivers check requests with Verify (constant-time comparison, timestamp
 // tolerance, any of several secrets) before trusting a body.
 //
