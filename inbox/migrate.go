@@ -1,22 +1,17 @@
 package inbox
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"embed"
 	"fmt"
-	"io/fs"
-	"path"
-	"sort"
-	"strconv"
 	"strings"
-	"text/template"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox/internal/ident"
+	"github.com/pgoutbox/outbox/internal/migrate"
 )
 
 //go:embed migrations/*.sql
@@ -103,36 +98,14 @@ func (cfg MigrateConfig) names() (names, error) {
 }
 
 func migrations(n names) ([]Migration, error) {
-	entries, err := fs.ReadDir(migrationFiles, "migrations")
+	ms, err := migrate.Render(migrationFiles, "migrations", n)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("inbox: %w", err)
 	}
-	var out []Migration
-	for _, e := range entries {
-		file := e.Name()
-		num, rest, ok := strings.Cut(file, "_")
-		if !ok {
-			return nil, fmt.Errorf("inbox: migration %s: name must be NNN_description.sql", file)
-		}
-		v, err := strconv.Atoi(num)
-		if err != nil {
-			return nil, fmt.Errorf("inbox: migration %s: %w", file, err)
-		}
-		raw, err := migrationFiles.ReadFile(path.Join("migrations", file))
-		if err != nil {
-			return nil, err
-		}
-		tmpl, err := template.New(file).Option("missingkey=error").Parse(string(raw))
-		if err != nil {
-			return nil, fmt.Errorf("inbox: migration %s: %w", file, err)
-		}
-		var buf bytes.Buffer
-		if err := tmpl.Execute(&buf, n); err != nil {
-			return nil, fmt.Errorf("inbox: migration %s: %w", file, err)
-		}
-		out = append(out, Migration{Version: v, Name: strings.TrimSuffix(rest, ".sql"), SQL: buf.String()})
+	out := make([]Migration, len(ms))
+	for i, m := range ms {
+		out[i] = Migration(m)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
 	return out, nil
 }
 

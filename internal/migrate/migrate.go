@@ -37,8 +37,12 @@ type Migration struct {
 }
 
 // All returns every migration rendered for n, in version order.
-func All(n ident.Names) ([]Migration, error) {
-	entries, err := fs.ReadDir(files, "sql")
+func All(n ident.Names) ([]Migration, error) { return Render(files, "sql", n) }
+
+// Render reads the numbered templates NNN_description.sql in dir of fsys and
+// renders each with data, in version order. The inbox's migrations use it too.
+func Render(fsys fs.FS, dir string, data any) ([]Migration, error) {
+	entries, err := fs.ReadDir(fsys, dir)
 	if err != nil {
 		return nil, err
 	}
@@ -53,7 +57,7 @@ func All(n ident.Names) ([]Migration, error) {
 		if err != nil {
 			return nil, fmt.Errorf("migration %s: %w", name, err)
 		}
-		raw, err := files.ReadFile(path.Join("sql", name))
+		raw, err := fs.ReadFile(fsys, path.Join(dir, name))
 		if err != nil {
 			return nil, err
 		}
@@ -62,7 +66,7 @@ func All(n ident.Names) ([]Migration, error) {
 			return nil, fmt.Errorf("migration %s: %w", name, err)
 		}
 		var buf bytes.Buffer
-		if err := tmpl.Execute(&buf, n); err != nil {
+		if err := tmpl.Execute(&buf, data); err != nil {
 			return nil, fmt.Errorf("migration %s: %w", name, err)
 		}
 		out = append(out, Migration{Version: v, Name: strings.TrimSuffix(rest, ".sql"), SQL: buf.String()})
