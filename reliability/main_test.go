@@ -39,6 +39,11 @@ func (c *collector) row(r Row) {
 }
 
 func (c *collector) check(a Assertion) {
+	status := "pass"
+	if !a.Passed {
+		status = "FAIL"
+	}
+	fmt.Printf("    check [%s] %s: %s\n        observed: %s\n", status, a.Area, a.Name, a.Observed)
 	c.mu.Lock()
 	c.checks = append(c.checks, a)
 	c.mu.Unlock()

@@ -431,6 +431,13 @@ func (r *relay) stopGracefully() int {
 		r.retire(p)
 		return p.exitCode()
 	}
+	// A process killed before it installed its signal handler dies of the
+	// signal: wait for it to be up first.
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && !p.exited(); time.Sleep(10 * time.Millisecond) {
+		if strings.Contains(p.stderr.String(), `"msg":"outbox relay started"`) {
+			break
+		}
+	}
 	p.signal(syscall.SIGCONT)
 	p.signal(syscall.SIGTERM)
 	if !p.wait(40 * time.Second) {
