@@ -136,6 +136,7 @@ type Relay struct {
 	eng     *engine.Engine
 	metrics *metrics.Metrics
 	tracer  *relayTracer
+	cfg     engine.Config
 	running atomic.Bool
 }
 
@@ -157,7 +158,7 @@ func NewRelay(pool *pgxpool.Pool, pub Publisher, cfg RelayConfig) (*Relay, error
 		return nil, fmt.Errorf("outbox: RelayConfig.Registerer: %w", err)
 	}
 	ec.Metrics = m
-	r := &Relay{pool: pool, pub: pub, names: ec.Names, metrics: m, tracer: newRelayTracer(cfg.TracerProvider)}
+	r := &Relay{pool: pool, pub: pub, names: ec.Names, metrics: m, tracer: newRelayTracer(cfg.TracerProvider), cfg: ec}
 	ec.Publish = r.publishRows
 	ec.Classify = func(err error) engine.Class { return engine.Class(Classify(err)) }
 	ec.IsTimeout = isTimeout
@@ -237,19 +238,37 @@ func (cfg RelayConfig) engineConfig() (engine.Config, error) {
 // Run relays events until ctx is cancelled, then finishes the batches in
 // flight (bounded by PublishTimeout) and returns nil. It first checks that the
 // table is migrated and returns an error wrapping ErrNotMigrated if not.
-// Database and broker outages do not end Run: it logs, backs off and resumes.
+// Database and broker outages, at start or later, do not end Run: it logs,
+// backs off and resumes.
 func (r *Relay) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
 		return errors.New("outbox: Relay.Run called twice")
 	}
 	defer r.running.Store(false)
-	if err := r.CheckSchema(ctx); err != nil {
-		if ctx.Err() != nil {
+	// A missing or old table ends Run at once: waiting cannot fix it. Any
+	// other failure of the check (the database restarting, a failover, a
+	// killed session) is an outage like those Run rides out later, so the
+	// check is retried with OutageBackoff.
+	for failures := 1; ; failures++ {
+		err := r.CheckSchema(ctx)
+		switch {
+		case ctx.Err() != nil:
 			return nil // stopped while starting: a clean stop, nothing was claimed
+		case err == nil:
+			return r.eng.Run(ctx)
+		case errors.Is(err, ErrNotMigrated):
+			return err
 		}
-		return err
+		wait := r.cfg.OutageBackoff.Delay(failures)
+		r.cfg.Logger.Warn("outbox relay cannot check its table yet; retrying", "err", err, "retry_in", wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
 	}
-	return r.eng.Run(ctx)
 }
 
 // CheckSchema returns an error wrapping ErrNotMigrated when the outbox table

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"errors"
 	"net"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,9 +16,11 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/tcpproxy"
 	"github.com/pgoutbox/outbox/internal/testdb"
 	"github.com/pgoutbox/outbox/memory"
 )
@@ -461,4 +464,50 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestRunRidesOutDatabaseOutageAtStart: a database that is unreachable when
+// Run starts (a restart, a failover) delays the relay; it does not end it.
+func TestRunRidesOutDatabaseOutageAtStart(t *testing.T) {
+	e := setup(t)
+	ids := e.writeBatch(3)
+	u, err := url.Parse(testdb.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := tcpproxy.Start(t, u.Host)
+	u.Host = px.Addr()
+	cfg, err := pgxpool.ParseConfig(u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = e.schema
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	pub := memory.New()
+	r, err := outbox.NewRelay(pool, pub, outbox.RelayConfig{Schema: e.schema,
+		OutageBackoff: outbox.Backoff{Base: 10 * time.Millisecond, Max: 50 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	px.Cut()
+	c, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(c) }()
+	select {
+	case err := <-done:
+		t.Fatalf("Run returned during a database outage at start: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	px.Restore()
+	if err := pub.WaitDistinct(ctx(t), len(ids)); err != nil {
+		t.Fatalf("relay did not resume after the outage: %v", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run = %v", err)
+	}
 }

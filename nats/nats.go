@@ -107,6 +107,10 @@ func (p *Publisher) PublishBatch(ctx context.Context, msgs []*outbox.Message) []
 	}
 	futures := make([]jetstream.PubAckFuture, len(msgs))
 	for i, msg := range msgs {
+		if err := validSubject(p.subject.Render(msg)); err != nil {
+			errs[i] = outbox.Permanent(err)
+			continue
+		}
 		if len(msg.Payload) > int(p.nc.MaxPayload()) {
 			errs[i] = outbox.Permanent(fmt.Errorf("nats: payload of %d bytes exceeds the server's max_payload %d", len(msg.Payload), p.nc.MaxPayload()))
 			continue
@@ -131,6 +135,31 @@ func (p *Publisher) PublishBatch(ctx context.Context, msgs []*outbox.Message) []
 		}
 	}
 	return errs
+}
+
+// validSubject rejects what would be published to the wrong place or refused:
+// a rendered subject with an empty token (an empty event field, a stray dot),
+// a wildcard token (* or >, which would be stored under a wildcard subject),
+// or white space and control characters. The event's fields come from rows an
+// application may have inserted by hand, so they are checked here, at publish.
+func validSubject(subj string) error {
+	if subj == "" {
+		return errors.New("nats: empty subject")
+	}
+	for _, tok := range strings.Split(subj, ".") {
+		switch {
+		case tok == "":
+			return fmt.Errorf("nats: subject %q has an empty token (an empty event field or a stray dot)", subj)
+		case tok == "*" || tok == ">":
+			return fmt.Errorf("nats: subject %q has the wildcard token %q, which cannot be published to", subj, tok)
+		}
+		for _, r := range tok {
+			if r <= ' ' || r == 0x7f {
+				return fmt.Errorf("nats: subject %q contains white space or a control character", subj)
+			}
+		}
+	}
+	return nil
 }
 
 func deadline(ctx context.Context) time.Time {

@@ -3,6 +3,7 @@ package nats_test
 import (
 	"context"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,4 +87,31 @@ func readStream(ctx context.Context, s jetstream.Stream, n int) ([]publishertest
 		})
 	}
 	return out, nil
+}
+
+func TestInvalidSubjectsArePermanent(t *testing.T) {
+	t.Parallel()
+	nc := testnats.Conn(t)
+	stream, prefix := testnats.Stream(t, nc)
+	pub, err := outboxnats.New(nc, outboxnats.Config{Subject: prefix + ".{aggregate_type}.{event_type}"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []struct{ aggType, eventType string }{
+		{"order", "*"}, {"order", ">"}, {"", "created"}, {"order", "order created"}, {"order", "a..b"}, {"order", "tab\there"},
+	} {
+		m := publishertest.NewMessage("1", `{}`)
+		m.AggregateType, m.EventType = bad.aggType, bad.eventType
+		err := pub.Publish(context.Background(), m)
+		if outbox.Classify(err) != outbox.ClassPermanent || !strings.Contains(err.Error(), "subject") {
+			t.Errorf("subject from %q/%q: err = %v, want a permanent error about the subject", bad.aggType, bad.eventType, err)
+		}
+	}
+	info, err := stream.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 0 {
+		t.Errorf("%d messages stored from invalid subjects", info.State.Msgs)
+	}
 }
