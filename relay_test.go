@@ -3,8 +3,8 @@ package outbox_test
 import (
 	"bytes"
 	"context"
-	"log/slog"
 	"errors"
+	"log/slog"
 	"net"
 	"net/url"
 	"strings"
