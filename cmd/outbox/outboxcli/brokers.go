@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"sort"
 	"strings"
+	"sync/atomic"
 
 	natsgo "github.com/nats-io/nats.go"
 
@@ -89,17 +90,32 @@ func openNATS(_ context.Context, u *url.URL, o BrokerOptions) (outbox.Publisher,
 		return nil, nil, fmt.Errorf("%q: missing host, e.g. nats://127.0.0.1:4222", u.Redacted())
 	}
 	log := o.Logger.With("broker", u.Redacted())
+	// Say why a connection attempt fails (an untrusted certificate, refused
+	// credentials), once per distinct reason, so an operator is not left with
+	// "broker unavailable" alone.
+	var lastReason atomic.Value
+	logReason := func(err error) {
+		if err == nil {
+			return
+		}
+		msg := redactDSN(err.Error())
+		if prev, _ := lastReason.Swap(msg).(string); prev != msg {
+			log.Warn("nats connection attempt failed", "err", msg)
+		}
+	}
 	nc, err := natsgo.Connect(u.String(),
+		natsgo.ReconnectErrHandler(func(_ *natsgo.Conn, err error) { logReason(err) }),
+		natsgo.ErrorHandler(func(_ *natsgo.Conn, _ *natsgo.Subscription, err error) { logReason(err) }),
 		natsgo.Name(o.ClientName),
 		natsgo.MaxReconnects(-1),
 		natsgo.RetryOnFailedConnect(true),
-		natsgo.ConnectHandler(func(*natsgo.Conn) { log.Info("nats connected") }),
+		natsgo.ConnectHandler(func(*natsgo.Conn) { lastReason.Store(""); log.Info("nats connected") }),
 		natsgo.DisconnectErrHandler(func(_ *natsgo.Conn, err error) {
 			if err != nil {
 				log.Warn("nats disconnected", "err", err)
 			}
 		}),
-		natsgo.ReconnectHandler(func(*natsgo.Conn) { log.Info("nats reconnected") }),
+		natsgo.ReconnectHandler(func(*natsgo.Conn) { lastReason.Store(""); log.Info("nats reconnected") }),
 	)
 	if err != nil {
 		return nil, nil, fmt.Errorf("nats: %w", err)
