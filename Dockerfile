@@ -1,5 +1,3 @@
-# syntax=docker/dockerfile:1
-#
 # The `outbox` command (relay daemon and operator's tool) as a small, static,
 # non-root image:
 #
@@ -10,6 +8,7 @@
 #
 # The build flags are the ones deploy/build_test.go checks produce a static
 # binary (CGO_ENABLED=0: no libc, so the distroless "static" base suffices).
+# The cache mounts need BuildKit (the default builder since Docker 23).
 
 FROM golang:1.26 AS build
 WORKDIR /src
