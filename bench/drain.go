@@ -117,6 +117,10 @@ func (h *harness) drainOnce(ctx context.Context, spec relaySpec, schema string, 
 		child.kill()
 		return relayResult{}, 0, err
 	}
+	var ws *waitSampler
+	if h.opt.SampleWaits {
+		ws = h.sampleWaits(ctx, spec.AppName)
+	}
 	var t0 time.Time
 	if fillAfterStart != nil {
 		if err := fillAfterStart(); err != nil {
@@ -126,6 +130,9 @@ func (h *harness) drainOnce(ctx context.Context, spec relaySpec, schema string, 
 		t0 = time.Now()
 	}
 	res, err := child.finish(0)
+	if ws != nil {
+		h.lastWaits = ws.stop()
+	}
 	if err != nil {
 		return res, 0, err
 	}
@@ -179,7 +186,7 @@ func (h *harness) drainRun(ctx context.Context, r *results) error {
 		n                  int
 		afterDrain         string // growth row label for the claim after this drain
 		batch              int
-		del                bool
+		del, async         bool
 	}
 	vs := []variant{
 		{label: "pgoutbox → in-memory (defaults: batch 100, 2 workers)", design: designOurs, pub: pubMemory, n: n, afterDrain: "pgoutbox: just drained " + count(n) + ", before VACUUM"},
@@ -191,14 +198,17 @@ func (h *harness) drainRun(ctx context.Context, r *results) error {
 		vs = append(vs,
 			variant{label: "pgoutbox → in-memory (BatchSize 1000)", design: designOurs, pub: pubMemory, n: n, batch: 1000},
 			variant{label: "pgoutbox → in-memory (DeleteOnPublish)", design: designOurs, pub: pubMemory, n: n, del: true},
-			variant{label: "pgoutbox → NATS JetStream (BatchSize 1000)", design: designOurs, pub: pubNATS, n: n, batch: 1000})
+			variant{label: "pgoutbox → in-memory (relay sessions synchronous_commit=off)", design: designOurs, pub: pubMemory, n: n, async: true},
+			variant{label: "pgoutbox → in-memory (BatchSize 1000, synchronous_commit=off)", design: designOurs, pub: pubMemory, n: n, batch: 1000, async: true},
+			variant{label: "pgoutbox → NATS JetStream (BatchSize 1000)", design: designOurs, pub: pubNATS, n: n, batch: 1000},
+			variant{label: "pgoutbox → NATS JetStream (BatchSize 1000, synchronous_commit=off)", design: designOurs, pub: pubNATS, n: n, batch: 1000, async: true})
 	}
 	if n > 100_000 {
 		vs = append(vs, variant{label: "pgoutbox → in-memory (defaults), RSS at a smaller backlog", design: designOurs, pub: pubMemory, n: 100_000})
 	}
 	for _, v := range vs {
 		spec := h.spec(v.design, "", v.pub)
-		spec.BatchSize, spec.Delete = v.batch, v.del
+		spec.BatchSize, spec.Delete, spec.AsyncCommit = v.batch, v.del, v.async
 		var fillAfter func() error
 		if v.design == designOurs {
 			s, err = h.setupOurs(ctx, "drain")
@@ -226,6 +236,13 @@ func (h *harness) drainRun(ctx context.Context, r *results) error {
 			h.logf("drain: %s: FAILED: %v", v.label, err)
 		}
 		f.add(rate, rate/floor, res, err == nil && res.Delivery.OK(), note)
+		if h.opt.SampleWaits && r.waits[v.label] == nil && h.lastWaits != nil {
+			if r.waits == nil {
+				r.waits = map[string][]string{}
+			}
+			r.waits[v.label] = h.lastWaits
+			r.waitOrder = append(r.waitOrder, v.label)
+		}
 		h.logf("drain: %s: %.0f ev/s (%.2f of raw), peak RSS %.1f MB, delivered %d/%d, dups %d",
 			v.label, rate, rate/floor, float64(res.MaxRSSKB)/1024, res.Delivery.Distinct, v.n, res.Delivery.Dups())
 		if v.afterDrain != "" && h.opt.want("growth") && err == nil {
@@ -259,8 +276,17 @@ func (h *harness) claimAfterDrain(ctx context.Context, r *results, design, schem
 	if err != nil {
 		return err
 	}
-	r.growth(label).addClaim(st)
+	g := r.growth(label)
+	g.addClaim(st)
 	h.logf("growth: %s: claim p50 %.2f ms p99 %.2f ms", label, st.P50, st.P99)
+	if len(g.ClaimP50) == 1 && design == designOurs {
+		plan, err := h.explainClaim(ctx, design, schema)
+		if err != nil {
+			return err
+		}
+		r.explains = append(r.explains, fmt.Sprintf("EXPLAIN (ANALYZE, BUFFERS) of pgoutbox's claim right after its relay drained %s events (1000 new pending, no VACUUM since):\n\n```\n%s\n```",
+			count(drained), plan))
+	}
 	if err := h.vacuum(ctx, schema); err != nil {
 		return err
 	}

@@ -30,6 +30,7 @@ type options struct {
 	Events       int  // drain backlog
 	ArticleCap   int  // the article's drain backlog (its relay is 10-20x slower)
 	Extra        bool // drain: tuned pgoutbox configurations too
+	SampleWaits  bool // drain: sample the relay's sessions in pg_stat_activity
 	Only         map[string]bool
 	Keep         bool
 	Writers      int           // write-cost writers
@@ -59,6 +60,9 @@ type harness struct {
 	js      jetstream.JetStream
 	streams []string
 	seq     int
+
+	lastWaits []string  // the last drain's wait sample (--sample-waits)
+	loads     []float64 // 1-minute load average at every progress line
 }
 
 func newHarness(ctx context.Context, opt options) (*harness, error) {
@@ -93,7 +97,29 @@ func randHex(n int) string {
 }
 
 func (h *harness) logf(format string, args ...any) {
-	fmt.Fprintf(h.opt.Log, "[%s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+	load := loadAvg()
+	if load >= 0 {
+		h.loads = append(h.loads, load)
+	}
+	fmt.Fprintf(h.opt.Log, "[%s load %.1f] %s\n", time.Now().Format("15:04:05"), load, fmt.Sprintf(format, args...))
+}
+
+// loadAvg is the 1-minute load average (-1 if unknown): the machine is
+// shared, and the report says how busy it was.
+func loadAvg() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return -1
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return -1
+	}
+	x, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return -1
+	}
+	return x
 }
 
 // close drops every schema and stream the harness created, unless --keep.

@@ -61,10 +61,10 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 	fs.StringVar(&opt.DatabaseURL, "database-url", def, "PostgreSQL URL (default $DATABASE_URL)")
 	fs.StringVar(&opt.NatsURL, "nats-url", natsDef, "NATS URL (default $NATS_URL)")
 	fs.BoolVar(&opt.Quick, "quick", false, "smaller sizes: 100k backlog, 1M retained rows, shorter windows")
-	fs.IntVar(&opt.Runs, "runs", 3, "runs of every figure; tables show medians")
+	fs.IntVar(&opt.Runs, "runs", 0, "runs of every figure; tables show medians (default 3, --quick 1)")
 	fs.IntVar(&opt.Events, "events", 0, "drain backlog (default 1M, --quick 100k)")
-	fs.IntVar(&opt.ArticleCap, "article-events", 0, "the article's drain backlog (default min(events, 30k): its relay is 10-20x slower)")
-	fs.BoolVar(&opt.Extra, "extra", false, "drain: also pgoutbox with BatchSize 1000, and with DeleteOnPublish")
+	fs.IntVar(&opt.ArticleCap, "article-events", 0, "the article's drain backlog (default min(events, 30k), --quick 10k: its relay is 10-20x slower)")
+	fs.BoolVar(&opt.Extra, "extra", false, "also pgoutbox configured otherwise: BatchSize 1000, DeleteOnPublish, relay sessions with synchronous_commit=off, Notifier Interval 20ms, polling only")
 	fs.StringVar(&only, "only", "", "comma-separated subset of drain,write,latency,growth")
 	fs.BoolVar(&opt.Keep, "keep", false, "keep the schemas and streams")
 	fs.IntVar(&opt.Writers, "writers", 8, "concurrent writers")
@@ -73,6 +73,7 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 	fs.IntVar(&opt.LatWriters, "latency-writers", 16, "latency: paced writers (enough that slow commits do not throttle the rate)")
 	fs.DurationVar(&opt.LatWindow, "latency-window", 0, "latency window (default 30s, --quick 5s)")
 	fs.BoolVar(&opt.LatMemory, "latency-memory", false, "latency: also the in-memory publisher (always with --quick)")
+	fs.BoolVar(&opt.SampleWaits, "sample-waits", false, "drain: sample the relay's sessions in pg_stat_activity every 5 ms (adds load)")
 	fs.IntVar(&opt.GrowthRows, "growth-rows", 0, "processed rows retained (default 10M, --quick 1M)")
 	fs.IntVar(&opt.GrowthBatch, "growth-batch", 0, "pending rows drained in the growth figure (default 100k, --quick 20k)")
 	fs.IntVar(&opt.ClaimSamples, "claim-samples", 200, "claims timed per table state")
@@ -103,7 +104,8 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 	pick(&opt.Events, 1_000_000, 100_000)
 	pick(&opt.GrowthRows, 10_000_000, 1_000_000)
 	pick(&opt.GrowthBatch, 100_000, 20_000)
-	pick(&opt.ArticleCap, min(opt.Events, 30_000), min(opt.Events, 30_000))
+	pick(&opt.ArticleCap, min(opt.Events, 30_000), min(opt.Events, 10_000))
+	pick(&opt.Runs, 3, 1)
 	pickD(&opt.WriteWindow, 10*time.Second, 3*time.Second)
 	pickD(&opt.LatWindow, 30*time.Second, 5*time.Second)
 	opt.Only = map[string]bool{}
@@ -117,8 +119,6 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 		}
 	}
 	switch {
-	case opt.Runs < 1:
-		return opt, errors.New("--runs must be at least 1")
 	case opt.Events < 1 || opt.ArticleCap < 1 || opt.GrowthBatch < 1 || opt.GrowthRows < 1:
 		return opt, errors.New("--events, --article-events, --growth-rows, --growth-batch must be positive")
 	case opt.Writers < 1 || opt.LatWriters < 1 || opt.Rate < 1 || opt.Workers < 1 || opt.ClaimSamples < 1:
@@ -145,6 +145,7 @@ func run(ctx context.Context, opt options, out io.Writer, cmdline string) error 
 	if err != nil {
 		return err
 	}
+	r.loads = h.loads
 	r.print(out, m, opt, cmdline, started, time.Since(started))
 	r.printTargets(out, opt)
 	return nil

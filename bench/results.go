@@ -14,6 +14,10 @@ type results struct {
 	lats     []*latFigure
 	growths  []*growthFigure
 	explains []string
+
+	loads     []float64           // load averages seen during the run
+	waits     map[string][]string // drain label → wait shares (--sample-waits)
+	waitOrder []string
 }
 
 func (r *results) drain(label string, backlog int) *drainFigure {
@@ -208,6 +212,9 @@ func (r *results) print(w io.Writer, m machine, opt options, cmdline string, sta
 	fmt.Fprintf(w, "- date: %s, wall time %s\n", started.UTC().Format("2006-01-02 15:04 MST"), wall.Round(time.Second))
 	fmt.Fprintf(w, "- machine: %d CPUs (%s), %.1f GB RAM, %s\n", m.CPUs, m.CPUModel, m.MemGB, m.Go)
 	fmt.Fprintf(w, "- PostgreSQL: %s (%s), same machine\n", m.Postgres, m.Settings)
+	if len(r.loads) > 0 {
+		fmt.Fprintf(w, "- 1-minute load average during the run (%d CPUs, shared with other work): median %.1f, max %.1f\n", m.CPUs, median(r.loads), maxOf(r.loads))
+	}
 	fmt.Fprintf(w, "- runs: %d; each cell is the median, per-run values in parentheses; ratios are computed within each run, then their median\n\n", opt.Runs)
 
 	if len(r.drains) > 0 {
@@ -219,6 +226,7 @@ func (r *results) print(w io.Writer, m machine, opt options, cmdline string, sta
 		}
 		notes(w, r.drains, func(f *drainFigure) (string, []string) { return f.Label, f.Notes })
 		fmt.Fprintln(w)
+		printWaits(w, r.waits, r.waitOrder)
 	}
 	if len(r.writes) > 0 {
 		fmt.Fprintf(w, "### 2. Write cost: %d writers, CreateOrder (order row + outbox row, one transaction), %s per phase\n\n", opt.Writers, opt.WriteWindow)
@@ -256,6 +264,14 @@ func (r *results) print(w io.Writer, m machine, opt options, cmdline string, sta
 			fmt.Fprintf(w, "%s\n\n", e)
 		}
 	}
+}
+
+func maxOf(xs []float64) float64 {
+	m := 0.0
+	for _, x := range xs {
+		m = max(m, x)
+	}
+	return m
 }
 
 func notes[T any](w io.Writer, fs []T, get func(T) (string, []string)) {

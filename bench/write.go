@@ -125,6 +125,8 @@ type writePhase struct {
 	label  string
 	design string
 	relay  string // "" none, "child" (LISTEN + Notifier / trigger), "inproc" (Relay.Wake)
+	async  bool   // relay sessions with synchronous_commit=off
+	notify time.Duration
 }
 
 // writerDB is the writers' database/sql handle (pgx's driver) on schema.
@@ -139,11 +141,19 @@ func (h *harness) writerDB(ctx context.Context, schema string) (*pgxpool.Pool, *
 // writeRun measures every write-cost phase once.
 func (h *harness) writeRun(ctx context.Context, r *results) error {
 	phases := []writePhase{
-		{"pgoutbox: no relay", designOurs, ""},
-		{"pgoutbox: relay process with LISTEN, writers call Notifier.Notify()", designOurs, "child"},
-		{"pgoutbox: relay in the writers' process, writers call Relay.Wake()", designOurs, "inproc"},
-		{"article: no trigger, no relay", designArticle, ""},
-		{"article: NOTIFY trigger + its LISTEN relay", designArticle, "child"},
+		{label: "pgoutbox: no relay", design: designOurs},
+		{label: "pgoutbox: relay process with LISTEN, writers call Notifier.Notify()", design: designOurs, relay: "child"},
+		{label: "pgoutbox: relay in the writers' process, writers call Relay.Wake()", design: designOurs, relay: "inproc"},
+		{label: "article: no trigger, no relay", design: designArticle},
+		{label: "article: NOTIFY trigger + its LISTEN relay", design: designArticle, relay: "child"},
+	}
+	if h.opt.Extra {
+		phases = append(phases,
+			writePhase{label: "pgoutbox: relay process with LISTEN + Notifier, relay synchronous_commit=off", design: designOurs, relay: "child", async: true},
+			writePhase{label: "pgoutbox: relay process with LISTEN + Notifier (Interval 20ms)", design: designOurs, relay: "child", notify: 20 * time.Millisecond},
+			writePhase{label: "pgoutbox: relay process with LISTEN + Notifier (Interval 20ms), relay synchronous_commit=off", design: designOurs, relay: "child", async: true, notify: 20 * time.Millisecond},
+			writePhase{label: "pgoutbox: relay process, polling only (no wake-up)", design: designOurs, relay: "poll"},
+		)
 	}
 	base := map[string]float64{}
 	for _, p := range phases {
@@ -195,9 +205,10 @@ func (h *harness) writePhase(ctx context.Context, r *results, p writePhase) (flo
 	f := r.write(p.label)
 	var fin func(committed int64) (relayResult, error)
 	switch p.relay {
-	case "child":
+	case "child", "poll":
 		spec := h.spec(p.design, s, pubMemory)
-		spec.Listen = true
+		spec.Listen = p.relay == "child"
+		spec.AsyncCommit = p.async
 		child, err := spawnRelay(ctx, spec)
 		if err != nil {
 			return 0, err
@@ -206,8 +217,8 @@ func (h *harness) writePhase(ctx context.Context, r *results, p writePhase) (flo
 			child.kill()
 			return 0, err
 		}
-		if p.design == designOurs {
-			n, err := outbox.NewNotifier(pool, outbox.NotifierConfig{Schema: s})
+		if p.design == designOurs && p.relay == "child" {
+			n, err := outbox.NewNotifier(pool, outbox.NotifierConfig{Schema: s, Interval: p.notify})
 			if err != nil {
 				child.kill()
 				return 0, err
