@@ -593,6 +593,14 @@ func (e *Engine) refreshGauges(ctx context.Context) error {
 	b := &pgx.Batch{}
 	b.Queue(e.q.CountPending).QueryRow(func(r pgx.Row) error { return r.Scan(&pending) })
 	b.Queue(e.q.CountDead).QueryRow(func(r pgx.Row) error { return r.Scan(&dead) })
+	var oldest, now time.Time
+	b.Queue(`SELECT now()`).QueryRow(func(r pgx.Row) error { return r.Scan(&now) })
+	b.Queue(e.q.OldestPending).QueryRow(func(r pgx.Row) error {
+		if err := r.Scan(&oldest); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		return nil
+	})
 	if e.cfg.Ordered {
 		b.Queue(e.q.BlockedAggregates).QueryRow(func(r pgx.Row) error { return r.Scan(&blocked) })
 	}
@@ -602,6 +610,11 @@ func (e *Engine) refreshGauges(ctx context.Context) error {
 	e.cfg.Metrics.Pending.Set(float64(pending))
 	e.cfg.Metrics.DeadLetters.Set(float64(dead))
 	e.cfg.Metrics.BlockedAggregates.Set(float64(blocked))
+	age := 0.0
+	if !oldest.IsZero() {
+		age = max(now.Sub(oldest).Seconds(), 0)
+	}
+	e.cfg.Metrics.OldestPendingAge.Set(age)
 	return nil
 }
 

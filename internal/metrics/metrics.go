@@ -21,6 +21,7 @@ type Metrics struct {
 	DBErrors          prometheus.Counter
 	LastPublish       prometheus.Gauge
 	BlockedAggregates prometheus.Gauge
+	OldestPendingAge  prometheus.Gauge
 }
 
 // New builds the collectors and registers them with reg when reg is not nil.
@@ -42,8 +43,10 @@ func New(reg prometheus.Registerer, constLabels prometheus.Labels) (*Metrics, er
 		}),
 		BatchDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "outbox_batch_duration_seconds", ConstLabels: constLabels,
-			Help:    "Duration of each outbox processing batch.",
-			Buckets: prometheus.DefBuckets,
+			Help: "Duration of each outbox processing batch.",
+			// DefBuckets plus the range up to and past the default 15s
+			// publish timeout, so timed-out batches are not all in +Inf.
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 15, 20, 30, 60},
 		}),
 		DeadLetters: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "outbox_dead_letters", ConstLabels: constLabels,
@@ -74,6 +77,10 @@ func New(reg prometheus.Registerer, constLabels prometheus.Labels) (*Metrics, er
 			Name: "outbox_blocked_aggregates", ConstLabels: constLabels,
 			Help: "Aggregates whose later events are held back by a dead letter (ordered mode).",
 		}),
+		OldestPendingAge: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "outbox_oldest_pending_age_seconds", ConstLabels: constLabels,
+			Help: "Age of the oldest claimable event (by insertion order); 0 when none is pending.",
+		}),
 	}
 	if reg != nil {
 		for _, c := range m.collectors() {
@@ -87,7 +94,7 @@ func New(reg prometheus.Registerer, constLabels prometheus.Labels) (*Metrics, er
 
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.Published, m.Failed, m.Pending, m.BatchDuration, m.DeadLetters,
-		m.DeadLettered, m.PublishLag, m.BrokerUnavailable, m.DBErrors, m.LastPublish, m.BlockedAggregates}
+		m.DeadLettered, m.PublishLag, m.BrokerUnavailable, m.DBErrors, m.LastPublish, m.BlockedAggregates, m.OldestPendingAge}
 }
 
 // ObservePublished records one confirmed event.

@@ -26,9 +26,11 @@ type Queries struct {
 	// $1 uuid[] published; failures as $2 uuid[], $3 text[] error, $4
 	// bigint[] retry delay in ms, $5 bool[] dead-letter now.
 	MarkOutcomes string
-	// CountPending and CountDead feed the gauges.
-	CountPending string
-	CountDead    string
+	// CountPending and CountDead feed the gauges; OldestPending is the
+	// created_at of the first pending row in claim order (one index probe).
+	CountPending  string
+	OldestPending string
+	CountDead     string
 	// Cleanup deletes up to $2 rows processed more than $1 (interval) ago.
 	Cleanup string
 	// Status aggregates per event type: pending, dead, published in the last
@@ -84,6 +86,7 @@ FOR UPDATE OF o SKIP LOCKED`,
 		MarkPublished: markPublished(t, deleteProcessed),
 		MarkOutcomes:  markOutcomes(t, deleteProcessed),
 		CountPending:  `SELECT count(*) FROM ` + t + ` WHERE processed_at IS NULL AND dead_at IS NULL`,
+		OldestPending: `SELECT created_at FROM ` + t + ` WHERE processed_at IS NULL AND dead_at IS NULL ORDER BY seq LIMIT 1`,
 		CountDead:     `SELECT count(*) FROM ` + t + ` WHERE dead_at IS NOT NULL AND processed_at IS NULL`,
 		Cleanup: `DELETE FROM ` + t + ` WHERE id IN (
     SELECT id FROM ` + t + `
