@@ -18,7 +18,7 @@ var (
 	flagReport     = flag.String("reliability.report", "", "write the results as markdown to this file; a relative path is taken from the repository root (RELIABILITY.md)")
 	flagRaceRelay  = flag.Bool("reliability.racerelay", false, "build the relay binary with -race; a data race in a relay fails the test")
 	flagKeepLogs   = flag.Bool("reliability.keeplogs", false, "print every relay's log at the end of its test")
-	flagParallel   = flag.Int("reliability.parallel", 0, "how many scenarios run at once (default 3; the long version 1)")
+	flagParallel   = flag.Int("reliability.parallel", 0, "how many scenarios run at once (default 5; the long version 1)")
 	outboxBin      string // the outbox binary, built once
 	natsServerBin  string // the nats-server binary, "" to use an embedded server
 	report         = &collector{}
@@ -65,16 +65,17 @@ func TestMain(m *testing.M) {
 	flag.Parse()
 	n := *flagParallel
 	if n <= 0 {
-		n = 3
+		n = 5
 		if *flagLong {
 			n = 1
 		}
 	}
 	scenarioSlots = make(chan struct{}, n)
-	// More than GOMAXPROCS tests in parallel: most of a scenario's time is
-	// spent waiting for faults to play out, not computing.
+	// The scenario slots, not -parallel, bound the heavy tests; the light
+	// ones and the tests waiting for a slot need not hold a -parallel slot.
+	// (Most of a scenario's time is spent waiting for faults to play out.)
 	if f := flag.Lookup("test.parallel"); f != nil && f.Value.String() == fmt.Sprint(runtime.GOMAXPROCS(0)) {
-		_ = f.Value.Set(fmt.Sprint(max(n+2, runtime.GOMAXPROCS(0))))
+		_ = f.Value.Set("64")
 	}
 
 	dir, err := os.MkdirTemp("", "outbox-reliability-")

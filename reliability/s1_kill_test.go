@@ -52,7 +52,7 @@ func scenarioKills(t *testing.T, ordered bool) {
 		dupWindow = 100 * time.Millisecond
 	}
 	e := newEnv(t, envOpts{dupWindow: dupWindow})
-	targeted := long(40, 400) // relay A, at exact points
+	targeted := long(32, 400) // relay A, at exact points
 	randomKills := long(20, 200)
 
 	w := e.startWriters(&workload{writers: 4, aggregates: 20, pause: 20 * time.Millisecond, rollbackPct: 10})

@@ -19,7 +19,9 @@ import (
 // draining at a steady rate: no collapse as the dead index entries pile up.
 func TestScenario7HugeBacklog(t *testing.T) {
 	t.Parallel()
-	slot(t)
+	if *flagLong {
+		slot(t)
+	} // else it starts at once, beside the slots: it is the longest scenario
 	e := newEnv(t, envOpts{})
 	n := long(200_000, 2_000_000)
 
