@@ -5,18 +5,18 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/inbox"
 	"github.com/pgoutbox/outbox/memory"
 )
 
 // TestTraceSpansWritePublishConsume: one trace from the request that wrote
-// the event, through the relay's producer span, to the consumer's span
-// continued from the message headers.
+// the event, through the relay's producer span, to the inbox's consumer span
+// continued from the message headers and the handler's span inside it.
 func TestTraceSpansWritePublishConsume(t *testing.T) {
 	e := setup(t)
 	exp := tracetest.NewInMemoryExporter()
@@ -42,17 +42,34 @@ func TestTraceSpansWritePublishConsume(t *testing.T) {
 	}
 	msg := pub.Messages()[0]
 
-	// The consumer continues the trace from the message headers.
-	consumerCtx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier(msg.Headers))
-	_, consumeSpan := tracer.Start(consumerCtx, "consume order.created", trace.WithSpanKind(trace.SpanKindConsumer))
-	consumeSpan.End()
+	// The consumer side: the inbox continues the trace from the headers and
+	// the handler's own span joins it.
+	if _, err := inbox.Migrate(ctx(t), e.pool, inbox.MigrateConfig{Schema: e.schema}); err != nil {
+		t.Fatal(err)
+	}
+	in, err := inbox.New(e.pool, inbox.Config{Schema: e.schema, Consumer: "shipping", TracerProvider: tp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	delivered, err := inbox.MessageFromHeaders(msg.StandardHeaders(), msg.Payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = in.Handle(ctx(t), delivered, func(hctx context.Context, tx pgx.Tx) error {
+		_, s := tracer.Start(hctx, "ship order")
+		s.End()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	spans := exp.GetSpans()
 	byName := map[string]tracetest.SpanStub{}
 	for _, s := range spans {
 		byName[s.Name] = s
 	}
-	req, prod, cons := byName["POST /orders"], byName["publish"], byName["consume order.created"]
+	req, prod, cons, handler := byName["POST /orders"], byName["publish"], byName["process order.created"], byName["ship order"]
 	if !prod.SpanContext.IsValid() {
 		t.Fatalf("no producer span recorded; spans: %v", names(spans))
 	}
@@ -62,10 +79,13 @@ func TestTraceSpansWritePublishConsume(t *testing.T) {
 	if prod.Parent.SpanID() != req.SpanContext.SpanID() {
 		t.Errorf("producer span's parent = %s, want the writing request's span %s", prod.Parent.SpanID(), req.SpanContext.SpanID())
 	}
-	if cons.Parent.SpanID() != prod.SpanContext.SpanID() {
-		t.Errorf("consumer span's parent = %s, want the producer span %s", cons.Parent.SpanID(), prod.SpanContext.SpanID())
+	if cons.SpanKind != trace.SpanKindConsumer || cons.Parent.SpanID() != prod.SpanContext.SpanID() {
+		t.Errorf("consumer span (kind %v) parent = %s, want the producer span %s", cons.SpanKind, cons.Parent.SpanID(), prod.SpanContext.SpanID())
 	}
-	for _, s := range []tracetest.SpanStub{req, prod, cons} {
+	if handler.Parent.SpanID() != cons.SpanContext.SpanID() {
+		t.Errorf("handler span's parent = %s, want the inbox's consumer span", handler.Parent.SpanID())
+	}
+	for _, s := range []tracetest.SpanStub{req, prod, cons, handler} {
 		if s.SpanContext.TraceID() != req.SpanContext.TraceID() {
 			t.Errorf("span %q is in trace %s, want one trace %s", s.Name, s.SpanContext.TraceID(), req.SpanContext.TraceID())
 		}

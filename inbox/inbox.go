@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // ErrNotMigrated is returned when the inbox table does not exist: run Migrate
@@ -39,6 +40,10 @@ type Config struct {
 	// Logger receives debug lines about duplicates (consumer, event_id,
 	// event_type, aggregate_id). Default: discard.
 	Logger *slog.Logger
+	// TracerProvider creates the consumer span Handle starts for every
+	// message, continuing the trace carried in its traceparent header.
+	// Default: the OpenTelemetry global provider (a no-op unless set).
+	TracerProvider trace.TracerProvider
 }
 
 // Result is the outcome of one successful Handle.
@@ -60,6 +65,7 @@ type core struct {
 	q        queries
 	consumer string
 	log      *slog.Logger
+	tracer   trace.Tracer
 }
 
 func newCore(cfg Config) (core, error) {
@@ -81,7 +87,7 @@ func newCore(cfg Config) (core, error) {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return core{names: n, q: newQueries(n), consumer: cfg.Consumer, log: log}, nil
+	return core{names: n, q: newQueries(n), consumer: cfg.Consumer, log: log, tracer: tracerFrom(cfg.TracerProvider)}, nil
 }
 
 // Inbox deduplicates deliveries for one consumer on a pgx pool. It is safe for
@@ -220,6 +226,8 @@ func (c *core) handle(ctx context.Context, msg Message, begin func(context.Conte
 	if msg.ID == uuid.Nil {
 		return Result{}, fmt.Errorf("inbox: message has no event id: %w", ErrInvalidMessage)
 	}
+	ctx, span := c.startSpan(ctx, msg)
+	defer func() { endSpan(span, res, err) }()
 	tx, err := begin(ctx)
 	if err != nil {
 		return Result{}, fmt.Errorf("inbox: event %s: begin: %w", msg.ID, err)
