@@ -1,6 +1,7 @@
 package reliability
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -11,6 +12,10 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/outbox/internal/testdb"
 )
 
 var (
@@ -126,11 +131,11 @@ func findNATSServer() string {
 func writeReport(path string) error {
 	report.mu.Lock()
 	defer report.mu.Unlock()
-	size := "CI (short)"
-	cmd := "go test ./reliability -count=1 -v -reliability.report RELIABILITY.md"
+	r := &Report{Key: "ci", Size: "CI size", Command: "go test ./reliability -count=1 -v -reliability.report RELIABILITY.md",
+		Started: suiteStartedAt, Duration: time.Since(suiteStartedAt), Rows: report.rows, Checks: report.checks}
 	if *flagLong {
-		size = "long"
-		cmd = "go test ./reliability -count=1 -v -timeout 3h -reliability.long -reliability.report RELIABILITY.md"
+		r.Key, r.Size = "long", "long version"
+		r.Command = "go test ./reliability -count=1 -v -timeout 3h -reliability.long -reliability.report RELIABILITY.md"
 	}
 	host := fmt.Sprintf("%s/%s, %d CPUs", runtime.GOOS, runtime.GOARCH, runtime.NumCPU())
 	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
@@ -147,12 +152,24 @@ func writeReport(path string) error {
 	} else {
 		host += ", embedded nats-server"
 	}
-	r := &Report{Size: size, Command: cmd, Started: suiteStartedAt, Duration: time.Since(suiteStartedAt),
-		Machine: host, Rows: report.rows, Checks: report.checks}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if conn, err := pgx.Connect(ctx, testdb.URL()); err == nil {
+		var v string
+		if conn.QueryRow(ctx, `SHOW server_version`).Scan(&v) == nil {
+			host += ", PostgreSQL " + strings.Fields(v)[0]
+		}
+		conn.Close(ctx)
+	}
+	r.Machine = host
 	if !filepath.IsAbs(path) {
 		path = filepath.Join("..", path) // the test runs in reliability/
 	}
-	return os.WriteFile(path, []byte(r.Markdown()), 0o644)
+	old, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	return os.WriteFile(path, []byte(r.Merge(string(old))), 0o644)
 }
 
 // long picks the CI or the long value.
