@@ -118,8 +118,6 @@ type Engine struct {
 	wake chan struct{}
 
 	brokerDown atomic.Bool
-	dbDown     atomic.Bool
-	listening  atomic.Bool
 }
 
 // New returns an engine; cfg must be validated by the caller.
@@ -137,9 +135,6 @@ func (e *Engine) Wake() {
 
 // BrokerDown reports whether the last batch found the broker unreachable.
 func (e *Engine) BrokerDown() bool { return e.brokerDown.Load() }
-
-// DBDown reports whether the last database operation failed.
-func (e *Engine) DBDown() bool { return e.dbDown.Load() }
 
 // ErrMissingIndex reports a table from before the latest migration.
 var ErrMissingIndex = errors.New("index missing")
@@ -198,7 +193,6 @@ func (e *Engine) worker(ctx context.Context, id int) {
 			return
 		case err != nil:
 			outages++
-			e.dbDown.Store(true)
 			if e.cfg.Metrics != nil {
 				e.cfg.Metrics.DBErrors.Inc()
 			}
@@ -206,17 +200,14 @@ func (e *Engine) worker(ctx context.Context, id int) {
 			log.Error("outbox relay batch failed", "err", err, "retry_in", wait)
 		case res.Unavailable > 0:
 			outages++
-			e.dbDown.Store(false)
 			wait = e.cfg.OutageBackoff.Delay(outages)
 			log.Warn("broker unavailable, relay backing off; no attempt counted",
 				"events", res.Unavailable, "err", res.UnavailableErr, "retry_in", wait)
 		case res.Claimed == e.cfg.BatchSize:
 			outages = 0
-			e.dbDown.Store(false)
 			continue // a full batch: more is likely waiting
 		default:
 			outages = 0
-			e.dbDown.Store(false)
 			wait = e.cfg.PollInterval
 		}
 		if !e.sleep(ctx, wait, err == nil && res.Unavailable == 0) {
@@ -556,8 +547,6 @@ func (e *Engine) listen(ctx context.Context) error {
 	if _, err := conn.Exec(ctx, "LISTEN "+ident.Quote(e.cfg.Names.Channel)); err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	e.listening.Store(true)
-	defer e.listening.Store(false)
 	e.Wake()
 	for {
 		if _, err := conn.WaitForNotification(ctx); err != nil {
@@ -566,9 +555,6 @@ func (e *Engine) listen(ctx context.Context) error {
 		e.Wake()
 	}
 }
-
-// Listening reports whether the wake-up listener is connected.
-func (e *Engine) Listening() bool { return e.listening.Load() }
 
 func (e *Engine) statsLoop(ctx context.Context) {
 	if e.cfg.Metrics == nil || e.cfg.StatsInterval <= 0 {
