@@ -23,7 +23,7 @@ var (
 	flagReport     = flag.String("reliability.report", "", "write the results as markdown to this file; a relative path is taken from the repository root (RELIABILITY.md)")
 	flagRaceRelay  = flag.Bool("reliability.racerelay", false, "build the relay binary with -race; a data race in a relay fails the test")
 	flagKeepLogs   = flag.Bool("reliability.keeplogs", false, "print every relay's log at the end of its test")
-	flagParallel   = flag.Int("reliability.parallel", 0, "how many scenarios run at once (default 5; the long version 1)")
+	flagParallel   = flag.Int("reliability.parallel", 0, "how many scenarios run at once (default 5; the long version 2)")
 	outboxBin      string // the outbox binary, built once
 	natsServerBin  string // the nats-server binary, "" to use an embedded server
 	report         = &collector{}
@@ -72,7 +72,7 @@ func TestMain(m *testing.M) {
 	if n <= 0 {
 		n = 5
 		if *flagLong {
-			n = 1
+			n = 2
 		}
 	}
 	scenarioSlots = make(chan struct{}, n)

@@ -126,7 +126,7 @@ How the faults are injected (` + "`reliability/`" + `):
 Run it (from the repository root; each command rewrites its own section below):
 
 ` + "```sh" + `
-go test ./reliability -count=1 -v -reliability.report RELIABILITY.md                                # CI size, ~4 min
+go test ./reliability -count=1 -v -reliability.report RELIABILITY.md                                # CI size, ~4 minutes
 go test ./reliability -count=1 -v -timeout 3h -reliability.long -reliability.report RELIABILITY.md  # long version
 ` + "```" + `
 

@@ -17,11 +17,10 @@ import (
 // transaction elsewhere holding an old snapshot open the whole time (so
 // vacuum can remove nothing the relay leaves behind). The relay must keep
 // draining at a steady rate: no collapse as the dead index entries pile up.
+//
+// It is not parallel: it measures a rate, so it runs alone, before the
+// parallel scenarios start.
 func TestScenario7HugeBacklog(t *testing.T) {
-	t.Parallel()
-	if *flagLong {
-		slot(t)
-	} // else it starts at once, beside the slots: it is the longest scenario
 	e := newEnv(t, envOpts{})
 	n := long(200_000, 2_000_000)
 
