@@ -1,0 +1,50 @@
+package jsonl_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/pgoutbox/outbox/jsonl"
+	"github.com/pgoutbox/outbox/publishertest"
+)
+
+func TestLines(t *testing.T) {
+	var buf bytes.Buffer
+	pub, err := jsonl.New(&buf, jsonl.Config{Topic: "events.{aggregate_type}"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := publishertest.NewMessage("42", `{"total":12.5}`)
+	var wg sync.WaitGroup
+	for range 20 { // concurrent writes never interleave within a line
+		wg.Go(func() {
+			if err := pub.Publish(context.Background(), m); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
+	if len(lines) != 20 {
+		t.Fatalf("%d lines, want 20", len(lines))
+	}
+	var l jsonl.Line
+	if err := json.Unmarshal([]byte(lines[0]), &l); err != nil {
+		t.Fatal(err)
+	}
+	if l.ID != m.ID.String() || l.Topic != "events.order" || string(l.Payload) != `{"total":12.5}` || l.Headers["tenant"] != "acme" {
+		t.Errorf("line = %+v", l)
+	}
+	if _, err := jsonl.New(&buf, jsonl.Config{Topic: "{nope}"}); err == nil {
+		t.Error("bad topic template accepted")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := pub.Publish(ctx, m); err == nil {
+		t.Error("Publish with a cancelled context succeeded")
+	}
+}
