@@ -88,6 +88,16 @@ func ToMessage(header http.Header, body []byte) (inbox.Message, error) {
 			h[strings.ToLower(k)] = vs[0]
 		}
 	}
+	// The webhook publisher sends the row's own headers (trace context
+	// included) as Outbox-Header-<name>: give them back their names, without
+	// overriding a header the request carries under that name.
+	for k, v := range h {
+		if name, ok := strings.CutPrefix(k, "outbox-header-"); ok && name != "" {
+			if _, taken := h[name]; !taken {
+				h[name] = v
+			}
+		}
+	}
 	wid := h[webhook.HeaderID]
 	if oid, ok := h[outbox.HeaderEventID]; ok && !sameUUID(oid, wid) {
 		return inbox.Message{}, fmt.Errorf("httpinbox: %s %.64q and %s %.64q disagree: %w",

@@ -330,3 +330,17 @@ func TestConfigValidation(t *testing.T) {
 		t.Error("New(nil) accepted")
 	}
 }
+
+func TestToMessageRowHeaders(t *testing.T) {
+	h := http.Header{}
+	h.Set("webhook-id", "0190a5d1-ac96-774b-bcce-b302099a8057")
+	h.Set("Outbox-Header-Traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+	h.Set("Outbox-Event-Type", "order.created")
+	m, err := httpinbox.ToMessage(h, []byte(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Headers["traceparent"] != "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01" {
+		t.Errorf("traceparent not restored from Outbox-Header-Traceparent: %v", m.Headers)
+	}
+}
