@@ -55,52 +55,70 @@ func TestRecorder(t *testing.T) {
 }
 
 // TestQuick runs every figure of the harness at a tiny size against the real
-// PostgreSQL and NATS, and checks that each relay's delivery was verified
-// (every event confirmed at least once) and that the tables came out.
+// PostgreSQL and NATS (one subtest per figure, in parallel: this checks the
+// harness, it measures nothing), and checks that each relay's delivery was
+// verified (every event confirmed at least once) and that the harness
+// dropped what it created.
 func TestQuick(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
 	}
-	opt := options{
-		DatabaseURL: testdb.URL(), NatsURL: testnats.URL(), Runs: 1,
-		Events: 2000, ArticleCap: 300, Writers: 4, LatWriters: 4,
-		WriteWindow: time.Second, Rate: 200, LatWindow: 500 * time.Millisecond,
-		GrowthRows: 3000, GrowthBatch: 300, ClaimSamples: 5, Workers: 2,
-		Timeout: time.Minute, Only: map[string]bool{}, Log: testLog{t}, Prefix: "bench_" + randHex(4),
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	var out bytes.Buffer
-	if err := run(ctx, opt, &out, "go test ./bench"); err != nil {
-		t.Fatal(err)
-	}
-	md := out.String()
-	t.Log("\n" + md)
-	for _, want := range []string{"### 1. Drain", "### 2. Write cost", "### 3. Latency", "### 4. Table growth", "### Targets",
-		"raw SQL floor", "article → NATS JetStream", "EXPLAIN (ANALYZE, BUFFERS)"} {
-		if !strings.Contains(md, want) {
-			t.Errorf("output lacks %q", want)
-		}
-	}
-	if strings.Contains(md, "❌ 0/") {
-		t.Error("a relay's delivery was not verified (see ❌ in the tables)")
-	}
-	// The harness dropped every schema it created.
-	conn, err := pgx.Connect(ctx, testdb.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	var left []string
-	rows, err := conn.Query(ctx, `SELECT nspname FROM pg_namespace WHERE nspname LIKE $1`, strings.ReplaceAll(opt.Prefix, "_", `\_`)+"\\_%")
-	if err == nil {
-		left, err = pgx.CollectRows(rows, pgx.RowTo[string])
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(left) > 0 {
-		t.Errorf("schemas left behind: %v", left)
+	for _, fig := range []struct{ name, want string }{
+		{"drain", "### 1. Drain"},
+		{"write", "### 2. Write cost"},
+		{"latency", "### 3. Latency"},
+		{"growth", "### 4. Table growth"},
+	} {
+		t.Run(fig.name, func(t *testing.T) {
+			t.Parallel()
+			opt := options{
+				DatabaseURL: testdb.URL(), NatsURL: testnats.URL(), Runs: 1,
+				Events: 2000, ArticleCap: 200, Writers: 4, LatWriters: 4,
+				WriteWindow: 500 * time.Millisecond, Rate: 200, LatWindow: 500 * time.Millisecond,
+				GrowthRows: 2000, GrowthBatch: 200, ClaimSamples: 5, Workers: 2,
+				Timeout: time.Minute, Only: map[string]bool{fig.name: true}, Log: testLog{t},
+				Prefix: "bench_" + randHex(4),
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			var out bytes.Buffer
+			if err := run(ctx, opt, &out, "go test ./bench"); err != nil {
+				t.Fatal(err)
+			}
+			md := out.String()
+			t.Log("\n" + md)
+			for _, want := range []string{fig.want, "### Targets", "✅ 1/1 runs"} {
+				if !strings.Contains(md, want) {
+					t.Errorf("output lacks %q", want)
+				}
+			}
+			if strings.Contains(md, "❌ 0/") {
+				t.Error("a relay's delivery was not verified (see ❌ in the tables)")
+			}
+			if fig.name == "drain" && !strings.Contains(md, "article → NATS JetStream") {
+				t.Error("the article's relay did not run")
+			}
+			if fig.name == "growth" && !strings.Contains(md, "EXPLAIN (ANALYZE, BUFFERS)") {
+				t.Error("no EXPLAIN of the claim")
+			}
+			conn, err := pgx.Connect(ctx, testdb.URL())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close(ctx)
+			rows, err := conn.Query(ctx, `SELECT nspname FROM pg_namespace WHERE nspname LIKE $1`,
+				strings.ReplaceAll(opt.Prefix, "_", `\_`)+`\_%`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			left, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(left) > 0 {
+				t.Errorf("schemas left behind: %v", left)
+			}
+		})
 	}
 }
 
@@ -147,13 +165,18 @@ func BenchmarkWrite(b *testing.B) {
 }
 
 // BenchmarkDrain measures the relay, in this process (so -cpuprofile sees
-// it), draining b.N pre-filled events to an in-memory publisher that
-// confirms at once.
+// it), draining b.N pre-filled events with its default configuration to an
+// in-memory publisher that confirms at once, and to NATS JetStream.
 //
-//	go test -run '^$' -bench Drain -benchtime 200000x -cpuprofile cpu.out ./bench
+//	go test -run '^$' -bench Drain/memory -benchtime 200000x -cpuprofile cpu.out ./bench
 func BenchmarkDrain(b *testing.B) {
+	b.Run("memory", func(b *testing.B) { benchDrain(b, pubMemory) })
+	b.Run("nats", func(b *testing.B) { benchDrain(b, pubNATS) })
+}
+
+func benchDrain(b *testing.B, pub string) {
 	ctx := context.Background()
-	opt := options{DatabaseURL: testdb.URL(), Only: map[string]bool{"drain": true}, Log: os.Stderr}
+	opt := options{DatabaseURL: testdb.URL(), NatsURL: testnats.URL(), Only: map[string]bool{"drain": true}, Log: os.Stderr}
 	h := &harness{opt: opt, prefix: testdb.NewSchemaName("bench")}
 	h.pool = testdb.Pool(b, "")
 	s, err := h.setupOurs(ctx, "drain")
@@ -166,9 +189,19 @@ func BenchmarkDrain(b *testing.B) {
 	}
 	pool := testdb.Pool(b, s)
 	rec := newRecorder(b.N, false)
-	spec := h.spec(designOurs, s, pubMemory)
+	spec := h.spec(designOurs, s, pub)
+	if pub == pubNATS {
+		nc := testnats.Conn(b)
+		_, prefix := testnats.Stream(b, nc)
+		spec.Subject = prefix
+	}
+	rp, closePub, err := publisherFor(spec, rec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer closePub()
 	b.ResetTimer()
-	rr, err := startRelay(ctx, spec, pool, &recordingPublisher{rec: rec})
+	rr, err := startRelay(ctx, spec, pool, rp)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -185,7 +186,7 @@ func (h *harness) drainRun(ctx context.Context, r *results) error {
 		label, design, pub string
 		n                  int
 		afterDrain         string // growth row label for the claim after this drain
-		batch              int
+		batch, workers     int
 		del, async         bool
 	}
 	vs := []variant{
@@ -201,14 +202,19 @@ func (h *harness) drainRun(ctx context.Context, r *results) error {
 			variant{label: "pgoutbox → in-memory (relay sessions synchronous_commit=off)", design: designOurs, pub: pubMemory, n: n, async: true},
 			variant{label: "pgoutbox → in-memory (BatchSize 1000, synchronous_commit=off)", design: designOurs, pub: pubMemory, n: n, batch: 1000, async: true},
 			variant{label: "pgoutbox → NATS JetStream (BatchSize 1000)", design: designOurs, pub: pubNATS, n: n, batch: 1000},
-			variant{label: "pgoutbox → NATS JetStream (BatchSize 1000, synchronous_commit=off)", design: designOurs, pub: pubNATS, n: n, batch: 1000, async: true})
+			variant{label: "pgoutbox → NATS JetStream (BatchSize 1000, synchronous_commit=off)", design: designOurs, pub: pubNATS, n: n, batch: 1000, async: true},
+			variant{label: "pgoutbox → in-memory (Workers 4)", design: designOurs, pub: pubMemory, n: n, workers: 4},
+			variant{label: "pgoutbox → NATS JetStream (Workers 8)", design: designOurs, pub: pubNATS, n: n, workers: 8})
 	}
 	if n > 100_000 {
 		vs = append(vs, variant{label: "pgoutbox → in-memory (defaults), RSS at a smaller backlog", design: designOurs, pub: pubMemory, n: 100_000})
 	}
 	for _, v := range vs {
+		if h.opt.Filter != "" && !strings.Contains(v.label, h.opt.Filter) {
+			continue
+		}
 		spec := h.spec(v.design, "", v.pub)
-		spec.BatchSize, spec.Delete, spec.AsyncCommit = v.batch, v.del, v.async
+		spec.BatchSize, spec.Workers, spec.Delete, spec.AsyncCommit = v.batch, v.workers, v.del, v.async
 		var fillAfter func() error
 		if v.design == designOurs {
 			s, err = h.setupOurs(ctx, "drain")

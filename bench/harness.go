@@ -27,10 +27,11 @@ type options struct {
 	NatsURL      string
 	Quick        bool
 	Runs         int
-	Events       int  // drain backlog
-	ArticleCap   int  // the article's drain backlog (its relay is 10-20x slower)
-	Extra        bool // drain: tuned pgoutbox configurations too
-	SampleWaits  bool // drain: sample the relay's sessions in pg_stat_activity
+	Events       int    // drain backlog
+	ArticleCap   int    // the article's drain backlog (its relay is 10-20x slower)
+	Extra        bool   // drain: tuned pgoutbox configurations too
+	SampleWaits  bool   // drain: sample the relay's sessions in pg_stat_activity
+	Filter       string // drain: only the relays whose label contains this
 	Only         map[string]bool
 	Keep         bool
 	Writers      int           // write-cost writers

@@ -15,7 +15,7 @@ func (h *harness) latencyRun(ctx context.Context, r *results) error {
 		{"pgoutbox → NATS JetStream (relay process, LISTEN + Notifier)", designOurs, pubNATS},
 		{"article → NATS JetStream (trigger + LISTEN)", designArticle, pubNATS},
 	}
-	if h.opt.Quick || h.opt.LatMemory {
+	if h.opt.LatMemory {
 		vs = append(vs,
 			variant{"pgoutbox → in-memory (relay process, LISTEN + Notifier)", designOurs, pubMemory},
 			variant{"article → in-memory (trigger + LISTEN)", designArticle, pubMemory})

@@ -226,7 +226,8 @@ func runChild(args []string, stdin io.Reader, stdout io.Writer) error {
 		return err
 	}
 	ctx := context.Background()
-	pool, err := newPool(ctx, spec.DatabaseURL, spec.Schema, spec.AppName, 0, spec.params()...)
+	// pgxpool's default size is max(4, CPUs): room for more workers.
+	pool, err := newPool(ctx, spec.DatabaseURL, spec.Schema, spec.AppName, int32(max(spec.Workers+2, 4)), spec.params()...)
 	if err != nil {
 		return err
 	}

@@ -230,7 +230,8 @@ func (r *results) print(w io.Writer, m machine, opt options, cmdline string, sta
 	}
 	if len(r.writes) > 0 {
 		fmt.Fprintf(w, "### 2. Write cost: %d writers, CreateOrder (order row + outbox row, one transaction), %s per phase\n\n", opt.Writers, opt.WriteWindow)
-		fmt.Fprintf(w, "| phase | orders/s | / same design without relay | delivery verified |\n|---|---:|---:|---|\n")
+		fmt.Fprintf(w, "Each relay phase runs between two no-relay phases of its design; its ratio is to their mean. The no-relay rows list every such phase.\n\n")
+		fmt.Fprintf(w, "| phase | orders/s | / same design without relay (adjacent phases) | delivery verified |\n|---|---:|---:|---|\n")
 		for _, f := range r.writes {
 			ok := "– (no relay)"
 			if f.Check {

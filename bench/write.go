@@ -138,35 +138,48 @@ func (h *harness) writerDB(ctx context.Context, schema string) (*pgxpool.Pool, *
 	return pool, stdlib.OpenDBFromPool(pool), nil
 }
 
-// writeRun measures every write-cost phase once.
+// writeRun measures every write-cost phase once. The machine is shared and
+// its load drifts within seconds, so each relay phase is sandwiched between
+// two no-relay phases of its design, and its ratio is taken against their
+// mean: B R1 B R2 B for pgoutbox, B T B for the article.
 func (h *harness) writeRun(ctx context.Context, r *results) error {
-	phases := []writePhase{
-		{label: "pgoutbox: no relay", design: designOurs},
+	ours := []writePhase{
 		{label: "pgoutbox: relay process with LISTEN, writers call Notifier.Notify()", design: designOurs, relay: "child"},
 		{label: "pgoutbox: relay in the writers' process, writers call Relay.Wake()", design: designOurs, relay: "inproc"},
-		{label: "article: no trigger, no relay", design: designArticle},
-		{label: "article: NOTIFY trigger + its LISTEN relay", design: designArticle, relay: "child"},
 	}
 	if h.opt.Extra {
-		phases = append(phases,
+		ours = append(ours,
 			writePhase{label: "pgoutbox: relay process with LISTEN + Notifier, relay synchronous_commit=off", design: designOurs, relay: "child", async: true},
 			writePhase{label: "pgoutbox: relay process with LISTEN + Notifier (Interval 20ms)", design: designOurs, relay: "child", notify: 20 * time.Millisecond},
-			writePhase{label: "pgoutbox: relay process with LISTEN + Notifier (Interval 20ms), relay synchronous_commit=off", design: designOurs, relay: "child", async: true, notify: 20 * time.Millisecond},
 			writePhase{label: "pgoutbox: relay process, polling only (no wake-up)", design: designOurs, relay: "poll"},
 		)
 	}
-	base := map[string]float64{}
-	for _, p := range phases {
-		rate, err := h.writePhase(ctx, r, p)
+	article := []writePhase{{label: "article: NOTIFY trigger + its LISTEN relay", design: designArticle, relay: "child"}}
+	for _, set := range []struct {
+		base   writePhase
+		phases []writePhase
+	}{
+		{writePhase{label: "pgoutbox: no relay", design: designOurs}, ours},
+		{writePhase{label: "article: no trigger, no relay", design: designArticle}, article},
+	} {
+		before, err := h.writePhase(ctx, r, set.base)
 		if err != nil {
-			return fmt.Errorf("%s: %w", p.label, err)
+			return fmt.Errorf("%s: %w", set.base.label, err)
 		}
-		f := r.write(p.label)
-		if p.relay == "" {
-			base[p.design] = rate
-			f.Ratio = append(f.Ratio, 1)
-		} else if b := base[p.design]; b > 0 {
-			f.Ratio = append(f.Ratio, rate/b)
+		bf := r.write(set.base.label)
+		for _, p := range set.phases {
+			rate, err := h.writePhase(ctx, r, p)
+			if err != nil {
+				return fmt.Errorf("%s: %w", p.label, err)
+			}
+			after, err := h.writePhase(ctx, r, set.base)
+			if err != nil {
+				return fmt.Errorf("%s: %w", set.base.label, err)
+			}
+			f := r.write(p.label)
+			f.Ratio = append(f.Ratio, rate/((before+after)/2))
+			bf.Ratio = append(bf.Ratio, 1)
+			before = after
 		}
 	}
 	return nil
