@@ -59,6 +59,7 @@ func relayMetrics(t *testing.T) map[string]metricFamily {
 	// A vector exports nothing until it has a child.
 	m.Failed.WithLabelValues("order.created")
 	m.DeadLettered.WithLabelValues("order.created")
+	m.PublishLag.WithLabelValues("order.created")
 
 	fams, err := reg.Gather()
 	if err != nil {

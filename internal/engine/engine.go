@@ -425,7 +425,7 @@ func (e *Engine) Batch(ctx context.Context) (Result, error) {
 	if m := e.cfg.Metrics; m != nil {
 		for i, r := range batch {
 			if errs[i] == nil {
-				m.ObservePublished(r.CreatedAt, ackedAt)
+				m.ObservePublished(r.EventType, r.CreatedAt, ackedAt)
 			}
 		}
 		if len(okIDs) > 0 {

@@ -16,7 +16,7 @@ type Metrics struct {
 	BatchDuration     prometheus.Histogram
 	DeadLetters       prometheus.Gauge
 	DeadLettered      *prometheus.CounterVec
-	PublishLag        prometheus.Histogram
+	PublishLag        *prometheus.HistogramVec
 	BrokerUnavailable prometheus.Gauge
 	DBErrors          prometheus.Counter
 	LastPublish       prometheus.Gauge
@@ -56,11 +56,11 @@ func New(reg prometheus.Registerer, constLabels prometheus.Labels) (*Metrics, er
 			Name: "outbox_events_dead_lettered_total", ConstLabels: constLabels,
 			Help: "Outbox events that became dead letters, by event type.",
 		}, []string{"event_type"}),
-		PublishLag: prometheus.NewHistogram(prometheus.HistogramOpts{
+		PublishLag: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "outbox_publish_lag_seconds", ConstLabels: constLabels,
-			Help:    "Time from the event's created_at to the broker's confirmation.",
+			Help:    "Time from the event's created_at to the broker's confirmation, by event type.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600},
-		}),
+		}, []string{"event_type"}),
 		BrokerUnavailable: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "outbox_broker_unavailable", ConstLabels: constLabels,
 			Help: "1 while the relay considers the broker unreachable and is backing off, else 0.",
@@ -98,7 +98,7 @@ func (m *Metrics) collectors() []prometheus.Collector {
 }
 
 // ObservePublished records one confirmed event.
-func (m *Metrics) ObservePublished(createdAt, ackedAt time.Time) {
+func (m *Metrics) ObservePublished(eventType string, createdAt, ackedAt time.Time) {
 	m.Published.Inc()
-	m.PublishLag.Observe(ackedAt.Sub(createdAt).Seconds())
+	m.PublishLag.WithLabelValues(eventType).Observe(ackedAt.Sub(createdAt).Seconds())
 }
