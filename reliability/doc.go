@@ -22,10 +22,13 @@
 // The scenarios are the package's tests. One command runs them and writes
 // RELIABILITY.md from the checker's results:
 //
-//	go test ./reliability -count=1 -v -reliability.report ../RELIABILITY.md
+//	go test ./reliability -count=1 -v -reliability.report RELIABILITY.md
 //
-// and, for the long version (minutes of outage, millions of rows, a real
-// PostgreSQL restart):
+// and, for the long version (minutes of outage, millions of rows, real
+// PostgreSQL restarts: do not run it beside other tests):
 //
-//	go test ./reliability -count=1 -v -timeout 2h -reliability.long -reliability.report ../RELIABILITY.md
+//	go test ./reliability -count=1 -v -timeout 3h -reliability.long -reliability.report RELIABILITY.md
+//
+// A relative report path is taken from the repository root. The CI size also
+// runs, without a report, under the repository's `go test -race ./...`.
 package reliability

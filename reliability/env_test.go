@@ -473,7 +473,6 @@ func (e *env) writeBacklog(n, perTx, aggregates, conns int) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	var next sync.Map
 	var wg sync.WaitGroup
 	jobs := make(chan int)
 	var failed atomic.Pointer[error]
@@ -509,7 +508,6 @@ func (e *env) writeBacklog(n, perTx, aggregates, conns int) {
 	}
 	close(jobs)
 	wg.Wait()
-	_ = &next
 	if p := failed.Load(); p != nil {
 		e.t.Fatalf("backlog: %v", *p)
 	}

@@ -69,6 +69,10 @@ func TestScenario7HugeBacklog(t *testing.T) {
 		}
 	}
 	drain := time.Since(relayStart)
+	// What one claim costs now, with every processed row's dead index entry
+	// still there (the old snapshot keeps vacuum from removing them): the
+	// relay's claim query, on the same table, with a few rows made pending.
+	explain := e.explainClaim()
 	// Is the snapshot really still holding vacuum back?
 	var xminHeld bool
 	if err := e.pool.QueryRow(ctxT(t, 10*time.Second), `SELECT count(*) > 0 FROM pg_stat_activity WHERE backend_xmin IS NOT NULL AND state = 'idle in transaction' AND pid = $1`, conn.PgConn().PID()).Scan(&xminHeld); err != nil {
@@ -105,14 +109,67 @@ func TestScenario7HugeBacklog(t *testing.T) {
 		details = append(details, fmt.Sprintf("first quarter %.0f/s, last quarter %.0f/s (%.0f%%); slowest window %.0f/s, fastest %.0f/s",
 			first, last, 100*last/first, sorted[0], sorted[len(sorted)-1]))
 		// A collapse, not noise: the machine is shared, so only a rate
-		// falling below a fifth of the start fails the test.
-		if last < first/5 {
-			t.Errorf("drain rate collapsed: %.0f/s in the first quarter, %.0f/s in the last", first, last)
+		// falling below a fifth of the start counts.
+		collapsed := last < first/5
+		observed := fmt.Sprintf("%d rows behind a REPEATABLE READ transaction: %.0f events/s in the first quarter of the drain, %.0f/s in the last (%.0f%%); at the end one claim of 500 rows took %s",
+			n, first, last, 100*last/first, explain)
+		if collapsed {
+			knownBug(t, "the drain rate collapses behind a long-running transaction",
+				"the relay keeps draining at a steady rate while a transaction holds an old snapshot", true, observed)
+		} else {
+			report.check(Assertion{Area: "scenario", Name: fmt.Sprintf("steady drain of %d rows behind a long-running transaction", n),
+				Expectation: "the rate does not collapse (last quarter at least a fifth of the first)", Observed: observed, Passed: true})
 		}
 	}
+	details = append(details, "the claim at the end of the drain: "+explain)
 	e.finish(Row{Key: "7", Scenario: "Huge backlog plus a long-running transaction",
 		Fault: fmt.Sprintf("%d pending rows, a REPEATABLE READ transaction holding an old snapshot", n),
 		Runs:  1, Resent: e.wire.resent(), Drain: drain, Details: details})
+}
+
+// explainClaim makes 600 rows pending again and returns what the relay's
+// claim costs: EXPLAIN ANALYZE's execution time and buffers.
+func (e *env) explainClaim() string {
+	e.t.Helper()
+	ctx := ctxT(e.t, 5*time.Minute)
+	tx, err := e.pool.Begin(ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `UPDATE `+e.table+` SET processed_at = NULL WHERE seq IN (SELECT seq FROM `+e.table+` ORDER BY seq DESC LIMIT 600)`); err != nil {
+		e.t.Fatal(err)
+	}
+	rows, err := tx.Query(ctx, `EXPLAIN (ANALYZE, BUFFERS) SELECT id, seq, aggregate_type, aggregate_id, event_type, payload, headers, created_at, attempts
+FROM `+e.table+`
+WHERE processed_at IS NULL AND dead_at IS NULL AND (retry_after IS NULL OR retry_after <= now())
+ORDER BY seq LIMIT 500 FOR UPDATE SKIP LOCKED`)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var plan []string
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			e.t.Fatal(err)
+		}
+		plan = append(plan, strings.TrimSpace(line))
+	}
+	if err := rows.Err(); err != nil {
+		e.t.Fatal(err)
+	}
+	var exec, buffers, scan string
+	for _, l := range plan {
+		switch {
+		case strings.HasPrefix(l, "Execution Time:"):
+			exec = strings.TrimSpace(strings.TrimPrefix(l, "Execution Time:"))
+		case strings.HasPrefix(l, "Buffers:") && buffers == "":
+			buffers = strings.TrimPrefix(l, "Buffers: ")
+		case strings.Contains(l, "Scan") && scan == "":
+			scan, _, _ = strings.Cut(strings.TrimPrefix(l, "->  "), "  (")
+		}
+	}
+	return fmt.Sprintf("%s (%s; buffers %s)", exec, scan, buffers)
 }
 
 func mean(xs []float64) float64 {
