@@ -69,13 +69,14 @@ func (rt *relayTracer) start(ctx context.Context, pub Publisher, msgs []*Message
 		if m.Headers["traceparent"] != "" {
 			parent = traceContext.Extract(ctx, propagation.MapCarrier(m.Headers))
 		}
-		name, dest, system := "publish", "", ""
-		if desc != nil {
-			dest, system = desc.Destination(m), desc.MessagingSystem()
-			name = "publish " + dest
-		}
-		sctx, span := rt.tracer.Start(parent, name, trace.WithSpanKind(trace.SpanKindProducer),
-			trace.WithAttributes(
+		sctx, span := rt.tracer.Start(parent, "publish", trace.WithSpanKind(trace.SpanKindProducer))
+		if span.IsRecording() { // attributes cost allocations: only for a real tracer
+			dest, system := "", ""
+			if desc != nil {
+				dest, system = desc.Destination(m), desc.MessagingSystem()
+				span.SetName("publish " + dest)
+			}
+			span.SetAttributes(
 				attribute.String("messaging.operation.type", "send"),
 				attribute.String("messaging.operation.name", "publish"),
 				attribute.String("messaging.message.id", m.ID.String()),
@@ -85,7 +86,8 @@ func (rt *relayTracer) start(ctx context.Context, pub Publisher, msgs []*Message
 				attribute.String("outbox.aggregate_type", m.AggregateType),
 				attribute.String("outbox.aggregate_id", m.AggregateID),
 				attribute.Int("outbox.attempt", m.Attempt),
-			))
+			)
+		}
 		spans[i] = span
 		if span.IsRecording() {
 			h := make(map[string]string, len(m.Headers)+2)

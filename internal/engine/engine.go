@@ -321,11 +321,11 @@ func (e *Engine) Batch(ctx context.Context) (Result, error) {
 	ackedAt := time.Now()
 
 	var (
-		failIDs    []uuid.UUID
+		failIDs    [][16]byte
 		failErrs   []string
 		failDelays []int64
 		failDead   []bool
-		okIDs      = make([]uuid.UUID, 0, len(batch))
+		okIDs      = make([][16]byte, 0, len(batch)) // [16]byte: pgx's native uuid encoding
 	)
 	anyOK := false
 	for _, err := range errs {
