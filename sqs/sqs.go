@@ -15,6 +15,7 @@ import (
 	"syscall"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
@@ -551,6 +552,12 @@ func classifyCall(err error) error {
 		// No credentials could be had (the SDK has no error type for it,
 		// only this text; TestUnavailable pins it): like a bad password,
 		// it fails every message alike.
+		return outbox.Unavailable(err)
+	}
+	var quota *ratelimit.QuotaExceededError
+	if errors.As(err, &quota) {
+		// The SDK's client-side retry budget ran out: the endpoint has been
+		// failing call after call, an outage, not this message's fault.
 		return outbox.Unavailable(err)
 	}
 	if outbox.Classify(err) == outbox.ClassUnavailable {

@@ -243,9 +243,14 @@ func (c *cli) relay(ctx context.Context, o *options, s *relaySettings) error {
 		pool.Close()
 		return err
 	}
-	if err := probe.CheckSchema(ctx); err != nil {
+	// A missing or old table stops the command at once with its exit code; any
+	// other failure of the check (a statement timeout, a session killed) is
+	// left to Relay.Run, which retries it through the outage backoff.
+	if err := probe.CheckSchema(ctx); errors.Is(err, outbox.ErrNotMigrated) {
 		pool.Close()
 		return notMigrated(tableName(s.db), &s.db, err)
+	} else if err != nil {
+		log.Warn("outbox relay cannot check its table yet; the relay will retry", "err", redactDSN(err.Error()))
 	}
 
 	pub, brokerCloser, err := openBroker(ctx, brokerURL, BrokerOptions{
