@@ -95,7 +95,7 @@ func TestScenario5PostgresFaults(t *testing.T) {
 	r.waitPublishing(p, 30*time.Second)
 
 	cycles := long(3, 15)
-	var terminated, writerKills, outages int
+	var terminated, writerKills, outages, partitions int
 	for c := 0; c < cycles; c++ {
 		f.armed.Add(8) // disturb some COMMITs in this cycle
 		for range 3 {
@@ -114,6 +114,20 @@ func TestScenario5PostgresFaults(t *testing.T) {
 		time.Sleep(3 * time.Second)
 		r.pg.Restore()
 		f.proxy.Restore()
+		// A partition: open connections freeze (bytes held, delivered on
+		// heal), new ones hang; then latency on every database round trip.
+		time.Sleep(time.Duration(500+rand.IntN(1000)) * time.Millisecond)
+		r.pg.Blackhole()
+		f.proxy.Blackhole()
+		partitions++
+		time.Sleep(long(8*time.Second, 20*time.Second))
+		r.pg.Restore()
+		f.proxy.Restore()
+		r.pg.SetLatency(30 * time.Millisecond)
+		f.proxy.SetLatency(30 * time.Millisecond)
+		time.Sleep(3 * time.Second)
+		r.pg.SetLatency(0)
+		f.proxy.SetLatency(0)
 	}
 	time.Sleep(2 * time.Second) // writers run on the healed database
 	lastFault := time.Now()
@@ -140,14 +154,15 @@ func TestScenario5PostgresFaults(t *testing.T) {
 		}
 	}
 	details := []string{
-		fmt.Sprintf("%d relay sessions terminated by pg_terminate_backend, %d writer sessions, %d database outages of 3s (sessions terminated + connections refused)", terminated, writerKills, outages),
+		fmt.Sprintf("%d relay sessions terminated by pg_terminate_backend, %d writer sessions, %d database outages of 3s (sessions terminated + connections refused), %d partitions of %s (connections frozen, then healed), each followed by 3s of 30ms latency per round trip",
+			terminated, writerKills, outages, partitions, long(8*time.Second, 20*time.Second)),
 		fmt.Sprintf("COMMITs disturbed by the writers' proxy: %d cut before reaching PostgreSQL, %d cut after it (the answer lost)", f.lost.Load(), f.unknown.Load()),
 		fmt.Sprintf("the relay process never exited; it logged %d failed batches and backed off (e.g. retry_in %s) then reconnected", len(failed), maxRetry),
 		fmt.Sprintf("writers: %d transactions, %d errors (first: %s)", w.txs.Load(), w.errs.Load(), firstErr(w)),
 	}
 	res := e.finish(Row{Key: "5", Scenario: "PostgreSQL connections killed and PostgreSQL \"restarted\"",
-		Fault: "pg_terminate_backend of relay and writer sessions; all sessions terminated + connections refused for 3s; COMMITs cut",
-		Runs:  terminated + writerKills + outages, Resent: e.wire.resent(), Drain: drain, Details: details})
+		Fault: "pg_terminate_backend of relay and writer sessions; all sessions terminated + connections refused for 3s; partitions; latency; COMMITs cut",
+		Runs:  terminated + writerKills + outages + partitions, Resent: e.wire.resent(), Drain: drain, Details: details})
 	if res.Ambiguous == 0 {
 		t.Error("no ambiguous COMMIT happened: the ambiguity path was not exercised")
 	}

@@ -108,17 +108,18 @@ func TestScenario7HugeBacklog(t *testing.T) {
 		sort.Float64s(sorted)
 		details = append(details, fmt.Sprintf("first quarter %.0f/s, last quarter %.0f/s (%.0f%%); slowest window %.0f/s, fastest %.0f/s",
 			first, last, 100*last/first, sorted[0], sorted[len(sorted)-1]))
-		// A collapse, not noise: the machine is shared, so only a rate
-		// falling below a fifth of the start counts.
-		collapsed := last < first/5
+		// Steady means the last quarter of the drain runs at least at half
+		// the rate of the first (quarters average many windows: the machine
+		// is shared and single windows are noisy).
+		collapsed := last < first/2
 		observed := fmt.Sprintf("%d rows behind a REPEATABLE READ transaction: %.0f events/s in the first quarter of the drain, %.0f/s in the last (%.0f%%); at the end one claim of 500 rows took %s",
 			n, first, last, 100*last/first, explain)
 		if collapsed {
-			knownBug(t, "the drain rate collapses behind a long-running transaction",
+			knownBug(t, "the drain rate falls behind a long-running transaction (each claim rescans the dead index entries of every row processed since the oldest snapshot)",
 				"the relay keeps draining at a steady rate while a transaction holds an old snapshot", true, observed)
 		} else {
 			report.check(Assertion{Area: "scenario", Name: fmt.Sprintf("steady drain of %d rows behind a long-running transaction", n),
-				Expectation: "the rate does not collapse (last quarter at least a fifth of the first)", Observed: observed, Passed: true})
+				Expectation: "a steady rate: the last quarter of the drain at least half as fast as the first", Observed: observed, Passed: true})
 		}
 	}
 	details = append(details, "the claim at the end of the drain: "+explain)
