@@ -32,6 +32,7 @@ const (
 	DefaultStatsInterval   = 10 * time.Second
 	DefaultCleanupInterval = 10 * time.Minute
 	DefaultCleanupBatch    = 1000
+	DefaultRescanInterval  = time.Second
 )
 
 // Backoff is an exponential backoff: the n-th wait is Base·2^(n-1), capped at
@@ -123,6 +124,16 @@ type RelayConfig struct {
 	// StatsInterval is how often the pending and dead-letter gauges are
 	// refreshed from the table. Default 10s.
 	StatsInterval time.Duration
+	// RescanInterval is how often one claim scans the pending rows from the
+	// start of the table. Between rescans claims start just past the rows
+	// the relay already processed, so they do not step over the index
+	// entries those rows leave until VACUUM (which made a claim after a
+	// million-event drain 30x slower). What the rescan picks up: an event
+	// whose transaction committed long after its INSERT (more than a quarter
+	// of RescanInterval), a retry that came due, rows another relay released
+	// when its batch failed. Each waits at most RescanInterval longer than
+	// without this. Default 1s.
+	RescanInterval time.Duration
 }
 
 // Relay moves events from the outbox table to a broker: claim a batch, publish
@@ -197,6 +208,7 @@ func (cfg RelayConfig) engineConfig() (engine.Config, error) {
 		OutageBackoff:   engine.Backoff{Base: def(cfg.OutageBackoff.Base, DefaultOutageBase), Max: def(cfg.OutageBackoff.Max, DefaultOutageMax)},
 		PublishTimeout:  def(cfg.PublishTimeout, DefaultPublishTimeout),
 		StatsInterval:   def(cfg.StatsInterval, DefaultStatsInterval),
+		RescanInterval:  def(cfg.RescanInterval, DefaultRescanInterval),
 		Retention:       cfg.Retention,
 		CleanupInterval: def(cfg.CleanupInterval, DefaultCleanupInterval),
 		CleanupBatch:    defInt(cfg.CleanupBatch, DefaultCleanupBatch),
@@ -223,6 +235,8 @@ func (cfg RelayConfig) engineConfig() (engine.Config, error) {
 		return bad("OutageBackoff", "base %s, max %s: need 0 < base <= max", ec.OutageBackoff.Base, ec.OutageBackoff.Max)
 	case ec.PublishTimeout < 10*time.Millisecond:
 		return bad("PublishTimeout", "%s: must be at least 10ms", cfg.PublishTimeout)
+	case ec.RescanInterval < time.Millisecond:
+		return bad("RescanInterval", "%s: must be at least 1ms", cfg.RescanInterval)
 	case ec.StatsInterval < 0:
 		return bad("StatsInterval", "%s: must not be negative", cfg.StatsInterval)
 	case cfg.Retention < 0:

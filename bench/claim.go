@@ -23,7 +23,7 @@ func claimSQL(design, schema string) (string, []any, error) {
 		if err != nil {
 			return "", nil, err
 		}
-		return store.New(n, false).Claim, []any{100}, nil
+		return store.New(n, false).Claim, []any{100, 0}, nil
 	case designArticle:
 		return articleClaimSQL, []any{5, 100}, nil
 	}

@@ -82,6 +82,7 @@ type Config struct {
 	OutageBackoff  Backoff
 	PublishTimeout time.Duration
 	StatsInterval  time.Duration
+	RescanInterval time.Duration // how often a claim scans the pending index from its start
 
 	Retention       time.Duration // 0: no cleanup loop
 	CleanupInterval time.Duration
@@ -116,13 +117,15 @@ type Engine struct {
 	q    *store.Queries
 	pool *pgxpool.Pool
 	wake chan struct{}
+	cur  *cursor
 
 	brokerDown atomic.Bool
 }
 
 // New returns an engine; cfg must be validated by the caller.
 func New(pool *pgxpool.Pool, cfg Config) *Engine {
-	return &Engine{cfg: cfg, q: store.New(cfg.Names, cfg.DeleteOnPublish), pool: pool, wake: make(chan struct{}, 1)}
+	return &Engine{cfg: cfg, q: store.New(cfg.Names, cfg.DeleteOnPublish), pool: pool,
+		wake: make(chan struct{}, 1), cur: newCursor(cfg.RescanInterval, cfg.Ordered)}
 }
 
 // Wake makes an idle worker claim at once instead of waiting for the poll.
@@ -268,6 +271,9 @@ func (e *Engine) Batch(ctx context.Context) (Result, error) {
 				// A connection we cannot roll back must not go back to the pool.
 				_ = conn.Conn().Close(bg)
 			}
+			if res.Claimed > 0 {
+				e.cur.reset() // the released rows may be below the floor by now
+			}
 		}
 	}()
 
@@ -284,10 +290,15 @@ func (e *Engine) Batch(ctx context.Context) (Result, error) {
 	if e.cfg.Ordered {
 		claim = e.q.ClaimOrdered
 	}
+	floor, full := e.cur.next(start)
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue(`SELECT set_config('idle_in_transaction_session_timeout', $1, true), set_config('synchronous_commit', 'off', true)`, idle)
-	b.Queue(claim, e.cfg.BatchSize)
+	lowWater := e.cfg.Ordered && full
+	if lowWater {
+		b.Queue(e.q.LowWater)
+	}
+	b.Queue(claim, e.cfg.BatchSize, floor)
 	br := conn.SendBatch(ctx, b)
 	if _, err := br.Exec(); err != nil {
 		br.Close()
@@ -297,6 +308,20 @@ func (e *Engine) Batch(ctx context.Context) (Result, error) {
 	if _, err := br.Exec(); err != nil {
 		br.Close()
 		return res, fmt.Errorf("claim: %w", err)
+	}
+	if lowWater {
+		var low *int64
+		if err := br.QueryRow().Scan(&low); err != nil {
+			br.Close()
+			return res, fmt.Errorf("claim: low water: %w", err)
+		}
+		// Read in the claim's transaction, before the claim: every row
+		// pending then is above the new floor.
+		if low != nil {
+			e.cur.setLowWater(*low)
+		} else {
+			e.cur.setLowWater(0)
+		}
 	}
 	rows, err := br.Query()
 	if err != nil {
@@ -311,6 +336,9 @@ func (e *Engine) Batch(ctx context.Context) (Result, error) {
 		return res, fmt.Errorf("claim: %w", err)
 	}
 	res.Claimed = len(batch)
+	if n := len(batch); n > 0 {
+		e.cur.claimed(start, batch[n-1].Seq) // the claim returns rows in seq order
+	}
 	if len(batch) == 0 {
 		_, err := conn.Exec(bg, "COMMIT")
 		inTx = err != nil

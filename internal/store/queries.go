@@ -7,16 +7,22 @@ import "github.com/pgoutbox/outbox/internal/ident"
 
 // Queries are the statements for one outbox table.
 type Queries struct {
-	// Claim locks up to $1 claimable rows in insertion order. SKIP LOCKED lets
-	// several relays claim disjoint batches; the predicate matches the partial
-	// pending index, so processed rows are never read.
+	// Claim locks up to $1 claimable rows with seq > $2 in insertion order.
+	// SKIP LOCKED lets several relays claim disjoint batches; the predicate
+	// matches the partial pending index, so processed rows are never read,
+	// and the floor $2 starts the index scan past the entries of rows
+	// processed since the last VACUUM (see engine's cursor).
 	Claim string
 	// ClaimOrdered is Claim for ordered mode: a row is claimable only when no
 	// earlier row of its aggregate is unprocessed, whether that row is
 	// pending, waiting for its retry, locked by another relay or a dead
 	// letter. So at most one event per aggregate is ever in flight, and a
-	// failing event holds back only its own aggregate.
+	// failing event holds back only its own aggregate. $2 is the floor, as
+	// for Claim.
 	ClaimOrdered string
+	// LowWater is the lowest seq of a row that is pending and not waiting
+	// for a retry (NULL if none): ordered mode's floor.
+	LowWater string
 	// BlockedAggregates counts aggregates held back by a dead letter.
 	BlockedAggregates string
 	// MarkPublished marks a batch published in one statement ($1 uuid[]):
@@ -61,6 +67,7 @@ func New(n ident.Names, deleteProcessed bool) *Queries {
 FROM ` + t + `
 WHERE processed_at IS NULL AND dead_at IS NULL
   AND (retry_after IS NULL OR retry_after <= now())
+  AND seq > $2
 ORDER BY seq
 LIMIT $1
 FOR UPDATE SKIP LOCKED`,
@@ -68,6 +75,7 @@ FOR UPDATE SKIP LOCKED`,
 FROM ` + t + ` AS o
 WHERE o.processed_at IS NULL AND o.dead_at IS NULL
   AND (o.retry_after IS NULL OR o.retry_after <= now())
+  AND o.seq > $2
   AND NOT EXISTS (
     SELECT 1 FROM ` + t + ` AS p
     WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id
@@ -75,6 +83,9 @@ WHERE o.processed_at IS NULL AND o.dead_at IS NULL
 ORDER BY o.seq
 LIMIT $1
 FOR UPDATE OF o SKIP LOCKED`,
+		LowWater: `SELECT min(seq) FROM ` + t + `
+WHERE processed_at IS NULL AND dead_at IS NULL
+  AND (retry_after IS NULL OR retry_after <= now())`,
 		BlockedAggregates: `SELECT count(*) FROM (
     SELECT DISTINCT d.aggregate_type, d.aggregate_id
     FROM ` + t + ` AS d
