@@ -73,7 +73,7 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 	fs.IntVar(&opt.LatWriters, "latency-writers", 16, "latency: paced writers (enough that slow commits do not throttle the rate)")
 	fs.DurationVar(&opt.LatWindow, "latency-window", 0, "latency window (default 30s, --quick 5s)")
 	fs.BoolVar(&opt.LatMemory, "latency-memory", false, "latency: also the in-memory publisher")
-	fs.StringVar(&opt.Filter, "filter", "", "drain: only the relays whose label contains this (the raw SQL floor always runs)")
+	fs.StringVar(&opt.Filter, "filter", "", "drain and write: only the relays and phases whose label contains this (the raw SQL floor and the no-relay baselines always run)")
 	fs.BoolVar(&opt.SampleWaits, "sample-waits", false, "drain: sample the relay's sessions in pg_stat_activity every 5 ms (adds load)")
 	fs.IntVar(&opt.GrowthRows, "growth-rows", 0, "processed rows retained (default 10M, --quick 1M)")
 	fs.IntVar(&opt.GrowthBatch, "growth-batch", 0, "pending rows drained in the growth figure (default 100k, --quick 10k)")

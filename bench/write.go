@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -126,6 +127,7 @@ type writePhase struct {
 	design string
 	relay  string // "" none, "child" (LISTEN + Notifier / trigger), "inproc" (Relay.Wake)
 	async  bool   // relay sessions with synchronous_commit=off
+	del    bool   // RelayConfig.DeleteOnPublish
 	notify time.Duration
 }
 
@@ -152,9 +154,22 @@ func (h *harness) writeRun(ctx context.Context, r *results) error {
 			writePhase{label: "pgoutbox: relay process with LISTEN + Notifier, relay synchronous_commit=off", design: designOurs, relay: "child", async: true},
 			writePhase{label: "pgoutbox: relay process with LISTEN + Notifier (Interval 20ms)", design: designOurs, relay: "child", notify: 20 * time.Millisecond},
 			writePhase{label: "pgoutbox: relay process, polling only (no wake-up)", design: designOurs, relay: "poll"},
+			writePhase{label: "pgoutbox: relay process with LISTEN + Notifier, DeleteOnPublish", design: designOurs, relay: "child", del: true},
 		)
 	}
 	article := []writePhase{{label: "article: NOTIFY trigger + its LISTEN relay", design: designArticle, relay: "child"}}
+	if h.opt.Filter != "" {
+		var kept []writePhase
+		for _, p := range ours {
+			if strings.Contains(p.label, h.opt.Filter) {
+				kept = append(kept, p)
+			}
+		}
+		ours = kept
+		if !strings.Contains(article[0].label, h.opt.Filter) {
+			article = nil
+		}
+	}
 	for _, set := range []struct {
 		base   writePhase
 		phases []writePhase
@@ -162,6 +177,9 @@ func (h *harness) writeRun(ctx context.Context, r *results) error {
 		{writePhase{label: "pgoutbox: no relay", design: designOurs}, ours},
 		{writePhase{label: "article: no trigger, no relay", design: designArticle}, article},
 	} {
+		if len(set.phases) == 0 {
+			continue
+		}
 		before, err := h.writePhase(ctx, r, set.base)
 		if err != nil {
 			return fmt.Errorf("%s: %w", set.base.label, err)
@@ -222,6 +240,7 @@ func (h *harness) writePhase(ctx context.Context, r *results, p writePhase) (flo
 		spec := h.spec(p.design, s, pubMemory)
 		spec.Listen = p.relay == "child"
 		spec.AsyncCommit = p.async
+		spec.Delete = p.del
 		child, err := spawnRelay(ctx, spec)
 		if err != nil {
 			return 0, err
