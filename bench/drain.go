@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/outbox"
 )
 
 // drainFigure is one line of the drain table, one value per run.
@@ -190,7 +192,7 @@ func (h *harness) drainRun(ctx context.Context, r *results) error {
 		del, async         bool
 	}
 	vs := []variant{
-		{label: "pgoutbox → in-memory (defaults: batch 100, 2 workers)", design: designOurs, pub: pubMemory, n: n, afterDrain: "pgoutbox: just drained " + count(n) + ", before VACUUM"},
+		{label: fmt.Sprintf("pgoutbox → in-memory (defaults: batch %d, %d workers)", outbox.DefaultBatchSize, outbox.DefaultWorkers), design: designOurs, pub: pubMemory, n: n, afterDrain: "pgoutbox: just drained " + count(n) + ", before VACUUM"},
 		{label: "pgoutbox → NATS JetStream (defaults)", design: designOurs, pub: pubNATS, n: n},
 		{label: "article → in-memory (processBatch, batch 100, LISTEN + trigger)", design: designArticle, pub: pubMemory, n: na, afterDrain: "article: just drained " + count(na) + ", before VACUUM"},
 		{label: "article → NATS JetStream", design: designArticle, pub: pubNATS, n: na},

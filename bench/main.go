@@ -17,6 +17,8 @@ import (
 	"os/signal"
 	"strings"
 	"time"
+
+	"github.com/pgoutbox/outbox"
 )
 
 func main() {
@@ -78,7 +80,7 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 	fs.IntVar(&opt.GrowthRows, "growth-rows", 0, "processed rows retained (default 10M, --quick 1M)")
 	fs.IntVar(&opt.GrowthBatch, "growth-batch", 0, "pending rows drained in the growth figure (default 100k, --quick 10k)")
 	fs.IntVar(&opt.ClaimSamples, "claim-samples", 200, "claims timed per table state")
-	fs.IntVar(&opt.Workers, "workers", 2, "raw SQL floor connections (pgoutbox's default relay workers)")
+	fs.IntVar(&opt.Workers, "workers", outbox.DefaultWorkers, "raw SQL floor connections (pgoutbox's default relay workers)")
 	fs.DurationVar(&opt.Timeout, "timeout", 10*time.Minute, "longest wait for a relay to deliver")
 	if err := fs.Parse(args); err != nil {
 		return opt, err
