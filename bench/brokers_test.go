@@ -21,9 +21,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/sqsfake"
 	"github.com/pgoutbox/outbox/internal/testdb"
 	"github.com/pgoutbox/outbox/internal/testnats"
+	"github.com/pgoutbox/outbox/publishertest"
 	"github.com/pgoutbox/outbox/rabbitmq"
 	"github.com/pgoutbox/outbox/webhook"
 )
@@ -353,4 +355,62 @@ func TestBrokersReuseDrain(t *testing.T) {
 	if len(streams) != 1 {
 		t.Errorf("%d NATS streams created (%v), want 1: one drain to NATS", len(streams), streams)
 	}
+}
+
+// TestDestinationCounts: each broker check reads the broker itself: a fresh
+// destination counts 0 (so a drain whose messages never arrived fails its
+// check), and the messages the publisher confirmed are counted, a duplicate
+// included (the broker holds it twice; the webhook receiver counts ids).
+func TestDestinationCounts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	t.Parallel()
+	opt := options{
+		DatabaseURL: testdb.URL(), NatsURL: testnats.URL(), Only: map[string]bool{"brokers": true}, Log: testLog{t},
+		Prefix: "bench_" + randHex(4), Brokers: allBrokers, RabbitMQURL: rabbitURL(), RedisURL: redisURL(), Timeout: time.Minute,
+	}
+	bl := startBrokers(t, &opt)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	h, err := newHarness(ctx, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pub := range allBrokers {
+		spec := h.spec(designOurs, "", pub)
+		d, err := h.openDestination(ctx, &spec)
+		if err != nil {
+			t.Fatalf("%s: %v", pub, err)
+		}
+		if n, err := d.count(ctx); n != 0 || err != nil {
+			t.Errorf("%s: fresh %s counts %d (%v), want 0", pub, d.what, n, err)
+		}
+		rec := newRecorder(3, false)
+		rp, closePub, err := publisherFor(spec, rec)
+		if err != nil {
+			t.Fatalf("%s: %v", pub, err)
+		}
+		msgs := []*outbox.Message{publishertest.NewMessage("0", `{"i":0}`), publishertest.NewMessage("1", `{"i":1}`)}
+		msgs = append(msgs, msgs[1]) // published twice
+		for i, err := range rp.PublishBatch(ctx, msgs) {
+			if err != nil {
+				t.Fatalf("%s: message %d: %v", pub, i, err)
+			}
+		}
+		closePub()
+		want := int64(3)
+		if pub == pubWebhook || pub == pubNATS { // distinct ids; JetStream dedups on the event id
+			want = 2
+		}
+		if n, err := waitStored(ctx, d, want); n != want || err != nil {
+			t.Errorf("%s: %s counts %d (%v), want %d", pub, d.what, n, err, want)
+		}
+		if del := rec.delivery(2); !del.OK() || del.Dups() != 1 {
+			t.Errorf("%s: recorder %+v, want 2 distinct, 1 duplicate", pub, del)
+		}
+		h.releaseDestination(ctx, d)
+	}
+	h.close()
+	bl.check(ctx, t)
 }
