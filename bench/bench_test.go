@@ -68,6 +68,7 @@ func TestQuick(t *testing.T) {
 		{"write", "### 2. Write cost"},
 		{"latency", "### 3. Latency"},
 		{"growth", "### 4. Table growth"},
+		{"brokers", "### 5. Drain per broker"},
 	} {
 		t.Run(fig.name, func(t *testing.T) {
 			t.Parallel()
@@ -77,7 +78,12 @@ func TestQuick(t *testing.T) {
 				WriteWindow: 500 * time.Millisecond, Rate: 200, LatWindow: 500 * time.Millisecond,
 				GrowthRows: 2000, GrowthBatch: 200, ClaimSamples: 5, Workers: 2,
 				Timeout: time.Minute, Only: map[string]bool{fig.name: true}, Log: testLog{t},
-				Prefix: "bench_" + randHex(4),
+				Prefix:  "bench_" + randHex(4),
+				Brokers: allBrokers, BrokerEvents: 500, RabbitMQURL: rabbitURL(), RedisURL: redisURL(),
+			}
+			var bl *brokerLeftovers
+			if fig.name == "brokers" {
+				bl = startBrokers(t, &opt)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
@@ -87,7 +93,11 @@ func TestQuick(t *testing.T) {
 			}
 			md := out.String()
 			t.Log("\n" + md)
-			for _, want := range []string{fig.want, "### Targets", "✅ 1/1 runs"} {
+			wants := []string{fig.want, "✅ 1/1 runs"}
+			if fig.name != "brokers" { // figure 5 has no target
+				wants = append(wants, "### Targets")
+			}
+			for _, want := range wants {
 				if !strings.Contains(md, want) {
 					t.Errorf("output lacks %q", want)
 				}
@@ -100,6 +110,17 @@ func TestQuick(t *testing.T) {
 			}
 			if fig.name == "growth" && !strings.Contains(md, "EXPLAIN (ANALYZE, BUFFERS)") {
 				t.Error("no EXPLAIN of the claim")
+			}
+			if fig.name == "brokers" {
+				for _, pub := range append([]string{pubMemory}, allBrokers...) {
+					if !strings.Contains(md, "| "+brokerLabel(pub)+" | 500 | ") {
+						t.Errorf("no row for %s", pub)
+					}
+				}
+				if n := strings.Count(md, "✅ 1/1 runs"); n != 1+len(allBrokers) {
+					t.Errorf("%d verified rows, want %d", n, 1+len(allBrokers))
+				}
+				bl.check(ctx, t)
 			}
 			conn, err := pgx.Connect(ctx, testdb.URL())
 			if err != nil {

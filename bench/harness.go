@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -17,8 +18,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/sqsfake"
 )
 
 // options are the command's flags.
@@ -46,12 +49,24 @@ type options struct {
 	Workers      int // relay workers (pgoutbox default) and raw-floor connections
 	Timeout      time.Duration
 	Log          io.Writer
-	Prefix       string // schema and stream name prefix (default bench_<random>)
+	Prefix       string   // schema and stream name prefix (default bench_<random>)
+	Brokers      []string // figure 5: the brokers besides the in-memory reference (allBrokers' names)
+	BrokerEvents int      // figure 5's backlog
+	RabbitMQURL  string
+	RedisURL     string
+
+	// For tests: servers to use instead of starting them in process (the
+	// harness leaves them running), and a hook told of every stream, topic,
+	// queue and webhook receiver the harness creates.
+	kafkaCluster *kfake.Cluster
+	sqsServer    *sqsfake.Server
+	onCreate     func(pub, name string)
 }
 
 func (o *options) want(s string) bool { return len(o.Only) == 0 || o.Only[s] }
 
-// harness owns the database schemas and NATS streams of one invocation.
+// harness owns the database schemas, NATS streams and broker destinations
+// (figure 5) of one invocation.
 type harness struct {
 	opt     options
 	pool    *pgxpool.Pool // admin pool, no search_path
@@ -61,6 +76,10 @@ type harness struct {
 	js      jetstream.JetStream
 	streams []string
 	seq     int
+
+	brokers brokers        // figure 5's
+	dests   []*destination // every broker destination opened, removed by close unless --keep
+	sameRun map[string]sameRun
 
 	lastWaits []string  // the last drain's wait sample (--sample-waits)
 	loads     []float64 // 1-minute load average at every progress line
@@ -74,8 +93,8 @@ func newHarness(ctx context.Context, opt options) (*harness, error) {
 	if opt.Prefix == "" {
 		opt.Prefix = "bench_" + randHex(4)
 	}
-	h := &harness{opt: opt, pool: pool, prefix: opt.Prefix}
-	if opt.want("drain") || opt.want("latency") {
+	h := &harness{opt: opt, pool: pool, prefix: opt.Prefix, sameRun: map[string]sameRun{}}
+	if opt.want("drain") || opt.want("latency") || (opt.want("brokers") && slices.Contains(opt.Brokers, pubNATS)) {
 		nc, err := natsgo.Connect(opt.NatsURL)
 		if err != nil {
 			pool.Close()
@@ -85,6 +104,12 @@ func newHarness(ctx context.Context, opt options) (*harness, error) {
 		if h.js, err = jetstream.New(nc); err != nil {
 			pool.Close()
 			nc.Close()
+			return nil, err
+		}
+	}
+	if opt.want("brokers") {
+		if err := h.openBrokers(ctx); err != nil {
+			h.close()
 			return nil, err
 		}
 	}
@@ -129,6 +154,13 @@ func (h *harness) close() {
 	defer cancel()
 	if h.opt.Keep {
 		h.logf("keeping schemas %s and streams %s", strings.Join(h.schemas, ", "), strings.Join(h.streams, ", "))
+		var kept []string
+		for _, d := range h.dests {
+			kept = append(kept, d.what)
+		}
+		if len(kept) > 0 {
+			h.logf("keeping %s (the in-process Kafka, SQS and webhook servers stop with the harness)", strings.Join(kept, ", "))
+		}
 	} else {
 		for _, s := range h.schemas {
 			h.dropSchema(ctx, s)
@@ -136,7 +168,11 @@ func (h *harness) close() {
 		for _, s := range h.streams {
 			_ = h.js.DeleteStream(ctx, s)
 		}
+		for _, d := range h.dests {
+			h.releaseDestination(ctx, d)
+		}
 	}
+	h.closeBrokers()
 	if h.nc != nil {
 		h.nc.Close()
 	}
@@ -293,6 +329,9 @@ func (h *harness) newStream(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("create stream: %w", err)
 	}
 	h.streams = append(h.streams, name)
+	if h.opt.onCreate != nil {
+		h.opt.onCreate(pubNATS, name)
+	}
 	return name, nil
 }
 

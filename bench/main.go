@@ -1,10 +1,16 @@
 // Command bench measures pgoutbox against the reference article's outbox on
 // the local PostgreSQL and NATS: how fast a backlog drains, how much the relay
 // slows the writers, how long an event waits between commit and broker, and
-// what a large table costs. It prints markdown tables; see BENCHMARKS.md.
+// what a large table costs. It also drains the same backlog through every
+// broker pgoutbox ships a publisher for (NATS JetStream, Kafka, RabbitMQ,
+// Redis Streams, SQS, webhooks), each against the in-memory drain of the same
+// run; Kafka (kfake), SQS (internal/sqsfake) and the webhook receiver run in
+// the harness process, RabbitMQ and Redis are the local servers. It prints
+// markdown tables; see BENCHMARKS.md.
 //
 //	go run ./bench            # the full run (~15 min on 2 cores)
 //	go run ./bench --quick    # smaller sizes (~3 min)
+//	go run ./bench --only brokers --brokers kafka,redis --broker-events 50000
 package main
 
 import (
@@ -15,8 +21,12 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/rabbitmq"
 )
 
 func main() {
@@ -54,9 +64,17 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 	if natsDef == "" {
 		natsDef = "nats://127.0.0.1:4222"
 	}
+	rabbitDef := os.Getenv("RABBITMQ_URL")
+	if rabbitDef == "" {
+		rabbitDef = rabbitmq.DefaultURL
+	}
+	redisDef := os.Getenv("REDIS_URL")
+	if redisDef == "" {
+		redisDef = "redis://127.0.0.1:6379/0"
+	}
 	var (
-		opt  options
-		only string
+		opt           options
+		only, brokers string
 	)
 	fs.StringVar(&opt.DatabaseURL, "database-url", def, "PostgreSQL URL (default $DATABASE_URL)")
 	fs.StringVar(&opt.NatsURL, "nats-url", natsDef, "NATS URL (default $NATS_URL)")
@@ -65,7 +83,11 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 	fs.IntVar(&opt.Events, "events", 0, "drain backlog (default 1M, --quick 100k)")
 	fs.IntVar(&opt.ArticleCap, "article-events", 0, "the article's drain backlog (default min(events, 30k), --quick 5k: its relay is 3-6x slower)")
 	fs.BoolVar(&opt.Extra, "extra", false, "also pgoutbox configured otherwise: BatchSize 1000, DeleteOnPublish, Workers 4 and 8, relay sessions with synchronous_commit=off, Notifier Interval 20ms, polling only")
-	fs.StringVar(&only, "only", "", "comma-separated subset of drain,write,latency,growth")
+	fs.StringVar(&only, "only", "", "comma-separated subset of drain,write,latency,growth,brokers")
+	fs.StringVar(&brokers, "brokers", strings.Join(allBrokers, ","), "brokers: the drains besides the in-memory reference, a subset of "+strings.Join(allBrokers, ","))
+	fs.IntVar(&opt.BrokerEvents, "broker-events", 0, "brokers: backlog of each drain (default min(events, 100k), --quick min(events, 20k))")
+	fs.StringVar(&opt.RabbitMQURL, "rabbitmq-url", rabbitDef, "brokers: RabbitMQ AMQP URL (default $RABBITMQ_URL)")
+	fs.StringVar(&opt.RedisURL, "redis-url", redisDef, "brokers: Redis URL (default $REDIS_URL)")
 	fs.BoolVar(&opt.Keep, "keep", false, "keep the schemas and streams")
 	fs.IntVar(&opt.Writers, "writers", 8, "concurrent writers")
 	fs.DurationVar(&opt.WriteWindow, "write-window", 0, "write-cost window per phase (default 10s, --quick 3s)")
@@ -78,7 +100,7 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 	fs.IntVar(&opt.GrowthRows, "growth-rows", 0, "processed rows retained (default 10M, --quick 1M)")
 	fs.IntVar(&opt.GrowthBatch, "growth-batch", 0, "pending rows drained in the growth figure (default 100k, --quick 10k)")
 	fs.IntVar(&opt.ClaimSamples, "claim-samples", 200, "claims timed per table state")
-	fs.IntVar(&opt.Workers, "workers", 2, "raw SQL floor connections (pgoutbox's default relay workers)")
+	fs.IntVar(&opt.Workers, "workers", outbox.DefaultWorkers, "raw SQL floor connections (pgoutbox's default relay workers)")
 	fs.DurationVar(&opt.Timeout, "timeout", 10*time.Minute, "longest wait for a relay to deliver")
 	if err := fs.Parse(args); err != nil {
 		return opt, err
@@ -106,6 +128,7 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 	pick(&opt.GrowthRows, 10_000_000, 1_000_000)
 	pick(&opt.GrowthBatch, 100_000, 10_000)
 	pick(&opt.ArticleCap, min(opt.Events, 30_000), min(opt.Events, 5_000))
+	pick(&opt.BrokerEvents, min(opt.Events, 100_000), min(opt.Events, 20_000))
 	pick(&opt.Runs, 3, 1)
 	pickD(&opt.WriteWindow, 10*time.Second, 3*time.Second)
 	pickD(&opt.LatWindow, 30*time.Second, 5*time.Second)
@@ -113,15 +136,24 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 	for _, s := range strings.Split(only, ",") {
 		switch s = strings.TrimSpace(s); s {
 		case "":
-		case "drain", "write", "latency", "growth":
+		case "drain", "write", "latency", "growth", "brokers":
 			opt.Only[s] = true
 		default:
-			return opt, fmt.Errorf("--only: unknown figure %q (want drain, write, latency, growth)", s)
+			return opt, fmt.Errorf("--only: unknown figure %q (want drain, write, latency, growth, brokers)", s)
+		}
+	}
+	for _, s := range strings.Split(brokers, ",") {
+		switch s = strings.TrimSpace(s); {
+		case s == "":
+		case !slices.Contains(allBrokers, s):
+			return opt, fmt.Errorf("--brokers: unknown broker %q (want some of %s; the in-memory drain always runs)", s, strings.Join(allBrokers, ", "))
+		case !slices.Contains(opt.Brokers, s):
+			opt.Brokers = append(opt.Brokers, s)
 		}
 	}
 	switch {
-	case opt.Events < 1 || opt.ArticleCap < 1 || opt.GrowthBatch < 1 || opt.GrowthRows < 1:
-		return opt, errors.New("--events, --article-events, --growth-rows, --growth-batch must be positive")
+	case opt.Events < 1 || opt.ArticleCap < 1 || opt.GrowthBatch < 1 || opt.GrowthRows < 1 || opt.BrokerEvents < 1:
+		return opt, errors.New("--events, --article-events, --growth-rows, --growth-batch, --broker-events must be positive")
 	case opt.Writers < 1 || opt.LatWriters < 1 || opt.Rate < 1 || opt.Workers < 1 || opt.ClaimSamples < 1:
 		return opt, errors.New("--writers, --rate, --workers, --claim-samples must be positive")
 	}
@@ -163,9 +195,15 @@ func (h *harness) measure(ctx context.Context) (*results, error) {
 	}
 	for i := range h.opt.Runs {
 		h.logf("=== run %d of %d", i+1, h.opt.Runs)
+		clear(h.sameRun)
 		if h.opt.want("drain") {
 			if err := h.drainRun(ctx, r); err != nil {
 				return nil, fmt.Errorf("drain: %w", err)
+			}
+		}
+		if h.opt.want("brokers") {
+			if err := h.brokersRun(ctx, r); err != nil {
+				return nil, fmt.Errorf("brokers: %w", err)
 			}
 		}
 		if h.opt.want("write") {

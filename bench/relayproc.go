@@ -17,9 +17,15 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	natsgo "github.com/nats-io/nats.go"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/kafka"
 	outboxnats "github.com/pgoutbox/outbox/nats"
+	"github.com/pgoutbox/outbox/rabbitmq"
+	outboxredis "github.com/pgoutbox/outbox/redis"
+	outboxsqs "github.com/pgoutbox/outbox/sqs"
+	"github.com/pgoutbox/outbox/webhook"
 )
 
 // childCommand is the hidden subcommand that runs one relay in a process of
@@ -41,11 +47,14 @@ type relaySpec struct {
 	Design      string        `json:"design"` // designOurs or designArticle
 	DatabaseURL string        `json:"database_url"`
 	Schema      string        `json:"schema"`
-	Publisher   string        `json:"publisher"` // pubMemory or pubNATS
+	Publisher   string        `json:"publisher"` // pubMemory, pubNATS, pubKafka, ...
 	NatsURL     string        `json:"nats_url,omitempty"`
-	Subject     string        `json:"subject,omitempty"` // NATS subject prefix
-	Expect      int           `json:"expect,omitempty"`  // drain mode: events to wait for
-	Timed       bool          `json:"timed,omitempty"`   // record confirmation times
+	Subject     string        `json:"subject,omitempty"`    // NATS subject prefix
+	BrokerURL   string        `json:"broker_url,omitempty"` // Kafka seed host:port, AMQP URL, Redis URL or SQS endpoint
+	Target      string        `json:"target,omitempty"`     // Kafka topic, RabbitMQ queue, Redis stream, SQS queue URL or webhook URL template
+	Secret      string        `json:"secret,omitempty"`     // webhook signing secret
+	Expect      int           `json:"expect,omitempty"`     // drain mode: events to wait for
+	Timed       bool          `json:"timed,omitempty"`      // record confirmation times
 	BatchSize   int           `json:"batch_size,omitempty"`
 	Workers     int           `json:"workers,omitempty"`
 	Listen      bool          `json:"listen,omitempty"`       // pgoutbox: RelayConfig.Listen
@@ -204,6 +213,44 @@ func publisherFor(spec relaySpec, rec *recorder) (*recordingPublisher, func(), e
 			return nil, nil, err
 		}
 		return &recordingPublisher{rec: rec, next: p}, nc.Close, nil
+	case pubKafka:
+		p, err := kafka.New(kafka.Config{Brokers: []string{spec.BrokerURL}, Topic: spec.Target})
+		if err != nil {
+			return nil, nil, err
+		}
+		return &recordingPublisher{rec: rec, next: p}, p.Close, nil
+	case pubRabbitMQ:
+		// The default exchange: the routing key is the queue's name.
+		p, err := rabbitmq.New(rabbitmq.Config{URL: spec.BrokerURL, RoutingKey: spec.Target, ConnectionName: spec.AppName})
+		if err != nil {
+			return nil, nil, err
+		}
+		return &recordingPublisher{rec: rec, next: p}, func() { _ = p.Close() }, nil
+	case pubRedis:
+		opts, err := goredis.ParseURL(spec.BrokerURL)
+		if err != nil {
+			return nil, nil, err
+		}
+		opts.MaxRetries = -1 // the relay retries, as redis's package doc advises
+		c := goredis.NewClient(opts)
+		p, err := outboxredis.New(c, outboxredis.Config{Stream: spec.Target})
+		if err != nil {
+			c.Close()
+			return nil, nil, err
+		}
+		return &recordingPublisher{rec: rec, next: p}, func() { _ = c.Close() }, nil
+	case pubSQS:
+		p, err := outboxsqs.New(outboxsqs.Config{Client: newSQSClient(spec.BrokerURL), QueueURL: spec.Target})
+		if err != nil {
+			return nil, nil, err
+		}
+		return &recordingPublisher{rec: rec, next: p}, func() {}, nil
+	case pubWebhook:
+		p, err := webhook.New(webhook.Config{URL: spec.Target, Secrets: []string{spec.Secret}, AllowPrivateNetworks: true})
+		if err != nil {
+			return nil, nil, err
+		}
+		return &recordingPublisher{rec: rec, next: p}, p.Close, nil
 	}
 	return nil, nil, fmt.Errorf("publisher %q", spec.Publisher)
 }

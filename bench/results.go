@@ -5,6 +5,8 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"github.com/pgoutbox/outbox"
 )
 
 // results accumulates every figure over the runs, in first-seen order.
@@ -13,6 +15,7 @@ type results struct {
 	writes   []*writeFigure
 	lats     []*latFigure
 	growths  []*growthFigure
+	brokers  []*drainFigure // figure 5; Ratio is to the in-memory drain of the same run
 	explains []string
 
 	loads     []float64           // load averages seen during the run
@@ -28,6 +31,17 @@ func (r *results) drain(label string, backlog int) *drainFigure {
 	}
 	f := &drainFigure{Label: label, Backlog: backlog}
 	r.drains = append(r.drains, f)
+	return f
+}
+
+func (r *results) broker(label string, backlog int) *drainFigure {
+	for _, f := range r.brokers {
+		if f.Label == label {
+			return f
+		}
+	}
+	f := &drainFigure{Label: label, Backlog: backlog}
+	r.brokers = append(r.brokers, f)
 	return f
 }
 
@@ -264,6 +278,18 @@ func (r *results) print(w io.Writer, m machine, opt options, cmdline string, sta
 		for _, e := range r.explains {
 			fmt.Fprintf(w, "%s\n\n", e)
 		}
+	}
+	if len(r.brokers) > 0 {
+		fmt.Fprintf(w, "### 5. Drain per broker: pgoutbox's relay with its defaults (BatchSize %d, Workers %d), each publisher with its own\n\n",
+			outbox.DefaultBatchSize, outbox.DefaultWorkers)
+		fmt.Fprintf(w, "Each drain is checked twice: every event confirmed by the publisher, and the broker holding at least as many messages as events (stream, topic end offsets, queue depth, XLEN, distinct webhook ids).\n\n")
+		fmt.Fprintf(w, "| broker (what confirms an event) | backlog | events/s | / in-memory (same run) | relay CPU µs/event | relay peak RSS | delivery verified |\n|---|---:|---:|---:|---:|---:|---|\n")
+		for _, f := range r.brokers {
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", f.Label, count(f.Backlog), fmtRate(f.Rate),
+				fmtRatio(f.Ratio), fmtUS(f.CPUus), fmtMB(f.RSSMB), fmtOK(f.OK, f.Dups))
+		}
+		notes(w, r.brokers, func(f *drainFigure) (string, []string) { return f.Label, f.Notes })
+		fmt.Fprintln(w)
 	}
 }
 

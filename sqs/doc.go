@@ -86,7 +86,7 @@
 //
 // There is no AWS account in this project's test environment. The tests run
 // the real aws-sdk-go-v2 client over HTTP against an in-process fake SQS
-// (sqs/fake_test.go) that speaks the protocol the SDK uses (AWS JSON 1.0
+// (internal/sqsfake, which the benchmark runs too) that speaks the protocol the SDK uses (AWS JSON 1.0
 // with query-compatible errors) and enforces the SQS rules the publisher
 // relies on, as documented in the SQS API reference: 10 entries per batch,
 // the total and per-message size limits, 10 attributes, non-empty

@@ -19,16 +19,18 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/sqsfake"
 	"github.com/pgoutbox/outbox/internal/tcpproxy"
 	"github.com/pgoutbox/outbox/publishertest"
 	"github.com/pgoutbox/outbox/sqs"
 )
 
-// env is one test's SQS: the fake, reached by the publisher through a TCP
-// proxy the test can cut, and a consumer client that bypasses the proxy.
+// env is one test's SQS: the fake (internal/sqsfake), reached by the
+// publisher through a TCP proxy the test can cut, and a consumer client that
+// bypasses the proxy.
 type env struct {
 	t        *testing.T
-	fake     *fakeSQS
+	fake     *sqsfake.Server
 	proxy    *tcpproxy.Proxy
 	client   *awssqs.Client // through the proxy
 	consumer *awssqs.Client // straight to the fake
@@ -36,9 +38,10 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	f := newFakeSQS(t)
-	p := tcpproxy.Start(t, f.srv.Listener.Addr().String())
-	return &env{t: t, fake: f, proxy: p, client: newClient("http://" + p.Addr()), consumer: newClient(f.srv.URL)}
+	f := sqsfake.Start()
+	t.Cleanup(f.Close)
+	p := tcpproxy.Start(t, f.Addr())
+	return &env{t: t, fake: f, proxy: p, client: newClient("http://" + p.Addr()), consumer: newClient(f.URL())}
 }
 
 // newClient is an SDK client as an application builds one, with static
@@ -213,7 +216,7 @@ func TestBatchesOfTenAndByteLimit(t *testing.T) {
 			t.Fatalf("message %d: %v", i, err)
 		}
 	}
-	if n := e.fake.sendCalls(); n != 3 {
+	if n := e.fake.SendCalls(); n != 3 {
 		t.Errorf("25 messages took %d SendMessageBatch calls, want 3", n)
 	}
 
@@ -227,7 +230,7 @@ func TestBatchesOfTenAndByteLimit(t *testing.T) {
 			t.Fatalf("big message %d: %v", i, err)
 		}
 	}
-	if n := e.fake.sendCalls() - 3; n != 3 {
+	if n := e.fake.SendCalls() - 3; n != 3 {
 		t.Errorf("five 100 KB messages took %d calls, want 3 (at most 256 KiB per call)", n)
 	}
 	got, err := (&reader{e: e, queue: qurl}).Read(timeout(t, 30*time.Second), 30)
@@ -247,7 +250,7 @@ func TestOversizedFailsWithoutRequest(t *testing.T) {
 			t.Errorf("payload of %d bytes: err = %v, want a permanent size error", n, err)
 		}
 	}
-	if n := e.fake.sendCalls(); n != 0 {
+	if n := e.fake.SendCalls(); n != 0 {
 		t.Errorf("%d requests sent for oversized messages, want none", n)
 	}
 }
@@ -257,12 +260,12 @@ func TestPerEntryFailures(t *testing.T) {
 	e := newEnv(t)
 	qurl := e.createQueue("q", nil)
 	p := e.publisher(sqs.Config{QueueURL: qurl})
-	e.fake.setFaults(func(body string) *entryFault {
+	e.fake.SetFaults(func(body string) *sqsfake.EntryFault {
 		switch {
 		case strings.Contains(body, "sender-fault"):
-			return &entryFault{Code: "InvalidParameterValue", Message: "rejected by the test", SenderFault: true}
+			return &sqsfake.EntryFault{Code: "InvalidParameterValue", Message: "rejected by the test", SenderFault: true}
 		case strings.Contains(body, "server-fault"):
-			return &entryFault{Code: "InternalError", Message: "failed by the test"}
+			return &sqsfake.EntryFault{Code: "InternalError", Message: "failed by the test"}
 		}
 		return nil
 	}, nil)
@@ -342,9 +345,9 @@ func TestFIFOStopsGroupAfterFailure(t *testing.T) {
 	e := newEnv(t)
 	qurl := e.createQueue("orders.fifo", nil)
 	p := e.publisher(sqs.Config{QueueURL: qurl, Concurrency: 1})
-	e.fake.setFaults(func(body string) *entryFault {
+	e.fake.SetFaults(func(body string) *sqsfake.EntryFault {
 		if strings.Contains(body, `"i":3}`) && strings.Contains(body, `"agg":"a"`) {
-			return &entryFault{Code: "InternalError", Message: "failed by the test"}
+			return &sqsfake.EntryFault{Code: "InternalError", Message: "failed by the test"}
 		}
 		return nil
 	}, nil)
@@ -403,9 +406,9 @@ func TestUnavailable(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t)
 		qurl := e.createQueue("q", nil)
-		addr := e.fake.srv.Listener.Addr().String()
+		addr := e.fake.Addr()
 		p := e.publisher(sqs.Config{QueueURL: qurl, Client: newClient("http://" + addr)})
-		e.fake.srv.Close() // connections are refused from now on
+		e.fake.Close() // connections are refused from now on
 		errs := p.PublishBatch(timeout(t, 10*time.Second), []*outbox.Message{message("a", 1), message("b", 2)})
 		for i, err := range errs {
 			if outbox.Classify(err) != outbox.ClassUnavailable {
@@ -420,7 +423,7 @@ func TestUnavailable(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t)
 		p := e.publisher(sqs.Config{QueueURL: e.createQueue("q", nil)})
-		e.fake.setFaults(nil, func([]string) (int, string) { return 500, "InternalError" })
+		e.fake.SetFaults(nil, func([]string) (int, string) { return 500, "InternalError" })
 		for i, err := range p.PublishBatch(timeout(t, 10*time.Second), []*outbox.Message{message("a", 1), message("b", 2)}) {
 			if outbox.Classify(err) != outbox.ClassUnavailable {
 				t.Errorf("message %d: %v (%s), want unavailable", i, err, outbox.Classify(err))
@@ -431,7 +434,7 @@ func TestUnavailable(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t)
 		p := e.publisher(sqs.Config{QueueURL: e.createQueue("q", nil)})
-		e.fake.setFaults(nil, func(bodies []string) (int, string) {
+		e.fake.SetFaults(nil, func(bodies []string) (int, string) {
 			if strings.Contains(bodies[0], "fail-call") { // the second call, and its SDK retries
 				return 503, "ServiceUnavailable"
 			}
@@ -457,7 +460,7 @@ func TestUnavailable(t *testing.T) {
 	t.Run("no credentials", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t)
-		client := awssqs.New(awssqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(e.fake.srv.URL),
+		client := awssqs.New(awssqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(e.fake.URL()),
 			Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
 				return aws.Credentials{}, errors.New("no credentials configured")
 			})})
@@ -486,7 +489,7 @@ func TestCallErrors(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
 			p := e.publisher(sqs.Config{QueueURL: e.createQueue("q", nil)})
-			e.fake.setFaults(nil, func([]string) (int, string) { return tc.status, tc.typ })
+			e.fake.SetFaults(nil, func([]string) (int, string) { return tc.status, tc.typ })
 			err := p.Publish(timeout(t, 10*time.Second), message("a", 1))
 			if err == nil || outbox.Classify(err) != tc.want || !strings.Contains(err.Error(), tc.typ) {
 				t.Fatalf("err = %v (%s), want %s naming %s", err, outbox.Classify(err), tc.want, tc.typ)
@@ -508,7 +511,7 @@ func TestInvalidMessages(t *testing.T) {
 			t.Errorf("%s: err = %v, want permanent", name, err)
 		}
 	}
-	if n := e.fake.sendCalls(); n != 0 {
+	if n := e.fake.SendCalls(); n != 0 {
 		t.Errorf("%d requests sent, want none", n)
 	}
 }
@@ -589,7 +592,7 @@ func TestNewFromURL(t *testing.T) {
 	e := newEnv(t)
 	qurl := e.createQueue("q", nil)
 	u := &url.URL{Scheme: "sqs", RawQuery: url.Values{
-		"queue_url": {qurl}, "region": {"eu-west-1"}, "endpoint": {e.fake.srv.URL}, "concurrency": {"2"},
+		"queue_url": {qurl}, "region": {"eu-west-1"}, "endpoint": {e.fake.URL()}, "concurrency": {"2"},
 	}.Encode()}
 	p, err := sqs.NewFromURL(u)
 	if err != nil {

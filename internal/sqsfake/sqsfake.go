@@ -1,15 +1,14 @@
-package sqs_test
-
-// fakeSQS is an in-process SQS endpoint speaking the protocol the current
-// aws-sdk-go-v2 client uses: AWS JSON 1.0 (POST /, X-Amz-Target:
+// Package sqsfake is an in-process SQS endpoint speaking the protocol the
+// current aws-sdk-go-v2 client uses: AWS JSON 1.0 (POST /, X-Amz-Target:
 // AmazonSQS.<Operation>, application/x-amz-json-1.0), with query-compatible
 // errors (__type plus X-Amzn-Query-Error). The real SDK client talks to it
-// over HTTP, so request serialization, response parsing, the SDK's MD5 body
-// checks, retries and error decoding are exercised for real.
+// over HTTP on a loopback port, so request serialization, response parsing,
+// the SDK's MD5 body checks, retries and error decoding are exercised for
+// real. The sqs package's tests and the benchmark (bench/) run it.
 //
 // It implements CreateQueue, GetQueueUrl, GetQueueAttributes,
-// SendMessageBatch, ReceiveMessage (with long polling) and
-// DeleteMessageBatch, and the SQS rules the publisher depends on: at most 10
+// SendMessageBatch, ReceiveMessage (with long polling), DeleteMessageBatch
+// and DeleteQueue, and the SQS rules the publisher depends on: at most 10
 // entries with distinct ids per batch, the batch's total size, each
 // message's size (body plus attribute names, types and values) against the
 // queue's MaximumMessageSize, at most 10 attributes with non-empty values,
@@ -17,7 +16,13 @@ package sqs_test
 // FIFO deduplication on MessageDeduplicationId. It does not check SigV4
 // signatures (only that a SigV4 Authorization header is present), does not
 // lock FIFO message groups while messages are in flight (a received message
-// is hidden for its visibility timeout, as in a standard queue).
+// is hidden for its visibility timeout, as in a standard queue), and its
+// ApproximateNumberOf* attributes are exact.
+//
+//	f := sqsfake.Start()
+//	defer f.Close()
+//	client := sqs.New(sqs.Options{Region: sqsfake.Region, BaseEndpoint: aws.String(f.URL()), ...})
+package sqsfake
 
 import (
 	"crypto/md5"
@@ -31,16 +36,19 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
 )
 
+// The account and region in the fake's queue URLs and ARNs.
 const (
-	fakeAccount    = "000000000000"
-	fakeRegion     = "us-east-1"
+	Account = "000000000000"
+	Region  = "us-east-1"
+)
+
+const (
 	apiBatchLimit  = 1 << 20 // SendMessageBatch's total, since SQS raised it to 1 MiB
 	defaultMaxSize = 256 << 10
 )
@@ -70,48 +78,81 @@ type fakeQueue struct {
 	seq     int64
 }
 
-// entryFault lets a test make the fake fail one entry of a batch.
-type entryFault struct {
+// EntryFault makes the fake fail one entry of a batch (see SetFaults).
+type EntryFault struct {
 	Code        string
 	Message     string
 	SenderFault bool
 }
 
-type fakeSQS struct {
-	srv *httptest.Server
+// Server is a running fake. Its methods are safe for concurrent use.
+type Server struct {
+	srv       *httptest.Server
+	closeOnce sync.Once
 
 	mu      sync.Mutex
 	queues  map[string]*fakeQueue
 	arrived chan struct{} // closed and replaced when a message is stored
 	closing chan struct{}
 	// faultEntry, if set, is asked about every entry of SendMessageBatch.
-	faultEntry func(body string) *entryFault
+	faultEntry func(body string) *EntryFault
 	// faultCall, if set, may answer a whole SendMessageBatch call (given
 	// its entries' bodies) with an HTTP status and error type instead.
 	faultCall func(bodies []string) (status int, errType string)
 	calls     int // SendMessageBatch calls
 }
 
-func newFakeSQS(t *testing.T) *fakeSQS {
-	f := &fakeSQS{queues: map[string]*fakeQueue{}, arrived: make(chan struct{}), closing: make(chan struct{})}
+// Start starts a fake with no queues, listening on a loopback port.
+func Start() *Server {
+	f := &Server{queues: map[string]*fakeQueue{}, arrived: make(chan struct{}), closing: make(chan struct{})}
 	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
-	t.Cleanup(func() {
-		close(f.closing) // ends long polls, so Close does not wait for them
-		f.srv.Close()
-	})
 	return f
 }
 
-func (f *fakeSQS) setFaults(entry func(body string) *entryFault, call func(bodies []string) (int, string)) {
+// URL is the endpoint, "http://127.0.0.1:<port>": the SDK's BaseEndpoint.
+func (f *Server) URL() string { return f.srv.URL }
+
+// Addr is the listener's address, "127.0.0.1:<port>".
+func (f *Server) Addr() string { return f.srv.Listener.Addr().String() }
+
+// Close stops the server: connections are refused from then on, and long
+// polls in progress return empty. It may be called more than once.
+func (f *Server) Close() {
+	f.closeOnce.Do(func() {
+		close(f.closing) // ends long polls, so Close does not wait for them
+		f.srv.Close()
+	})
+}
+
+// SetFaults installs fault injection, replacing any before; nil removes it.
+// entry, if set, is asked about every entry of SendMessageBatch: a non-nil
+// EntryFault fails that entry. call, if set, may fail a whole
+// SendMessageBatch call (given its entries' bodies) with an HTTP status and
+// error type: a status of 0 lets the call through.
+func (f *Server) SetFaults(entry func(body string) *EntryFault, call func(bodies []string) (status int, errType string)) {
 	f.mu.Lock()
 	f.faultEntry, f.faultCall = entry, call
 	f.mu.Unlock()
 }
 
-func (f *fakeSQS) sendCalls() int {
+// SendCalls is how many SendMessageBatch calls the fake has answered,
+// failed ones included.
+func (f *Server) SendCalls() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.calls
+}
+
+// Queues returns the names of the queues that exist, sorted.
+func (f *Server) Queues() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	names := make([]string, 0, len(f.queues))
+	for name := range f.queues {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
 }
 
 type apiError struct {
@@ -126,7 +167,7 @@ func errSender(typ, msg string) *apiError {
 	return &apiError{status: 400, typ: typ, queryCode: typ, sender: true, msg: msg}
 }
 
-func (f *fakeSQS) serve(w http.ResponseWriter, r *http.Request) {
+func (f *Server) serve(w http.ResponseWriter, r *http.Request) {
 	op, ok := strings.CutPrefix(r.Header.Get("X-Amz-Target"), "AmazonSQS.")
 	var out any
 	var aerr *apiError
@@ -183,8 +224,13 @@ func (f *fakeSQS) serve(w http.ResponseWriter, r *http.Request) {
 			if decode(&in) {
 				out, aerr = f.deleteMessageBatch(in.QueueUrl, in.Entries)
 			}
+		case "DeleteQueue":
+			var in struct{ QueueUrl string }
+			if decode(&in) {
+				out, aerr = f.deleteQueue(in.QueueUrl)
+			}
 		default:
-			aerr = errSender("UnsupportedOperation", op+" is not implemented by the test fake")
+			aerr = errSender("UnsupportedOperation", op+" is not implemented by sqsfake")
 		}
 	}
 	w.Header().Set("Content-Type", "application/x-amz-json-1.0")
@@ -202,15 +248,15 @@ func (f *fakeSQS) serve(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(out)
 }
 
-func (f *fakeSQS) queueURL(r *http.Request, name string) string {
-	return "http://" + r.Host + "/" + fakeAccount + "/" + name
+func (f *Server) queueURL(r *http.Request, name string) string {
+	return "http://" + r.Host + "/" + Account + "/" + name
 }
 
 // queue finds a queue by URL (by its path, as SQS routes by account and name).
-func (f *fakeSQS) queue(queueURL string) (*fakeQueue, *apiError) {
-	i := strings.Index(queueURL, "/"+fakeAccount+"/")
+func (f *Server) queue(queueURL string) (*fakeQueue, *apiError) {
+	i := strings.Index(queueURL, "/"+Account+"/")
 	if i >= 0 {
-		if q, ok := f.queues[queueURL[i+len(fakeAccount)+2:]]; ok {
+		if q, ok := f.queues[queueURL[i+len(Account)+2:]]; ok {
 			return q, nil
 		}
 	}
@@ -218,7 +264,7 @@ func (f *fakeSQS) queue(queueURL string) (*fakeQueue, *apiError) {
 		sender: true, msg: "The specified queue does not exist."}
 }
 
-func (f *fakeSQS) createQueue(r *http.Request, name string, attrs map[string]string) (any, *apiError) {
+func (f *Server) createQueue(r *http.Request, name string, attrs map[string]string) (any, *apiError) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fifo := attrs["FifoQueue"] == "true"
@@ -239,7 +285,7 @@ func (f *fakeSQS) createQueue(r *http.Request, name string, attrs map[string]str
 	return map[string]string{"QueueUrl": f.queueURL(r, name)}, nil
 }
 
-func (f *fakeSQS) getQueueURL(r *http.Request, name string) (any, *apiError) {
+func (f *Server) getQueueURL(r *http.Request, name string) (any, *apiError) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if _, ok := f.queues[name]; !ok {
@@ -249,18 +295,46 @@ func (f *fakeSQS) getQueueURL(r *http.Request, name string) (any, *apiError) {
 	return map[string]string{"QueueUrl": f.queueURL(r, name)}, nil
 }
 
-func (f *fakeSQS) getQueueAttributes(queueURL string) (any, *apiError) {
+func (f *Server) getQueueAttributes(queueURL string) (any, *apiError) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	q, aerr := f.queue(queueURL)
 	if aerr != nil {
 		return nil, aerr
 	}
+	visible, inFlight := 0, 0
+	now := time.Now()
+	for _, m := range q.msgs {
+		switch {
+		case m.deleted:
+		case now.Before(m.invisibleUntil):
+			inFlight++
+		default:
+			visible++
+		}
+	}
 	return map[string]map[string]string{"Attributes": {
-		"QueueArn":           "arn:aws:sqs:" + fakeRegion + ":" + fakeAccount + ":" + q.name,
-		"FifoQueue":          strconv.FormatBool(q.fifo),
-		"MaximumMessageSize": strconv.Itoa(q.maxSize),
+		"QueueArn":                              "arn:aws:sqs:" + Region + ":" + Account + ":" + q.name,
+		"FifoQueue":                             strconv.FormatBool(q.fifo),
+		"MaximumMessageSize":                    strconv.Itoa(q.maxSize),
+		"ApproximateNumberOfMessages":           strconv.Itoa(visible),
+		"ApproximateNumberOfMessagesNotVisible": strconv.Itoa(inFlight),
 	}}, nil
+}
+
+// deleteQueue deletes a queue and its messages; receives waiting on it
+// return QueueDoesNotExist.
+func (f *Server) deleteQueue(queueURL string) (any, *apiError) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	q, aerr := f.queue(queueURL)
+	if aerr != nil {
+		return nil, aerr
+	}
+	delete(f.queues, q.name)
+	close(f.arrived) // wakes long polls, which then find the queue gone
+	f.arrived = make(chan struct{})
+	return struct{}{}, nil
 }
 
 type sendBatchIn struct {
@@ -307,7 +381,7 @@ func validChars(s string) bool {
 	return true
 }
 
-func (f *fakeSQS) sendMessageBatch(in sendBatchIn) (any, *apiError) {
+func (f *Server) sendMessageBatch(in sendBatchIn) (any, *apiError) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls++
@@ -317,7 +391,7 @@ func (f *fakeSQS) sendMessageBatch(in sendBatchIn) (any, *apiError) {
 			bodies[i] = e.MessageBody
 		}
 		if status, typ := f.faultCall(bodies); status != 0 {
-			return nil, &apiError{status: status, typ: typ, queryCode: typ, sender: status < 500, msg: "injected by the test"}
+			return nil, &apiError{status: status, typ: typ, queryCode: typ, sender: status < 500, msg: "injected by SetFaults"}
 		}
 	}
 	q, aerr := f.queue(in.QueueUrl)
@@ -432,7 +506,7 @@ type receiveIn struct {
 	VisibilityTimeout   *int
 }
 
-func (f *fakeSQS) receiveMessage(r *http.Request, in receiveIn) (any, *apiError) {
+func (f *Server) receiveMessage(r *http.Request, in receiveIn) (any, *apiError) {
 	max := in.MaxNumberOfMessages
 	if max == 0 {
 		max = 1
@@ -513,7 +587,7 @@ func (f *fakeSQS) receiveMessage(r *http.Request, in receiveIn) (any, *apiError)
 	}
 }
 
-func (f *fakeSQS) deleteMessageBatch(queueURL string, entries []struct{ Id, ReceiptHandle string }) (any, *apiError) {
+func (f *Server) deleteMessageBatch(queueURL string, entries []struct{ Id, ReceiptHandle string }) (any, *apiError) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	q, aerr := f.queue(queueURL)
