@@ -20,7 +20,7 @@ import (
 
 // Defaults for RelayConfig's zero values.
 const (
-	DefaultBatchSize       = 100
+	DefaultBatchSize       = 1000
 	DefaultWorkers         = 2
 	DefaultPollInterval    = 100 * time.Millisecond
 	DefaultMaxAttempts     = 10
@@ -49,7 +49,13 @@ type RelayConfig struct {
 	Schema string
 	Table  string
 
-	// BatchSize is the most rows one worker claims at a time. Default 100.
+	// BatchSize is the most rows one worker claims at a time. Default 1000.
+	// While a batch's publish takes more than a quarter of PublishTimeout
+	// (a slow webhook endpoint, a congested broker), the relay halves the
+	// size of the batches it claims, down to 1, and doubles it back towards
+	// BatchSize once full batches publish quickly, so a slow destination
+	// sees whole batches confirmed rather than timeouts. Memory is about
+	// Workers × BatchSize × the average payload.
 	BatchSize int
 	// Workers is the number of concurrent claim loops in this process. Each
 	// claims disjoint rows (FOR UPDATE SKIP LOCKED), as do other processes.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/url"
@@ -509,5 +510,78 @@ func TestRunRidesOutDatabaseOutageAtStart(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Run = %v", err)
+	}
+}
+
+// TestSlowPublishesShrinkBatches: a destination too slow for a full batch
+// within the publish timeout gets smaller batches (halved while a publish
+// takes more than a quarter of PublishTimeout), and full batches again once
+// it is fast.
+func TestSlowPublishesShrinkBatches(t *testing.T) {
+	e := setup(t)
+	e.writeBatch(200)
+	var slow atomic.Bool
+	slow.Store(true)
+	pub := outbox.PublisherFunc(func(ctx context.Context, _ *outbox.Message) error {
+		if !slow.Load() {
+			return nil
+		}
+		select {
+		case <-time.After(30 * time.Millisecond):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	r := e.relay(pub, outbox.RelayConfig{BatchSize: 64, PublishTimeout: 400 * time.Millisecond,
+		RetryBackoff: outbox.Backoff{Base: time.Hour, Max: time.Hour}})
+	var claimed []int
+	for range 4 {
+		res, err := r.ProcessBatch(ctx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		claimed = append(claimed, res.Claimed)
+	}
+	// 64×30ms, 32×30ms, 16×30ms and 8×30ms all take longer than 100ms.
+	if want := []int{64, 32, 16, 8}; fmt.Sprint(claimed) != fmt.Sprint(want) {
+		t.Fatalf("claimed %v while publishes were slow, want %v", claimed, want)
+	}
+	slow.Store(false)
+	claimed = nil
+	for range 4 {
+		res, err := r.ProcessBatch(ctx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		claimed = append(claimed, res.Claimed)
+	}
+	if want := []int{4, 8, 16, 32}; fmt.Sprint(claimed) != fmt.Sprint(want) {
+		t.Fatalf("claimed %v once publishes were fast, want %v (doubling back)", claimed, want)
+	}
+}
+
+// TestBadHeadersRowIsDeadLettered: a row inserted by hand whose headers are
+// not a JSON object of strings becomes a dead letter naming the problem;
+// the rest of its batch is published.
+func TestBadHeadersRowIsDeadLettered(t *testing.T) {
+	e := setup(t)
+	e.writeBatch(3)
+	if _, err := e.pool.Exec(ctx(t), `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, headers)
+VALUES ('order', 'bad', 'order.created', '{}', '{"retries": 3}')`); err != nil {
+		t.Fatal(err)
+	}
+	e.writeBatch(2)
+	pub := memory.New()
+	res, err := e.relay(pub, outbox.RelayConfig{}).ProcessBatch(ctx(t))
+	if err != nil || res.Published != 5 || res.DeadLettered != 1 {
+		t.Fatalf("batch = %+v, %v; want 5 published, 1 dead letter", res, err)
+	}
+	var lastErr string
+	if err := e.pool.QueryRow(ctx(t), `SELECT last_error FROM outbox_events WHERE aggregate_id = 'bad' AND dead_at IS NOT NULL`).Scan(&lastErr); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(lastErr, "headers") || !strings.Contains(lastErr, "JSON object of string values") {
+		t.Errorf("last_error = %q, want it to name the headers", lastErr)
 	}
 }

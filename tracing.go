@@ -64,12 +64,22 @@ func newRelayTracer(tp trace.TracerProvider) *relayTracer {
 func (rt *relayTracer) start(ctx context.Context, pub Publisher, msgs []*Message) []trace.Span {
 	desc, _ := pub.(Describer)
 	spans := make([]trace.Span, len(msgs))
+	noParent := !trace.SpanContextFromContext(ctx).IsValid()
 	for i, m := range msgs {
 		parent := ctx
-		if m.Headers["traceparent"] != "" {
+		hasParent := m.Headers["traceparent"] != ""
+		if hasParent {
 			parent = traceContext.Extract(ctx, propagation.MapCarrier(m.Headers))
 		}
 		sctx, span := rt.tracer.Start(parent, "publish", trace.WithSpanKind(trace.SpanKindProducer))
+		if noParent && !hasParent && !span.SpanContext().IsValid() {
+			// Only a no-op provider (none installed) starts a span without
+			// a trace id: every span of this batch would be a no-op too.
+			for j := i; j < len(msgs); j++ {
+				spans[j] = span
+			}
+			return spans
+		}
 		if span.IsRecording() { // attributes cost allocations: only for a real tracer
 			dest, system := "", ""
 			if desc != nil {

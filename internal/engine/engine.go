@@ -4,6 +4,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -34,6 +35,11 @@ type Row struct {
 	Headers       map[string]string
 	CreatedAt     time.Time
 	Attempts      int // attempts before this one
+
+	// Bad says why the row cannot be published as stored (headers that are
+	// not a JSON object of strings, written by hand): it is dead-lettered
+	// without a publish, and the rest of the batch goes on.
+	Bad error
 }
 
 // Class is how a publish error is handled.
@@ -118,14 +124,19 @@ type Engine struct {
 	pool *pgxpool.Pool
 	wake chan struct{}
 	cur  *cursor
+	// limit is the batch size claims use: BatchSize, halved while publishes
+	// are slow (see adapt).
+	limit atomic.Int64
 
 	brokerDown atomic.Bool
 }
 
 // New returns an engine; cfg must be validated by the caller.
 func New(pool *pgxpool.Pool, cfg Config) *Engine {
-	return &Engine{cfg: cfg, q: store.New(cfg.Names, cfg.DeleteOnPublish), pool: pool,
+	e := &Engine{cfg: cfg, q: store.New(cfg.Names, cfg.DeleteOnPublish), pool: pool,
 		wake: make(chan struct{}, 1), cur: newCursor(cfg.RescanInterval, cfg.Ordered)}
+	e.limit.Store(int64(cfg.BatchSize))
+	return e
 }
 
 // Wake makes an idle worker claim at once instead of waiting for the poll.
@@ -206,7 +217,7 @@ func (e *Engine) worker(ctx context.Context, id int) {
 			wait = e.cfg.OutageBackoff.Delay(outages)
 			log.Warn("broker unavailable, relay backing off; no attempt counted",
 				"events", res.Unavailable, "err", res.UnavailableErr, "retry_in", wait)
-		case res.Claimed == e.cfg.BatchSize:
+		case res.Full:
 			outages = 0
 			continue // a full batch: more is likely waiting
 		default:
@@ -239,6 +250,7 @@ func (e *Engine) sleep(ctx context.Context, d time.Duration, wakeable bool) bool
 // Result summarizes one batch.
 type Result struct {
 	Claimed        int
+	Full           bool // Claimed reached the batch size in force
 	Published      int
 	Retried        int // transient failures, attempt counted
 	DeadLettered   int
@@ -298,7 +310,8 @@ func (e *Engine) Batch(ctx context.Context) (Result, error) {
 	if lowWater {
 		b.Queue(e.q.LowWater)
 	}
-	b.Queue(claim, e.cfg.BatchSize, floor)
+	limit := int(e.limit.Load())
+	b.Queue(claim, limit, floor)
 	br := conn.SendBatch(ctx, b)
 	if _, err := br.Exec(); err != nil {
 		br.Close()
@@ -328,7 +341,7 @@ func (e *Engine) Batch(ctx context.Context) (Result, error) {
 		br.Close()
 		return res, fmt.Errorf("claim: %w", err)
 	}
-	batch, err := scanRows(rows)
+	batch, err := scanRows(rows, limit)
 	if cerr := br.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
@@ -336,17 +349,20 @@ func (e *Engine) Batch(ctx context.Context) (Result, error) {
 		return res, fmt.Errorf("claim: %w", err)
 	}
 	res.Claimed = len(batch)
+	res.Full = len(batch) == limit
 	if n := len(batch); n > 0 {
 		e.cur.claimed(start, batch[n-1].Seq) // the claim returns rows in seq order
 	}
+	claimedAt := time.Now()
 	if len(batch) == 0 {
 		_, err := conn.Exec(bg, "COMMIT")
 		inTx = err != nil
 		return res, err
 	}
 
-	errs := e.publish(bg, batch)
+	errs := e.publishRows(bg, batch)
 	ackedAt := time.Now()
+	e.adapt(limit, len(batch), ackedAt.Sub(claimedAt))
 
 	var (
 		failIDs    [][16]byte
@@ -369,6 +385,9 @@ func (e *Engine) Batch(ctx context.Context) (Result, error) {
 			continue
 		}
 		class := e.cfg.Classify(err)
+		if r.Bad != nil {
+			class = Permanent
+		}
 		// A batch where nothing was confirmed in time means the broker is not
 		// answering, not that every message is bad.
 		if class == Transient && !anyOK && e.cfg.IsTimeout(err) {
@@ -472,6 +491,59 @@ func (e *Engine) Batch(ctx context.Context) (Result, error) {
 	return res, nil
 }
 
+// publishRows publishes the rows that can be, and returns one error per row.
+func (e *Engine) publishRows(ctx context.Context, batch []*Row) []error {
+	good := batch
+	var bad []int
+	for i, r := range batch {
+		if r.Bad != nil {
+			bad = append(bad, i)
+		}
+	}
+	if bad == nil {
+		return e.publish(ctx, batch)
+	}
+	good = make([]*Row, 0, len(batch)-len(bad))
+	for _, r := range batch {
+		if r.Bad == nil {
+			good = append(good, r)
+		}
+	}
+	errs := make([]error, len(batch))
+	var gerrs []error
+	if len(good) > 0 {
+		gerrs = e.publish(ctx, good)
+	}
+	for i, j := 0, 0; i < len(batch); i++ {
+		if batch[i].Bad != nil {
+			errs[i] = batch[i].Bad
+			continue
+		}
+		errs[i] = gerrs[j]
+		j++
+	}
+	return errs
+}
+
+// adapt keeps batches well inside the publish timeout: a batch of limit
+// rows whose publish took more than a quarter of PublishTimeout halves the
+// batch size of the claims that follow (a slow webhook endpoint or broker
+// then still confirms whole batches instead of timing out and counting
+// attempts), and a full batch published in a sixteenth of it doubles the
+// size again, up to BatchSize.
+func (e *Engine) adapt(limit, claimed int, took time.Duration) {
+	switch {
+	case took > e.cfg.PublishTimeout/4 && limit > 1:
+		next := max(1, limit/2)
+		if e.limit.CompareAndSwap(int64(limit), int64(next)) {
+			e.cfg.Logger.Info("outbox publishes are slow; claiming smaller batches",
+				"batch_size", next, "publish_took", took, "publish_timeout", e.cfg.PublishTimeout)
+		}
+	case claimed == limit && limit < e.cfg.BatchSize && took < e.cfg.PublishTimeout/16:
+		e.limit.CompareAndSwap(int64(limit), int64(min(e.cfg.BatchSize, limit*2)))
+	}
+}
+
 // publish calls the publisher with a deadline it cannot overrun: if it ignores
 // ctx, the batch still ends at the publish timeout (its rows rolled back and
 // retried later), so a hung broker never pins row locks.
@@ -518,18 +590,34 @@ func (e *Engine) publish(ctx context.Context, batch []*Row) []error {
 	return errs
 }
 
-func scanRows(rows pgx.Rows) ([]*Row, error) {
-	var out []*Row
+// scanRows reads a claim's rows: one allocation for all of them, ids as
+// [16]byte (pgx's native uuid decoding; uuid.UUID would go through
+// sql.Scanner and a text parse), headers decoded only when present.
+func scanRows(rows pgx.Rows, limit int) ([]*Row, error) {
+	backing := make([]Row, 0, limit)
+	var (
+		id      [16]byte
+		headers []byte
+	)
 	for rows.Next() {
-		r := &Row{}
-		var headers map[string]string
-		if err := rows.Scan(&r.ID, &r.Seq, &r.AggregateType, &r.AggregateID, &r.EventType,
+		backing = append(backing, Row{})
+		r := &backing[len(backing)-1]
+		if err := rows.Scan(&id, &r.Seq, &r.AggregateType, &r.AggregateID, &r.EventType,
 			&r.Payload, &headers, &r.CreatedAt, &r.Attempts); err != nil {
 			rows.Close()
 			return nil, err
 		}
-		r.Headers = headers
-		out = append(out, r)
+		r.ID = id
+		if headers != nil {
+			if err := json.Unmarshal(headers, &r.Headers); err != nil {
+				r.Headers = nil
+				r.Bad = fmt.Errorf("headers %.200s: want a JSON object of string values: %v", headers, err)
+			}
+		}
+	}
+	out := make([]*Row, len(backing))
+	for i := range backing {
+		out[i] = &backing[i]
 	}
 	return out, rows.Err()
 }
