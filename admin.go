@@ -57,6 +57,7 @@ type TypeStatus struct {
 	EventType           string        `json:"event_type"`
 	Pending             int64         `json:"pending"`
 	DeadLetters         int64         `json:"dead_letters"`
+	Held                int64         `json:"held"`
 	PublishedLastMinute int64         `json:"published_last_minute"`
 	PublishedLastHour   int64         `json:"published_last_hour"`
 	OldestPendingAge    time.Duration `json:"-"`
@@ -71,10 +72,14 @@ type Status struct {
 	// OldestPendingAgeSeconds is OldestPendingAge in seconds, for JSON.
 	OldestPendingAgeSeconds float64 `json:"oldest_pending_age_seconds"`
 	DeadLetters             int64   `json:"dead_letters"`
-	PublishedLastMinute     int64   `json:"published_last_minute"`
-	PublishedLastHour       int64   `json:"published_last_hour"`
+	// Held counts events parked behind an earlier failing event of their
+	// aggregate (ordered mode): they go out once it is published.
+	Held                int64 `json:"held"`
+	PublishedLastMinute int64 `json:"published_last_minute"`
+	PublishedLastHour   int64 `json:"published_last_hour"`
 	// BlockedAggregates counts aggregates with a dead letter and later
-	// events behind it; in ordered mode those events wait for an operator.
+	// events behind it; in ordered mode those events are held until the
+	// dead letter is re-queued and published.
 	BlockedAggregates int64        `json:"blocked_aggregates"`
 	ByType            []TypeStatus `json:"by_type"`
 }
@@ -95,7 +100,7 @@ func (a *Admin) Status(ctx context.Context) (*Status, error) {
 	}
 	var ts TypeStatus
 	var oldest *time.Time
-	_, err = pgx.ForEachRow(rows, []any{&ts.EventType, &ts.Pending, &ts.DeadLetters, &ts.PublishedLastMinute, &ts.PublishedLastHour, &oldest}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&ts.EventType, &ts.Pending, &ts.DeadLetters, &ts.Held, &ts.PublishedLastMinute, &ts.PublishedLastHour, &oldest}, func() error {
 		ts.OldestPendingAge = 0
 		if oldest != nil {
 			ts.OldestPendingAge = max(now.Sub(*oldest), 0)
@@ -104,6 +109,7 @@ func (a *Admin) Status(ctx context.Context) (*Status, error) {
 		st.ByType = append(st.ByType, ts)
 		st.Pending += ts.Pending
 		st.DeadLetters += ts.DeadLetters
+		st.Held += ts.Held
 		st.PublishedLastMinute += ts.PublishedLastMinute
 		st.PublishedLastHour += ts.PublishedLastHour
 		st.OldestPendingAge = max(st.OldestPendingAge, ts.OldestPendingAge)

@@ -34,7 +34,8 @@ type Row struct {
 	Payload       []byte
 	Headers       map[string]string
 	CreatedAt     time.Time
-	Attempts      int // attempts before this one
+	Attempts      int  // attempts before this one
+	Failed        bool // a failure was recorded (last_error): it may hold later events
 
 	// Bad says why the row cannot be published as stored (headers that are
 	// not a JSON object of strings, written by hand): it is dead-lettered
@@ -127,6 +128,9 @@ type Engine struct {
 	// limit is the batch size claims use: BatchSize, halved while publishes
 	// are slow (see adapt).
 	limit atomic.Int64
+	// window is how many pending rows past the floor an ordered claim looks
+	// for aggregate heads in, as a multiple of limit (see adaptWindow).
+	window atomic.Int64
 
 	brokerDown atomic.Bool
 }
@@ -136,6 +140,7 @@ func New(pool *pgxpool.Pool, cfg Config) *Engine {
 	e := &Engine{cfg: cfg, q: store.New(cfg.Names, cfg.DeleteOnPublish), pool: pool,
 		wake: make(chan struct{}, 1), cur: newCursor(cfg.RescanInterval, cfg.Ordered)}
 	e.limit.Store(int64(cfg.BatchSize))
+	e.window.Store(minWindow)
 	return e
 }
 
@@ -311,7 +316,13 @@ func (e *Engine) Batch(ctx context.Context) (Result, error) {
 		b.Queue(e.q.LowWater)
 	}
 	limit := int(e.limit.Load())
-	b.Queue(claim, limit, floor)
+	var window int
+	if e.cfg.Ordered {
+		window = int(e.window.Load()) * limit
+		b.Queue(claim, limit, floor, window)
+	} else {
+		b.Queue(claim, limit, floor)
+	}
 	br := conn.SendBatch(ctx, b)
 	if _, err := br.Exec(); err != nil {
 		br.Close()
@@ -350,6 +361,9 @@ func (e *Engine) Batch(ctx context.Context) (Result, error) {
 	}
 	res.Claimed = len(batch)
 	res.Full = len(batch) == limit
+	if e.cfg.Ordered {
+		e.adaptWindow(len(batch) == limit)
+	}
 	if n := len(batch); n > 0 {
 		e.cur.claimed(start, batch[n-1].Seq) // the claim returns rows in seq order
 	}
@@ -360,7 +374,7 @@ func (e *Engine) Batch(ctx context.Context) (Result, error) {
 		return res, err
 	}
 
-	errs := e.publishRows(bg, batch)
+	errs := e.publishBatch(bg, batch)
 	ackedAt := time.Now()
 	e.adapt(limit, len(batch), ackedAt.Sub(claimedAt))
 
@@ -378,11 +392,18 @@ func (e *Engine) Batch(ctx context.Context) (Result, error) {
 			break
 		}
 	}
+	var releaseIDs [][16]byte // published events that may hold later ones (ordered mode)
 	for i, r := range batch {
 		err := errs[i]
 		if err == nil {
 			okIDs = append(okIDs, r.ID)
+			if e.cfg.Ordered && (r.Failed || r.Attempts > 0) {
+				releaseIDs = append(releaseIDs, r.ID)
+			}
 			continue
+		}
+		if errors.Is(err, errHeldBack) {
+			continue // not tried: left untouched, parked if its predecessor failed
 		}
 		class := e.cfg.Classify(err)
 		if r.Bad != nil {
@@ -447,7 +468,10 @@ func (e *Engine) Batch(ctx context.Context) (Result, error) {
 	}
 	// One round trip records the whole batch in one statement and commits.
 	mark := &pgx.Batch{}
+	ordered := e.cfg.Ordered && (len(failIDs) > 0 || len(releaseIDs) > 0)
 	switch {
+	case ordered:
+		mark.Queue(e.q.MarkOrdered, okIDs, failIDs, failErrs, failDelays, failDead, releaseIDs)
 	case len(failIDs) == 0:
 		mark.Queue(e.q.MarkPublished, okIDs)
 	default:
@@ -455,7 +479,12 @@ func (e *Engine) Batch(ctx context.Context) (Result, error) {
 	}
 	mark.Queue("COMMIT")
 	mr := conn.SendBatch(bg, mark)
-	_, err = mr.Exec()
+	var released int64
+	if ordered {
+		err = mr.QueryRow().Scan(&released)
+	} else {
+		_, err = mr.Exec()
+	}
 	if err != nil {
 		mr.Close()
 		return res, fmt.Errorf("mark %d event(s): %w", len(batch)-res.Unavailable, err)
@@ -469,6 +498,11 @@ func (e *Engine) Batch(ctx context.Context) (Result, error) {
 	}
 	inTx = false
 	res.Published = len(okIDs)
+	if released > 0 {
+		// Released events are below the floor: find them now, not at the
+		// next rescan.
+		e.cur.reset()
+	}
 	if m := e.cfg.Metrics; m != nil {
 		for i, r := range batch {
 			if errs[i] == nil {
@@ -491,38 +525,24 @@ func (e *Engine) Batch(ctx context.Context) (Result, error) {
 	return res, nil
 }
 
-// publishRows publishes the rows that can be, and returns one error per row.
-func (e *Engine) publishRows(ctx context.Context, batch []*Row) []error {
-	good := batch
-	var bad []int
-	for i, r := range batch {
-		if r.Bad != nil {
-			bad = append(bad, i)
-		}
+// The ordered claim's window, in multiples of the batch size.
+const (
+	minWindow = 2
+	maxWindow = 64
+)
+
+// adaptWindow sizes the ordered claim's window: twice the batch size while
+// claims come back full, doubling (up to 64 times) while they do not, so
+// that rows other workers hold at the front of the queue do not hide the
+// heads behind them for long.
+func (e *Engine) adaptWindow(full bool) {
+	w := e.window.Load()
+	switch {
+	case full && w > minWindow:
+		e.window.CompareAndSwap(w, w/2)
+	case !full && w < maxWindow:
+		e.window.CompareAndSwap(w, w*2)
 	}
-	if bad == nil {
-		return e.publish(ctx, batch)
-	}
-	good = make([]*Row, 0, len(batch)-len(bad))
-	for _, r := range batch {
-		if r.Bad == nil {
-			good = append(good, r)
-		}
-	}
-	errs := make([]error, len(batch))
-	var gerrs []error
-	if len(good) > 0 {
-		gerrs = e.publish(ctx, good)
-	}
-	for i, j := 0, 0; i < len(batch); i++ {
-		if batch[i].Bad != nil {
-			errs[i] = batch[i].Bad
-			continue
-		}
-		errs[i] = gerrs[j]
-		j++
-	}
-	return errs
 }
 
 // adapt keeps batches well inside the publish timeout: a batch of limit
@@ -544,52 +564,6 @@ func (e *Engine) adapt(limit, claimed int, took time.Duration) {
 	}
 }
 
-// publish calls the publisher with a deadline it cannot overrun: if it ignores
-// ctx, the batch still ends at the publish timeout (its rows rolled back and
-// retried later), so a hung broker never pins row locks.
-func (e *Engine) publish(ctx context.Context, batch []*Row) []error {
-	ctx, cancel := context.WithTimeout(ctx, e.cfg.PublishTimeout)
-	defer cancel()
-	done := make(chan []error, 1)
-	go func() {
-		defer func() {
-			if p := recover(); p != nil {
-				errs := make([]error, len(batch))
-				for i := range errs {
-					errs[i] = fmt.Errorf("publisher panicked: %v", p)
-				}
-				done <- errs
-			}
-		}()
-		done <- e.cfg.Publish(ctx, batch)
-	}()
-	var errs []error
-	select {
-	case errs = <-done:
-	case <-ctx.Done():
-		// Give a ctx-honouring publisher a moment to report what it confirmed.
-		select {
-		case errs = <-done:
-		case <-time.After(100 * time.Millisecond):
-			errs = make([]error, len(batch))
-			for i := range errs {
-				errs[i] = fmt.Errorf("publish: no answer within %s: %w", e.cfg.PublishTimeout, context.DeadlineExceeded)
-			}
-		}
-	}
-	if errs == nil {
-		return make([]error, len(batch))
-	}
-	if len(errs) != len(batch) {
-		out := make([]error, len(batch))
-		for i := range out {
-			out[i] = fmt.Errorf("publisher returned %d results for %d messages", len(errs), len(batch))
-		}
-		return out
-	}
-	return errs
-}
-
 // scanRows reads a claim's rows: one allocation for all of them, ids as
 // [16]byte (pgx's native uuid decoding; uuid.UUID would go through
 // sql.Scanner and a text parse), headers decoded only when present.
@@ -603,7 +577,7 @@ func scanRows(rows pgx.Rows, limit int) ([]*Row, error) {
 		backing = append(backing, Row{})
 		r := &backing[len(backing)-1]
 		if err := rows.Scan(&id, &r.Seq, &r.AggregateType, &r.AggregateID, &r.EventType,
-			&r.Payload, &headers, &r.CreatedAt, &r.Attempts); err != nil {
+			&r.Payload, &headers, &r.CreatedAt, &r.Attempts, &r.Failed); err != nil {
 			rows.Close()
 			return nil, err
 		}
@@ -672,15 +646,22 @@ func (e *Engine) listen(ctx context.Context) error {
 	}
 }
 
+// statsLoop refreshes the gauges and looks after held events every
+// StatsInterval.
 func (e *Engine) statsLoop(ctx context.Context) {
-	if e.cfg.Metrics == nil || e.cfg.StatsInterval <= 0 {
+	if e.cfg.StatsInterval <= 0 {
 		return
 	}
 	t := time.NewTicker(e.cfg.StatsInterval)
 	defer t.Stop()
 	for {
-		if err := e.refreshGauges(ctx); err != nil && ctx.Err() == nil {
-			e.cfg.Logger.Warn("outbox gauges refresh failed", "err", err)
+		if err := e.tendHeld(ctx); err != nil && ctx.Err() == nil {
+			e.cfg.Logger.Warn("outbox held events housekeeping failed", "err", err)
+		}
+		if e.cfg.Metrics != nil {
+			if err := e.refreshGauges(ctx); err != nil && ctx.Err() == nil {
+				e.cfg.Logger.Warn("outbox gauges refresh failed", "err", err)
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -690,11 +671,44 @@ func (e *Engine) statsLoop(ctx context.Context) {
 	}
 }
 
+// tendHeld parks, in ordered mode, the events that arrived behind a failing
+// event after it failed, so claims never step over them; releases events
+// whose holder is gone (deleted by hand); and, when the relay is not
+// ordered, releases every held event (the table was relayed in ordered mode
+// before).
+func (e *Engine) tendHeld(ctx context.Context) error {
+	b := &pgx.Batch{}
+	b.Queue(e.q.ReleaseOrphans)
+	if e.cfg.Ordered {
+		b.Queue(e.q.ParkLate)
+	} else {
+		b.Queue(e.q.ReleaseAll)
+	}
+	br := e.pool.SendBatch(ctx, b)
+	defer br.Close()
+	var released int64
+	for i := range 2 {
+		tag, err := br.Exec()
+		if err != nil {
+			return err
+		}
+		if i == 0 || !e.cfg.Ordered {
+			released += tag.RowsAffected()
+		}
+	}
+	if released > 0 {
+		e.cur.reset()
+		e.cfg.Logger.Info("outbox released held events", "events", released)
+	}
+	return nil
+}
+
 func (e *Engine) refreshGauges(ctx context.Context) error {
-	var pending, dead, blocked int64
+	var pending, dead, held, blocked int64
 	b := &pgx.Batch{}
 	b.Queue(e.q.CountPending).QueryRow(func(r pgx.Row) error { return r.Scan(&pending) })
 	b.Queue(e.q.CountDead).QueryRow(func(r pgx.Row) error { return r.Scan(&dead) })
+	b.Queue(e.q.CountHeld).QueryRow(func(r pgx.Row) error { return r.Scan(&held) })
 	var oldest, now time.Time
 	b.Queue(`SELECT now()`).QueryRow(func(r pgx.Row) error { return r.Scan(&now) })
 	b.Queue(e.q.OldestPending).QueryRow(func(r pgx.Row) error {
@@ -711,6 +725,7 @@ func (e *Engine) refreshGauges(ctx context.Context) error {
 	}
 	e.cfg.Metrics.Pending.Set(float64(pending))
 	e.cfg.Metrics.DeadLetters.Set(float64(dead))
+	e.cfg.Metrics.HeldEvents.Set(float64(held))
 	e.cfg.Metrics.BlockedAggregates.Set(float64(blocked))
 	age := 0.0
 	if !oldest.IsZero() {

@@ -21,6 +21,7 @@ type Metrics struct {
 	DBErrors          prometheus.Counter
 	LastPublish       prometheus.Gauge
 	BlockedAggregates prometheus.Gauge
+	HeldEvents        prometheus.Gauge
 	OldestPendingAge  prometheus.Gauge
 }
 
@@ -77,6 +78,10 @@ func New(reg prometheus.Registerer, constLabels prometheus.Labels) (*Metrics, er
 			Name: "outbox_blocked_aggregates", ConstLabels: constLabels,
 			Help: "Aggregates whose later events are held back by a dead letter (ordered mode).",
 		}),
+		HeldEvents: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "outbox_events_held", ConstLabels: constLabels,
+			Help: "Events parked behind an earlier failing event of their aggregate (ordered mode).",
+		}),
 		OldestPendingAge: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "outbox_oldest_pending_age_seconds", ConstLabels: constLabels,
 			Help: "Age of the oldest claimable event (by insertion order); 0 when none is pending.",
@@ -94,7 +99,7 @@ func New(reg prometheus.Registerer, constLabels prometheus.Labels) (*Metrics, er
 
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.Published, m.Failed, m.Pending, m.BatchDuration, m.DeadLetters,
-		m.DeadLettered, m.PublishLag, m.BrokerUnavailable, m.DBErrors, m.LastPublish, m.BlockedAggregates, m.OldestPendingAge}
+		m.DeadLettered, m.PublishLag, m.BrokerUnavailable, m.DBErrors, m.LastPublish, m.BlockedAggregates, m.HeldEvents, m.OldestPendingAge}
 }
 
 // ObservePublished records one confirmed event.

@@ -13,12 +13,20 @@ type Queries struct {
 	// and the floor $2 starts the index scan past the entries of rows
 	// processed since the last VACUUM (see engine's cursor).
 	Claim string
-	// ClaimOrdered is Claim for ordered mode: a row is claimable only when no
-	// earlier row of its aggregate is unprocessed, whether that row is
-	// pending, waiting for its retry, locked by another relay or a dead
-	// letter. So at most one event per aggregate is ever in flight, and a
-	// failing event holds back only its own aggregate. $2 is the floor, as
-	// for Claim.
+	// ClaimOrdered is Claim for ordered mode ($1 batch size, $2 floor, $3
+	// window). It claims the heads of aggregates, rows with no earlier
+	// unprocessed row of their aggregate (pending, waiting for a retry, held,
+	// locked by another relay or a dead letter), and with each head a run of
+	// the events that follow it, so that one batch carries many events of
+	// one aggregate when few aggregates hold the backlog. The batch is
+	// shared equally among the heads found; a run stops before the first
+	// event that is not claimable (a dead letter, a held event, one waiting
+	// for its retry), so every aggregate's rows in a batch are consecutive
+	// from its head. Heads are looked for among the first $3 pending rows
+	// past the floor, and only the first row of each aggregate there is
+	// checked, so a backlog of few aggregates costs one probe per aggregate,
+	// not one per row. Rows come back in seq order; the engine publishes an
+	// aggregate's run in order, one event per round.
 	ClaimOrdered string
 	// LowWater is the lowest seq of a row that is pending and not waiting
 	// for a retry (NULL if none): ordered mode's floor.
@@ -32,11 +40,29 @@ type Queries struct {
 	// $1 uuid[] published; failures as $2 uuid[], $3 text[] error, $4
 	// bigint[] retry delay in ms, $5 bool[] dead-letter now.
 	MarkOutcomes string
-	// CountPending and CountDead feed the gauges; OldestPending is the
-	// created_at of the first pending row in claim order (one index probe).
+	// MarkOrdered is MarkOutcomes for ordered mode, with $6 uuid[]: the
+	// published events that had failed before. Each failed event parks the
+	// unprocessed later events of its aggregate (held_by = its id, dead_at
+	// set: out of the pending index, so claims never step over them), and
+	// each event of $6 releases the events it held.
+	MarkOrdered string
+	// ParkLate parks events that arrived behind a failing event after it
+	// failed (ordered mode housekeeping). The failing events are locked
+	// SKIP LOCKED, so a relay publishing one at that moment is not raced.
+	ParkLate string
+	// ReleaseOrphans releases held events whose holder is gone or
+	// processed (deleted by hand, or a crash between two statements of an
+	// older version); ReleaseAll releases every held event (a relay that is
+	// not in ordered mode holds nothing back).
+	ReleaseOrphans string
+	ReleaseAll     string
+	// CountPending, CountDead and CountHeld feed the gauges; OldestPending
+	// is the created_at of the first pending row in claim order (one index
+	// probe).
 	CountPending  string
 	OldestPending string
 	CountDead     string
+	CountHeld     string
 	// Cleanup deletes up to $2 rows processed more than $1 (interval) ago.
 	Cleanup string
 	// Status aggregates per event type: pending, dead, published in the last
@@ -63,7 +89,7 @@ type Queries struct {
 func New(n ident.Names, deleteProcessed bool) *Queries {
 	t := n.QTable
 	return &Queries{
-		Claim: `SELECT id, seq, aggregate_type, aggregate_id, event_type, payload, headers, created_at, attempts
+		Claim: `SELECT id, seq, aggregate_type, aggregate_id, event_type, payload, headers, created_at, attempts, last_error IS NOT NULL
 FROM ` + t + `
 WHERE processed_at IS NULL AND dead_at IS NULL
   AND (retry_after IS NULL OR retry_after <= now())
@@ -71,49 +97,54 @@ WHERE processed_at IS NULL AND dead_at IS NULL
 ORDER BY seq
 LIMIT $1
 FOR UPDATE SKIP LOCKED`,
-		ClaimOrdered: `SELECT o.id, o.seq, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, o.headers, o.created_at, o.attempts
-FROM ` + t + ` AS o
-WHERE o.processed_at IS NULL AND o.dead_at IS NULL
-  AND (o.retry_after IS NULL OR o.retry_after <= now())
-  AND o.seq > $2
-  AND NOT EXISTS (
-    SELECT 1 FROM ` + t + ` AS p
-    WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id
-      AND p.processed_at IS NULL AND p.seq < o.seq)
-ORDER BY o.seq
-LIMIT $1
-FOR UPDATE OF o SKIP LOCKED`,
+		ClaimOrdered: claimOrdered(t),
 		LowWater: `SELECT min(seq) FROM ` + t + `
 WHERE processed_at IS NULL AND dead_at IS NULL
   AND (retry_after IS NULL OR retry_after <= now())`,
 		BlockedAggregates: `SELECT count(*) FROM (
     SELECT DISTINCT d.aggregate_type, d.aggregate_id
     FROM ` + t + ` AS d
-    WHERE d.dead_at IS NOT NULL AND d.processed_at IS NULL
+    WHERE d.dead_at IS NOT NULL AND d.processed_at IS NULL AND d.held_by IS NULL
       AND EXISTS (
         SELECT 1 FROM ` + t + ` AS s
         WHERE s.aggregate_type = d.aggregate_type AND s.aggregate_id = d.aggregate_id
           AND s.processed_at IS NULL AND s.seq > d.seq)) AS b`,
 		MarkPublished: markPublished(t, deleteProcessed),
 		MarkOutcomes:  markOutcomes(t, deleteProcessed),
+		MarkOrdered:   markOrdered(t, deleteProcessed),
+		ParkLate: `WITH failing AS (
+    SELECT id, aggregate_type, aggregate_id, seq FROM ` + t + `
+    WHERE processed_at IS NULL
+      AND ((dead_at IS NOT NULL AND held_by IS NULL) OR (dead_at IS NULL AND retry_after > now()))
+    FOR UPDATE SKIP LOCKED)
+UPDATE ` + t + ` AS s SET dead_at = now(), held_by = f.id
+FROM failing AS f
+WHERE s.aggregate_type = f.aggregate_type AND s.aggregate_id = f.aggregate_id
+  AND s.seq > f.seq AND s.processed_at IS NULL AND s.dead_at IS NULL`,
+		ReleaseOrphans: `UPDATE ` + t + ` AS s SET dead_at = NULL, held_by = NULL
+WHERE s.held_by IS NOT NULL AND s.dead_at IS NOT NULL AND s.processed_at IS NULL
+  AND NOT EXISTS (SELECT 1 FROM ` + t + ` AS h WHERE h.id = s.held_by AND h.processed_at IS NULL)`,
+		ReleaseAll: `UPDATE ` + t + ` SET dead_at = NULL, held_by = NULL
+WHERE held_by IS NOT NULL AND dead_at IS NOT NULL AND processed_at IS NULL`,
 		CountPending:  `SELECT count(*) FROM ` + t + ` WHERE processed_at IS NULL AND dead_at IS NULL`,
 		OldestPending: `SELECT created_at FROM ` + t + ` WHERE processed_at IS NULL AND dead_at IS NULL ORDER BY seq LIMIT 1`,
-		CountDead:     `SELECT count(*) FROM ` + t + ` WHERE dead_at IS NOT NULL AND processed_at IS NULL`,
+		CountDead:     `SELECT count(*) FROM ` + t + ` WHERE dead_at IS NOT NULL AND processed_at IS NULL AND held_by IS NULL`,
+		CountHeld:     `SELECT count(*) FROM ` + t + ` WHERE dead_at IS NOT NULL AND processed_at IS NULL AND held_by IS NOT NULL`,
 		Cleanup: `DELETE FROM ` + t + ` WHERE id IN (
     SELECT id FROM ` + t + `
     WHERE processed_at IS NOT NULL AND processed_at < now() - $1::interval
     ORDER BY processed_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED)`,
-		Status: `SELECT event_type, sum(p)::bigint, sum(d)::bigint, sum(m)::bigint, sum(h)::bigint, min(oldest)
+		Status: `SELECT event_type, sum(p)::bigint, sum(d)::bigint, sum(k)::bigint, sum(m)::bigint, sum(h)::bigint, min(oldest)
 FROM (
-    SELECT event_type, 1 AS p, 0 AS d, 0 AS m, 0 AS h, created_at AS oldest
+    SELECT event_type, 1 AS p, 0 AS d, 0 AS k, 0 AS m, 0 AS h, created_at AS oldest
     FROM ` + t + ` WHERE processed_at IS NULL AND dead_at IS NULL
   UNION ALL
-    SELECT event_type, 0, 1, 0, 0, NULL
+    SELECT event_type, 0, (held_by IS NULL)::int, (held_by IS NOT NULL)::int, 0, 0, NULL
     FROM ` + t + ` WHERE dead_at IS NOT NULL AND processed_at IS NULL
   UNION ALL
-    SELECT event_type, 0, 0, (processed_at >= now() - interval '1 minute')::int, 1, NULL
+    SELECT event_type, 0, 0, 0, (processed_at >= now() - interval '1 minute')::int, 1, NULL
     FROM ` + t + ` WHERE processed_at IS NOT NULL AND processed_at >= now() - interval '1 hour'
 ) s
 GROUP BY event_type
@@ -121,17 +152,17 @@ ORDER BY event_type`,
 		DeadLetters: `SELECT id, seq, aggregate_type, aggregate_id, event_type, payload, headers,
        attempts, created_at, processed_at, retry_after, dead_at, COALESCE(last_error, '')
 FROM ` + t + `
-WHERE dead_at IS NOT NULL AND processed_at IS NULL
+WHERE dead_at IS NOT NULL AND processed_at IS NULL AND held_by IS NULL
   AND ($1 = '' OR event_type = $1)
   AND created_at <= now() - $2::interval
 ORDER BY seq
 LIMIT $3`,
-		RetryIDs:       `UPDATE ` + t + ` SET attempts = 0, retry_after = NULL, dead_at = NULL WHERE processed_at IS NULL AND id = ANY($1::uuid[])`,
-		RetryDead:      `UPDATE ` + t + ` SET attempts = 0, retry_after = NULL, dead_at = NULL WHERE dead_at IS NOT NULL AND processed_at IS NULL AND ($1 = '' OR event_type = $1)`,
+		RetryIDs:       `UPDATE ` + t + ` SET attempts = 0, retry_after = NULL, dead_at = NULL, held_by = NULL WHERE processed_at IS NULL AND id = ANY($1::uuid[])`,
+		RetryDead:      `UPDATE ` + t + ` SET attempts = 0, retry_after = NULL, dead_at = NULL WHERE dead_at IS NOT NULL AND processed_at IS NULL AND held_by IS NULL AND ($1 = '' OR event_type = $1)`,
 		CountRetryIDs:  `SELECT count(*) FROM ` + t + ` WHERE processed_at IS NULL AND id = ANY($1::uuid[])`,
-		CountRetryDead: `SELECT count(*) FROM ` + t + ` WHERE dead_at IS NOT NULL AND processed_at IS NULL AND ($1 = '' OR event_type = $1)`,
+		CountRetryDead: `SELECT count(*) FROM ` + t + ` WHERE dead_at IS NOT NULL AND processed_at IS NULL AND held_by IS NULL AND ($1 = '' OR event_type = $1)`,
 		CheckColumns: `SELECT id, seq, aggregate_type, aggregate_id, event_type, payload, headers,
-       attempts, created_at, processed_at, retry_after, last_error, dead_at
+       attempts, created_at, processed_at, retry_after, last_error, dead_at, held_by
 FROM ` + t + ` LIMIT 0`,
 	}
 }
@@ -156,4 +187,88 @@ UPDATE ` + t + ` AS o SET
     dead_at     = CASE WHEN f.dead THEN now() END
 FROM unnest($2::uuid[], $3::text[], $4::bigint[], $5::bool[]) AS f(id, err, delay_ms, dead)
 WHERE o.id = f.id`
+}
+
+func claimOrdered(t string) string {
+	const cols = `id, seq, aggregate_type, aggregate_id, event_type, payload, headers, created_at, attempts, failed`
+	return `WITH win AS (
+  SELECT w.id, w.seq, w.aggregate_type, w.aggregate_id,
+         (w.retry_after IS NULL OR w.retry_after <= now()) AS due
+  FROM ` + t + ` AS w
+  WHERE w.processed_at IS NULL AND w.dead_at IS NULL AND w.seq > $2
+  ORDER BY w.seq
+  LIMIT $3
+),
+firsts AS (
+  SELECT DISTINCT ON (aggregate_type, aggregate_id) id, seq, due
+  FROM win
+  ORDER BY aggregate_type, aggregate_id, seq
+),
+heads AS (
+  SELECT o.id, o.seq, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, o.headers,
+         o.created_at, o.attempts, o.last_error IS NOT NULL AS failed
+  FROM (SELECT id, seq FROM firsts WHERE due ORDER BY seq) AS c
+  JOIN ` + t + ` AS o ON o.id = c.id
+  WHERE o.processed_at IS NULL AND o.dead_at IS NULL
+    AND NOT EXISTS (
+      SELECT 1 FROM ` + t + ` AS p
+      WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id
+        AND p.processed_at IS NULL AND p.seq < o.seq)
+  ORDER BY c.seq
+  LIMIT $1
+  FOR UPDATE OF o SKIP LOCKED
+),
+share AS (SELECT $1 / greatest(count(*), 1) AS k FROM heads)
+SELECT ` + cols + ` FROM heads
+UNION ALL
+SELECT ` + cols + ` FROM (
+  SELECT f.*, bool_and(f.ok) OVER (PARTITION BY f.head ORDER BY f.seq) AS prefix
+  FROM heads AS h CROSS JOIN share CROSS JOIN LATERAL (
+    SELECT h.id AS head, f.id, f.seq, f.aggregate_type, f.aggregate_id, f.event_type, f.payload, f.headers,
+           f.created_at, f.attempts, f.last_error IS NOT NULL AS failed,
+           (f.dead_at IS NULL AND (f.retry_after IS NULL OR f.retry_after <= now())) AS ok
+    FROM ` + t + ` AS f
+    WHERE share.k > 1
+      AND f.aggregate_type = h.aggregate_type AND f.aggregate_id = h.aggregate_id
+      AND f.processed_at IS NULL AND f.seq > h.seq
+    ORDER BY f.seq
+    LIMIT share.k - 1
+    FOR UPDATE OF f) AS f
+) AS r
+WHERE r.prefix
+ORDER BY seq`
+}
+
+func markOrdered(t string, deleteProcessed bool) string {
+	published := `UPDATE ` + t + ` SET processed_at = now() WHERE id = ANY($1::uuid[])`
+	if deleteProcessed {
+		published = `DELETE FROM ` + t + ` WHERE id = ANY($1::uuid[])`
+	}
+	// The four statements touch disjoint rows: a failed event's later
+	// events were not published in its batch (the engine stops an
+	// aggregate's run at its first failure) and are not held yet; the
+	// events a published one releases are held, so not in the batch.
+	return `WITH published AS (` + published + `),
+failed AS (
+  UPDATE ` + t + ` AS o SET
+      attempts    = o.attempts + 1,
+      last_error  = f.err,
+      retry_after = now() + f.delay_ms * interval '1 millisecond',
+      dead_at     = CASE WHEN f.dead THEN now() END
+  FROM unnest($2::uuid[], $3::text[], $4::bigint[], $5::bool[]) AS f(id, err, delay_ms, dead)
+  WHERE o.id = f.id),
+park AS (
+  UPDATE ` + t + ` AS s SET dead_at = now(), held_by = h.id
+  FROM ` + t + ` AS h
+  WHERE h.id = ANY($2::uuid[])
+    AND s.aggregate_type = h.aggregate_type AND s.aggregate_id = h.aggregate_id
+    AND s.seq > h.seq AND s.processed_at IS NULL AND s.dead_at IS NULL),
+released AS (
+  UPDATE ` + t + ` AS s SET dead_at = NULL, held_by = NULL
+  FROM ` + t + ` AS h
+  WHERE h.id = ANY($6::uuid[])
+    AND s.aggregate_type = h.aggregate_type AND s.aggregate_id = h.aggregate_id
+    AND s.processed_at IS NULL AND s.held_by = h.id
+  RETURNING 1)
+SELECT count(*) FROM released`
 }

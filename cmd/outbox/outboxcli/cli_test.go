@@ -2,10 +2,13 @@ package outboxcli
 
 import (
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/pgoutbox/outbox"
 )
 
 func TestHelp(t *testing.T) {
@@ -176,8 +179,8 @@ func TestPrecedence(t *testing.T) {
 	val := func(o *options, name string) string { return o.fs.Lookup(name).Value.String() }
 
 	o := parse(nil)
-	if got := val(o, "batch-size"); got != "100" {
-		t.Errorf("default: batch-size %s, want 100", got)
+	if got, want := val(o, "batch-size"), fmt.Sprint(outbox.DefaultBatchSize); got != want {
+		t.Errorf("default: batch-size %s, want %s", got, want)
 	}
 	o = parse(nil, "--config", fileOK)
 	if got := val(o, "batch-size"); got != "7" {

@@ -60,6 +60,9 @@ type. --json prints the same for scripts (ages in seconds).`)
 		fmt.Fprintf(w, "outbox %s\n", admin.Table())
 		fmt.Fprintf(w, "  pending           %d (oldest %s)\n", st.Pending, age(st.OldestPendingAge))
 		fmt.Fprintf(w, "  dead letters      %d\n", st.DeadLetters)
+		if st.Held > 0 {
+			fmt.Fprintf(w, "  held              %d event(s) parked behind an earlier failing event of their aggregate (ordered mode)\n", st.Held)
+		}
 		if st.BlockedAggregates > 0 {
 			fmt.Fprintf(w, "  blocked           %d aggregate(s) with later events behind a dead letter (held back in ordered mode)\n", st.BlockedAggregates)
 		}

@@ -1,0 +1,169 @@
+package outbox_test
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/memory"
+)
+
+// writeAgg commits events n..n+count-1 of aggregate agg in one transaction.
+func (e *env) writeAgg(agg string, from, count int) []uuid.UUID {
+	e.t.Helper()
+	evs := make([]outbox.Event, count)
+	for i := range evs {
+		evs[i] = event(agg, from+i)
+	}
+	var ids []uuid.UUID
+	err := pgx.BeginFunc(ctx(e.t), e.pool, func(tx pgx.Tx) error {
+		var err error
+		ids, err = e.writer.Write(ctx(e.t), tx, evs...)
+		return err
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return ids
+}
+
+// TestOrderedFailureParksSuccessors: in ordered mode a failing event parks
+// the later events of its aggregate (held, not dead letters, out of the
+// claim's way); events that arrive later are parked by the housekeeping;
+// once the failing event is published, they all go out, in order.
+func TestOrderedFailureParksSuccessors(t *testing.T) {
+	e := setup(t)
+	xs := e.writeAgg("X", 1, 5)
+	e.writeAgg("Y", 1, 1)
+	var failing atomic.Bool
+	failing.Store(true)
+	pub := memory.New()
+	pub.FailWith(func(m *outbox.Message) error {
+		if m.ID == xs[0] && failing.Load() {
+			return errors.New("nack")
+		}
+		return nil
+	})
+	r := e.relay(pub, outbox.RelayConfig{Ordered: true, StatsInterval: 10 * time.Millisecond,
+		RetryBackoff: outbox.Backoff{Base: time.Hour, Max: time.Hour}})
+	res, err := r.ProcessBatch(ctx(t))
+	if err != nil || res.Published != 1 || res.Retried != 1 {
+		t.Fatalf("batch = %+v, %v; want Y1 published, X1 retried", res, err)
+	}
+	if n := e.count(fmt.Sprintf("held_by = '%s' AND dead_at IS NOT NULL", xs[0])); n != 4 {
+		t.Fatalf("%d events held behind X1, want X2..X5", n)
+	}
+	st, err := e.admin().Status(ctx(t))
+	if err != nil || st.Held != 4 || st.DeadLetters != 0 || st.Pending != 1 {
+		t.Fatalf("status = %+v, %v; want 4 held, 0 dead letters, 1 pending (X1)", st, err)
+	}
+	if dl, err := e.admin().DeadLetters(ctx(t), outbox.DeadLetterFilter{}); err != nil || len(dl) != 0 {
+		t.Fatalf("dead letters = %v, %v; held events are not dead letters", dl, err)
+	}
+
+	late := e.writeAgg("X", 6, 1) // arrives behind the failing X1
+	e.run(r)
+	deadline := time.Now().Add(10 * time.Second)
+	for e.count(fmt.Sprintf("id = '%s' AND held_by = '%s'", late[0], xs[0])) != 1 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if e.count(fmt.Sprintf("id = '%s' AND held_by = '%s'", late[0], xs[0])) != 1 {
+		t.Fatal("the late X6 was never parked behind X1")
+	}
+
+	failing.Store(false)
+	if _, err := e.admin().Retry(ctx(t), outbox.RetrySelector{IDs: xs[:1]}); err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.WaitDistinct(ctx(t), 7); err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for _, m := range pub.Messages() {
+		if m.AggregateID == "X" {
+			order = append(order, aggIDs([]outbox.Message{m})...)
+		}
+	}
+	if fmt.Sprint(order) != "[X1 X2 X3 X4 X5 X6]" {
+		t.Errorf("X published as %v, want X1..X6 in order", order)
+	}
+	if n := e.count("held_by IS NOT NULL OR dead_at IS NOT NULL"); n != 0 {
+		t.Errorf("%d rows still held or dead", n)
+	}
+}
+
+// TestOrderedRunsFewAggregates: with few aggregates holding the backlog, a
+// batch carries a run of each (not one event per aggregate), and each
+// aggregate's events still go out in order.
+func TestOrderedRunsFewAggregates(t *testing.T) {
+	e := setup(t)
+	for i := range 40 {
+		for _, agg := range []string{"A", "B", "C"} {
+			e.writeAgg(agg, i, 1)
+		}
+	}
+	pub := memory.New()
+	r := e.relay(pub, outbox.RelayConfig{Ordered: true, BatchSize: 60})
+	res, err := r.ProcessBatch(ctx(t))
+	if err != nil || res.Published != 60 {
+		t.Fatalf("first batch = %+v, %v; want 60 events (runs of 20 for each of 3 aggregates)", res, err)
+	}
+	for res.Claimed > 0 {
+		if res, err = r.ProcessBatch(ctx(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	next := map[string]int{}
+	for _, s := range aggIDs(pub.Messages()) {
+		agg, n := s[:1], 0
+		fmt.Sscan(s[1:], &n)
+		if n != next[agg] {
+			t.Fatalf("%s published when %s%d was next", s, agg, next[agg])
+		}
+		next[agg]++
+	}
+	if pub.Len() != 120 {
+		t.Errorf("published %d, want 120", pub.Len())
+	}
+}
+
+// TestHeldEventsReleasedWhenHolderGone: an operator deletes a dead letter
+// by hand; the events it held are released by the housekeeping and
+// published. A relay that is not ordered releases every held event.
+func TestHeldEventsReleasedWhenHolderGone(t *testing.T) {
+	for _, ordered := range []bool{true, false} {
+		t.Run(fmt.Sprintf("ordered=%v", ordered), func(t *testing.T) {
+			e := setup(t)
+			xs := e.writeAgg("X", 1, 3)
+			pub := memory.New()
+			pub.FailWith(func(m *outbox.Message) error {
+				if m.ID == xs[0] {
+					return outbox.Permanent(errors.New("poison"))
+				}
+				return nil
+			})
+			parker := e.relay(pub, outbox.RelayConfig{Ordered: true})
+			if res, err := parker.ProcessBatch(ctx(t)); err != nil || res.DeadLettered != 1 {
+				t.Fatalf("batch = %+v, %v", res, err)
+			}
+			if n := e.count("held_by IS NOT NULL"); n != 2 {
+				t.Fatalf("%d held, want 2", n)
+			}
+			if ordered {
+				if _, err := e.pool.Exec(ctx(t), "DELETE FROM outbox_events WHERE id = $1", xs[0]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			e.run(e.relay(pub, outbox.RelayConfig{Ordered: ordered, StatsInterval: 10 * time.Millisecond}))
+			if err := pub.WaitDistinct(ctx(t), 2); err != nil {
+				t.Fatalf("held events never published: %v", err)
+			}
+		})
+	}
+}

@@ -1,0 +1,159 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// errHeldBack is the outcome of a row the relay did not try to publish
+// because an earlier event of its aggregate in the same batch was not
+// confirmed: the row is left untouched (no attempt counted) and, in ordered
+// mode, parked behind that event if it failed.
+var errHeldBack = errors.New("not published: an earlier event of its aggregate in this batch was not confirmed")
+
+// publishBatch publishes a claimed batch under one PublishTimeout and
+// returns one error per row. In ordered mode an aggregate's run goes out one
+// event per round (every aggregate's first event, all confirmations, then
+// every second event...), and a run stops at its first unconfirmed event,
+// so a later event is never acknowledged before an earlier one.
+func (e *Engine) publishBatch(ctx context.Context, batch []*Row) []error {
+	deadline := time.Now().Add(e.cfg.PublishTimeout)
+	if !e.cfg.Ordered {
+		return e.publishRows(ctx, batch, deadline)
+	}
+	type aggKey struct{ typ, id string }
+	var runs [][]int
+	at := map[aggKey]int{}
+	long := false
+	for i, r := range batch {
+		k := aggKey{r.AggregateType, r.AggregateID}
+		j, ok := at[k]
+		if !ok {
+			j = len(runs)
+			at[k] = j
+			runs = append(runs, nil)
+		}
+		runs[j] = append(runs[j], i)
+		long = long || len(runs[j]) > 1
+	}
+	if !long {
+		return e.publishRows(ctx, batch, deadline)
+	}
+	errs := make([]error, len(batch))
+	tried := make([]bool, len(batch))
+	for round := 0; time.Now().Before(deadline); round++ {
+		var idx []int
+		for _, run := range runs {
+			if round < len(run) && (round == 0 || (tried[run[round-1]] && errs[run[round-1]] == nil)) {
+				idx = append(idx, run[round])
+			}
+		}
+		if len(idx) == 0 {
+			break
+		}
+		rows := make([]*Row, len(idx))
+		for j, i := range idx {
+			rows[j] = batch[i]
+			tried[i] = true
+		}
+		for j, err := range e.publishRows(ctx, rows, deadline) {
+			errs[idx[j]] = err
+		}
+	}
+	// After an unconfirmed event, and wherever the deadline stopped the
+	// rounds, the rest of a run was not tried: it stays untouched.
+	for _, run := range runs {
+		stop := false
+		for _, i := range run {
+			if stop || !tried[i] {
+				errs[i] = errHeldBack
+				stop = true
+				continue
+			}
+			stop = errs[i] != nil
+		}
+	}
+	return errs
+}
+
+// publishRows publishes the rows that can be (a Bad row is not sent), and
+// returns one error per row.
+func (e *Engine) publishRows(ctx context.Context, batch []*Row, deadline time.Time) []error {
+	bad := 0
+	for _, r := range batch {
+		if r.Bad != nil {
+			bad++
+		}
+	}
+	if bad == 0 {
+		return e.publish(ctx, batch, deadline)
+	}
+	good := make([]*Row, 0, len(batch)-bad)
+	for _, r := range batch {
+		if r.Bad == nil {
+			good = append(good, r)
+		}
+	}
+	var gerrs []error
+	if len(good) > 0 {
+		gerrs = e.publish(ctx, good, deadline)
+	}
+	errs := make([]error, len(batch))
+	for i, j := 0, 0; i < len(batch); i++ {
+		if batch[i].Bad != nil {
+			errs[i] = batch[i].Bad
+			continue
+		}
+		errs[i] = gerrs[j]
+		j++
+	}
+	return errs
+}
+
+// publish calls the publisher with a deadline it cannot overrun: if it ignores
+// ctx, the batch still ends at the deadline (its rows rolled back and retried
+// later), so a hung broker never pins row locks.
+func (e *Engine) publish(ctx context.Context, batch []*Row, deadline time.Time) []error {
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	done := make(chan []error, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				errs := make([]error, len(batch))
+				for i := range errs {
+					errs[i] = fmt.Errorf("publisher panicked: %v", p)
+				}
+				done <- errs
+			}
+		}()
+		done <- e.cfg.Publish(ctx, batch)
+	}()
+	var errs []error
+	select {
+	case errs = <-done:
+	case <-ctx.Done():
+		// Give a ctx-honouring publisher a moment to report what it confirmed.
+		select {
+		case errs = <-done:
+		case <-time.After(100 * time.Millisecond):
+			errs = make([]error, len(batch))
+			for i := range errs {
+				errs[i] = fmt.Errorf("publish: no answer within %s: %w", e.cfg.PublishTimeout, context.DeadlineExceeded)
+			}
+		}
+	}
+	if errs == nil {
+		return make([]error, len(batch))
+	}
+	if len(errs) != len(batch) {
+		out := make([]error, len(batch))
+		for i := range out {
+			out[i] = fmt.Errorf("publisher returned %d results for %d messages", len(errs), len(batch))
+		}
+		return out
+	}
+	return errs
+}
