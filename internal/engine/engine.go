@@ -36,6 +36,7 @@ type Row struct {
 	CreatedAt     time.Time
 	Attempts      int  // attempts before this one
 	Failed        bool // a failure was recorded (last_error): it may hold later events
+	Follower      bool // ordered mode: claimed as part of the run after its aggregate's head
 
 	// Bad says why the row cannot be published as stored (headers that are
 	// not a JSON object of strings, written by hand): it is dead-lettered
@@ -131,6 +132,9 @@ type Engine struct {
 	// window is how many pending rows past the floor an ordered claim looks
 	// for aggregate heads in, as a multiple of limit (see adaptWindow).
 	window atomic.Int64
+	// sparse: the last ordered batches were mostly runs of few aggregates
+	// (see adaptSparse).
+	sparse atomic.Bool
 
 	brokerDown atomic.Bool
 }
@@ -304,7 +308,10 @@ func (e *Engine) Batch(ctx context.Context) (Result, error) {
 	// which stay synchronous. This saves a WAL flush per batch.
 	idle := strconv.FormatInt((e.cfg.PublishTimeout + 5*time.Second).Milliseconds(), 10)
 	claim := e.q.Claim
-	if e.cfg.Ordered {
+	switch {
+	case e.cfg.Ordered && e.sparse.Load():
+		claim = e.q.ClaimOrderedSparse
+	case e.cfg.Ordered:
 		claim = e.q.ClaimOrdered
 	}
 	floor, full := e.cur.next(start)
@@ -363,6 +370,7 @@ func (e *Engine) Batch(ctx context.Context) (Result, error) {
 	res.Full = len(batch) == limit
 	if e.cfg.Ordered {
 		e.adaptWindow(len(batch) == limit)
+		e.adaptSparse(batch)
 	}
 	if n := len(batch); n > 0 {
 		e.cur.claimed(start, batch[n-1].Seq) // the claim returns rows in seq order
@@ -545,6 +553,30 @@ func (e *Engine) adaptWindow(full bool) {
 	}
 }
 
+// adaptSparse picks the ordered claim for the next batch from the shape of
+// this one: mostly runs (fewer heads than a quarter of the rows) means few
+// aggregates hold the queue, and the claim that probes one row per
+// aggregate is cheaper; mostly heads (at least half the rows) means many
+// aggregates, and the plain scan is.
+func (e *Engine) adaptSparse(batch []*Row) {
+	if len(batch) < 8 {
+		return // too few rows to tell
+	}
+	heads := 0
+	for _, r := range batch {
+		if !r.Follower {
+			heads++
+		}
+	}
+	if heads*2 >= len(batch) {
+		e.sparse.Store(false)
+		return
+	}
+	if heads*4 < len(batch) {
+		e.sparse.Store(true)
+	}
+}
+
 // adapt keeps batches well inside the publish timeout: a batch of limit
 // rows whose publish took more than a quarter of PublishTimeout halves the
 // batch size of the claims that follow (a slow webhook endpoint or broker
@@ -577,7 +609,7 @@ func scanRows(rows pgx.Rows, limit int) ([]*Row, error) {
 		backing = append(backing, Row{})
 		r := &backing[len(backing)-1]
 		if err := rows.Scan(&id, &r.Seq, &r.AggregateType, &r.AggregateID, &r.EventType,
-			&r.Payload, &headers, &r.CreatedAt, &r.Attempts, &r.Failed); err != nil {
+			&r.Payload, &headers, &r.CreatedAt, &r.Attempts, &r.Failed, &r.Follower); err != nil {
 			rows.Close()
 			return nil, err
 		}

@@ -20,32 +20,31 @@ var errHeldBack = errors.New("not published: an earlier event of its aggregate i
 // so a later event is never acknowledged before an earlier one.
 func (e *Engine) publishBatch(ctx context.Context, batch []*Row) []error {
 	deadline := time.Now().Add(e.cfg.PublishTimeout)
-	if !e.cfg.Ordered {
-		return e.publishRows(ctx, batch, deadline)
+	runs := false
+	for _, r := range batch {
+		runs = runs || r.Follower
+	}
+	if !e.cfg.Ordered || !runs {
+		return e.publishRows(ctx, batch, deadline) // one event per aggregate: one round
 	}
 	type aggKey struct{ typ, id string }
-	var runs [][]int
+	var groups [][]int // each aggregate's rows, in seq order
 	at := map[aggKey]int{}
-	long := false
 	for i, r := range batch {
 		k := aggKey{r.AggregateType, r.AggregateID}
 		j, ok := at[k]
 		if !ok {
-			j = len(runs)
+			j = len(groups)
 			at[k] = j
-			runs = append(runs, nil)
+			groups = append(groups, nil)
 		}
-		runs[j] = append(runs[j], i)
-		long = long || len(runs[j]) > 1
-	}
-	if !long {
-		return e.publishRows(ctx, batch, deadline)
+		groups[j] = append(groups[j], i)
 	}
 	errs := make([]error, len(batch))
 	tried := make([]bool, len(batch))
 	for round := 0; time.Now().Before(deadline); round++ {
 		var idx []int
-		for _, run := range runs {
+		for _, run := range groups {
 			if round < len(run) && (round == 0 || (tried[run[round-1]] && errs[run[round-1]] == nil)) {
 				idx = append(idx, run[round])
 			}
@@ -64,7 +63,7 @@ func (e *Engine) publishBatch(ctx context.Context, batch []*Row) []error {
 	}
 	// After an unconfirmed event, and wherever the deadline stopped the
 	// rounds, the rest of a run was not tried: it stays untouched.
-	for _, run := range runs {
+	for _, run := range groups {
 		stop := false
 		for _, i := range run {
 			if stop || !tried[i] {

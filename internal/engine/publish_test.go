@@ -36,7 +36,7 @@ func TestOrderedRounds(t *testing.T) {
 	for _, k := range []string{"X1", "Y1", "X2", "Y2", "X3", "Z1", "X4", "Y3"} {
 		var seq int64
 		fmt.Sscan(k[1:], &seq)
-		batch = append(batch, &Row{AggregateType: "t", AggregateID: k[:1], Seq: seq})
+		batch = append(batch, &Row{AggregateType: "t", AggregateID: k[:1], Seq: seq, Follower: seq > 1})
 	}
 	errs := e.publishBatch(context.Background(), batch)
 	want := "[[X1 Y1 Z1] [X2 Y2] [Y3]]"
@@ -74,7 +74,7 @@ func TestOrderedRoundsDeadline(t *testing.T) {
 			}
 			return errs
 		}}}
-	batch := []*Row{{AggregateID: "X", Seq: 1}, {AggregateID: "X", Seq: 2}, {AggregateID: "Y", Seq: 3}}
+	batch := []*Row{{AggregateID: "X", Seq: 1}, {AggregateID: "X", Seq: 2, Follower: true}, {AggregateID: "Y", Seq: 3}}
 	errs := e.publishBatch(context.Background(), batch)
 	if errs[0] == nil || errs[2] == nil || !errors.Is(errs[1], errHeldBack) {
 		t.Fatalf("errs = %v; want X1 and Y3 timed out, X2 held back", errs)

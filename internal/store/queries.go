@@ -23,11 +23,13 @@ type Queries struct {
 	// event that is not claimable (a dead letter, a held event, one waiting
 	// for its retry), so every aggregate's rows in a batch are consecutive
 	// from its head. Heads are looked for among the first $3 pending rows
-	// past the floor, and only the first row of each aggregate there is
-	// checked, so a backlog of few aggregates costs one probe per aggregate,
-	// not one per row. Rows come back in seq order; the engine publishes an
+	// past the floor. Rows come back in seq order; the engine publishes an
 	// aggregate's run in order, one event per round.
 	ClaimOrdered string
+	// ClaimOrderedSparse is ClaimOrdered for a queue held by few aggregates
+	// (the engine picks it when its last batch was mostly runs): only the
+	// first row of each aggregate in the window is probed.
+	ClaimOrderedSparse string
 	// LowWater is the lowest seq of a row that is pending and not waiting
 	// for a retry (NULL if none): ordered mode's floor.
 	LowWater string
@@ -89,7 +91,7 @@ type Queries struct {
 func New(n ident.Names, deleteProcessed bool) *Queries {
 	t := n.QTable
 	return &Queries{
-		Claim: `SELECT id, seq, aggregate_type, aggregate_id, event_type, payload, headers, created_at, attempts, last_error IS NOT NULL
+		Claim: `SELECT id, seq, aggregate_type, aggregate_id, event_type, payload, headers, created_at, attempts, last_error IS NOT NULL, false
 FROM ` + t + `
 WHERE processed_at IS NULL AND dead_at IS NULL
   AND (retry_after IS NULL OR retry_after <= now())
@@ -97,7 +99,8 @@ WHERE processed_at IS NULL AND dead_at IS NULL
 ORDER BY seq
 LIMIT $1
 FOR UPDATE SKIP LOCKED`,
-		ClaimOrdered: claimOrdered(t),
+		ClaimOrdered:       claimOrdered(t, false),
+		ClaimOrderedSparse: claimOrdered(t, true),
 		LowWater: `SELECT min(seq) FROM ` + t + `
 WHERE processed_at IS NULL AND dead_at IS NULL
   AND (retry_after IS NULL OR retry_after <= now())`,
@@ -189,9 +192,36 @@ FROM unnest($2::uuid[], $3::text[], $4::bigint[], $5::bool[]) AS f(id, err, dela
 WHERE o.id = f.id`
 }
 
-func claimOrdered(t string) string {
+func claimOrdered(t string, sparse bool) string {
 	const cols = `id, seq, aggregate_type, aggregate_id, event_type, payload, headers, created_at, attempts, failed`
-	return `WITH win AS (
+	// The last column says whether the row follows its head in the batch.
+	// Dense: heads are most pending rows (many aggregates), so scanning in
+	// seq order with a probe per row finds a batch of them in about a batch
+	// of rows; the window only caps the scan.
+	heads := `WITH heads AS (
+  SELECT o.id, o.seq, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, o.headers,
+         o.created_at, o.attempts, o.last_error IS NOT NULL AS failed
+  FROM ` + t + ` AS o
+  WHERE o.processed_at IS NULL AND o.dead_at IS NULL
+    AND (o.retry_after IS NULL OR o.retry_after <= now())
+    AND o.seq > $2
+    AND o.seq <= COALESCE((
+      SELECT w.seq FROM ` + t + ` AS w
+      WHERE w.processed_at IS NULL AND w.dead_at IS NULL AND w.seq > $2
+      ORDER BY w.seq OFFSET $3 LIMIT 1), 9223372036854775807)
+    AND NOT EXISTS (
+      SELECT 1 FROM ` + t + ` AS p
+      WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id
+        AND p.processed_at IS NULL AND p.seq < o.seq)
+  ORDER BY o.seq
+  LIMIT $1
+  FOR UPDATE OF o SKIP LOCKED
+),
+`
+	if sparse {
+		// Sparse: few aggregates hold the window, so only the first row of
+		// each aggregate in it is probed.
+		heads = `WITH win AS (
   SELECT w.id, w.seq, w.aggregate_type, w.aggregate_id,
          (w.retry_after IS NULL OR w.retry_after <= now()) AS due
   FROM ` + t + ` AS w
@@ -218,10 +248,12 @@ heads AS (
   LIMIT $1
   FOR UPDATE OF o SKIP LOCKED
 ),
-share AS (SELECT $1 / greatest(count(*), 1) AS k FROM heads)
-SELECT ` + cols + ` FROM heads
+`
+	}
+	return heads + `share AS (SELECT $1 / greatest(count(*), 1) AS k FROM heads)
+SELECT ` + cols + `, false FROM heads
 UNION ALL
-SELECT ` + cols + ` FROM (
+SELECT ` + cols + `, true FROM (
   SELECT f.*, bool_and(f.ok) OVER (PARTITION BY f.head ORDER BY f.seq) AS prefix
   FROM heads AS h CROSS JOIN share CROSS JOIN LATERAL (
     SELECT h.id AS head, f.id, f.seq, f.aggregate_type, f.aggregate_id, f.event_type, f.payload, f.headers,
