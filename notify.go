@@ -11,10 +11,15 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox/internal/ident"
+	"github.com/pgoutbox/outbox/internal/rate"
 )
 
-// DefaultNotifyInterval is NotifierConfig.Interval's default.
-const DefaultNotifyInterval = 2 * time.Millisecond
+// Defaults for NotifierConfig's zero values.
+const (
+	DefaultNotifyInterval    = 2 * time.Millisecond
+	DefaultNotifyMaxInterval = 20 * time.Millisecond
+	DefaultNotifySlowAbove   = 1500
+)
 
 // NotifierConfig configures a Notifier.
 type NotifierConfig struct {
@@ -25,6 +30,17 @@ type NotifierConfig struct {
 	// Interval is the most notifications one Notifier sends: at most one per
 	// Interval, and never later than Interval after a Notify call. Default 2ms.
 	Interval time.Duration
+	// MaxInterval and SlowAbove space notifications out under a heavy
+	// stream: while Notify is called more than SlowAbove times a second,
+	// the spacing grows from Interval, reaching MaxInterval at twice that
+	// rate. Each notification is a statement on the database and a wake-up
+	// of every listening relay; at several thousand commits a second, one
+	// every 2ms cost the writers 13% of their throughput on 2 cores, one
+	// every 20ms 1-2% (BENCHMARKS.md), and the relay then claims in bigger
+	// batches anyway (RelayConfig.BatchDelay). Defaults 20ms and 1500 calls
+	// a second; set MaxInterval to Interval to keep a fixed spacing.
+	MaxInterval time.Duration
+	SlowAbove   int
 	// Logger receives send failures at debug level (a missed notification
 	// costs at most the relay's PollInterval). Default: discard.
 	Logger *slog.Logger
@@ -47,15 +63,18 @@ type NotifierConfig struct {
 //
 // A relay in the same process needs no Notifier: call Relay.Wake.
 type Notifier struct {
-	pool     *pgxpool.Pool
-	channel  string
-	interval time.Duration
-	log      *slog.Logger
+	pool        *pgxpool.Pool
+	channel     string
+	interval    time.Duration
+	maxInterval time.Duration
+	slowAbove   float64
+	log         *slog.Logger
 
 	mu      sync.Mutex
 	timer   *time.Timer // non-nil while inside an interval
 	pending bool        // a Notify arrived inside the interval
 	closed  bool
+	calls   rate.Window // Notify calls per second
 	wg      sync.WaitGroup
 }
 
@@ -74,10 +93,23 @@ func NewNotifier(pool *pgxpool.Pool, cfg NotifierConfig) (*Notifier, error) {
 	if cfg.Interval < 0 {
 		return nil, fmt.Errorf("outbox: NotifierConfig.Interval: %s must not be negative", cfg.Interval)
 	}
+	if cfg.MaxInterval == 0 {
+		cfg.MaxInterval = max(DefaultNotifyMaxInterval, cfg.Interval)
+	}
+	if cfg.MaxInterval < cfg.Interval {
+		return nil, fmt.Errorf("outbox: NotifierConfig.MaxInterval: %s is shorter than Interval %s", cfg.MaxInterval, cfg.Interval)
+	}
+	if cfg.SlowAbove == 0 {
+		cfg.SlowAbove = DefaultNotifySlowAbove
+	}
+	if cfg.SlowAbove < 0 {
+		return nil, fmt.Errorf("outbox: NotifierConfig.SlowAbove: %d must not be negative", cfg.SlowAbove)
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &Notifier{pool: pool, channel: n.Channel, interval: cfg.Interval, log: cfg.Logger}, nil
+	return &Notifier{pool: pool, channel: n.Channel, interval: cfg.Interval, maxInterval: cfg.MaxInterval,
+		slowAbove: float64(cfg.SlowAbove), log: cfg.Logger, calls: rate.Window{Span: 100 * time.Millisecond}}, nil
 }
 
 // Notify tells listening relays that events were committed. It never blocks
@@ -89,12 +121,21 @@ func (n *Notifier) Notify() {
 	if n.closed {
 		return
 	}
+	n.calls.Add(time.Now(), 1)
 	if n.timer != nil {
 		n.pending = true // sent at the end of the interval (trailing edge)
 		return
 	}
 	n.sendLocked()
-	n.timer = time.AfterFunc(n.interval, n.tick)
+	n.timer = time.AfterFunc(n.spacingLocked(), n.tick)
+}
+
+// spacingLocked is the wait before the next notification may go out:
+// Interval, stretched towards MaxInterval under a heavy stream of Notify
+// calls.
+func (n *Notifier) spacingLocked() time.Duration {
+	f := rate.Ramp(n.calls.Rate(time.Now()), n.slowAbove)
+	return n.interval + time.Duration(f*float64(n.maxInterval-n.interval))
 }
 
 func (n *Notifier) tick() {
@@ -103,7 +144,7 @@ func (n *Notifier) tick() {
 	if n.pending && !n.closed {
 		n.pending = false
 		n.sendLocked()
-		n.timer = time.AfterFunc(n.interval, n.tick)
+		n.timer = time.AfterFunc(n.spacingLocked(), n.tick)
 		return
 	}
 	n.timer = nil

@@ -136,3 +136,67 @@ func TestNotifierDebounces(t *testing.T) {
 		t.Error("negative interval accepted")
 	}
 }
+
+// TestNotifierSpacesOutUnderHeavyStream: while Notify is called faster than
+// SlowAbove a second, notifications are spaced out towards MaxInterval; a
+// light stream keeps the short Interval.
+func TestNotifierSpacesOutUnderHeavyStream(t *testing.T) {
+	t.Parallel()
+	schema := testdb.NewSchemaName("notify")
+	pool := testdb.Pool(t, "")
+	conn, err := pgx.Connect(ctx(t), testdb.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx(t))
+	if _, err := conn.Exec(ctx(t), `LISTEN "pgoutbox_`+schema+`.outbox_events"`); err != nil {
+		t.Fatal(err)
+	}
+	count := func() int {
+		got := 0
+		for {
+			c, cancel := context.WithTimeout(ctx(t), 300*time.Millisecond)
+			_, err := conn.WaitForNotification(c)
+			cancel()
+			if err != nil {
+				return got
+			}
+			got++
+		}
+	}
+	cfg := outbox.NotifierConfig{Schema: schema, Interval: 5 * time.Millisecond, MaxInterval: 50 * time.Millisecond, SlowAbove: 100}
+
+	// Heavy: Notify in a tight loop (far above 200 calls a second) for
+	// 600ms. At a fixed 5ms spacing that is 120 notifications; spaced out
+	// to 50ms, about 12 plus the first 100ms at 5ms.
+	n, err := outbox.NewNotifier(pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for start := time.Now(); time.Since(start) < 600*time.Millisecond; {
+		n.Notify()
+		time.Sleep(50 * time.Microsecond)
+	}
+	n.Close()
+	if got := count(); got > 60 {
+		t.Errorf("heavy stream: %d notifications in 600ms, want them spaced out (at most 60)", got)
+	}
+
+	// Light: 40 calls 15ms apart (about 66 a second, below SlowAbove): each
+	// gets its own notification.
+	n, err = outbox.NewNotifier(pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 40 {
+		n.Notify()
+		time.Sleep(15 * time.Millisecond)
+	}
+	n.Close()
+	if got := count(); got < 36 {
+		t.Errorf("light stream: %d notifications for 40 calls 15ms apart, want about one each", got)
+	}
+	if _, err := outbox.NewNotifier(pool, outbox.NotifierConfig{Interval: 10 * time.Millisecond, MaxInterval: time.Millisecond}); err == nil {
+		t.Error("MaxInterval shorter than Interval accepted")
+	}
+}

@@ -33,6 +33,8 @@ const (
 	DefaultCleanupInterval = 10 * time.Minute
 	DefaultCleanupBatch    = 1000
 	DefaultRescanInterval  = time.Second
+	DefaultBatchDelay      = 10 * time.Millisecond
+	DefaultBatchDelayAbove = 1500
 )
 
 // Backoff is an exponential backoff: the n-th wait is Base·2^(n-1), capped at
@@ -140,6 +142,18 @@ type RelayConfig struct {
 	// when its batch failed. Each waits at most RescanInterval longer than
 	// without this. Default 1s.
 	RescanInterval time.Duration
+
+	// BatchDelay and BatchDelayAbove trade latency for the writers'
+	// throughput under a heavy stream. A worker woken by a notification or
+	// Wake claims at once while events arrive at up to BatchDelayAbove per
+	// second; above that it waits before claiming, up to BatchDelay at
+	// twice that rate, so each claim carries more events. A claim costs
+	// about the same for 3 events or 300, and on a busy database that cost
+	// is taken from the application's transactions. Defaults 10ms and 1500
+	// events/s; a negative BatchDelay never waits. A backlog (full batches)
+	// is always claimed back to back.
+	BatchDelay      time.Duration
+	BatchDelayAbove int
 }
 
 // Relay moves events from the outbox table to a broker: claim a batch, publish
@@ -215,6 +229,8 @@ func (cfg RelayConfig) engineConfig() (engine.Config, error) {
 		PublishTimeout:  def(cfg.PublishTimeout, DefaultPublishTimeout),
 		StatsInterval:   def(cfg.StatsInterval, DefaultStatsInterval),
 		RescanInterval:  def(cfg.RescanInterval, DefaultRescanInterval),
+		BatchDelay:      max(def(cfg.BatchDelay, DefaultBatchDelay), 0),
+		BatchDelayAbove: defInt(cfg.BatchDelayAbove, DefaultBatchDelayAbove),
 		Retention:       cfg.Retention,
 		CleanupInterval: def(cfg.CleanupInterval, DefaultCleanupInterval),
 		CleanupBatch:    defInt(cfg.CleanupBatch, DefaultCleanupBatch),
@@ -243,6 +259,10 @@ func (cfg RelayConfig) engineConfig() (engine.Config, error) {
 		return bad("PublishTimeout", "%s: must be at least 10ms", cfg.PublishTimeout)
 	case ec.RescanInterval < time.Millisecond:
 		return bad("RescanInterval", "%s: must be at least 1ms", cfg.RescanInterval)
+	case ec.BatchDelay > ec.PublishTimeout:
+		return bad("BatchDelay", "%s: must not exceed PublishTimeout (%s)", cfg.BatchDelay, ec.PublishTimeout)
+	case ec.BatchDelayAbove < 1:
+		return bad("BatchDelayAbove", "%d: must be at least 1 event/s", cfg.BatchDelayAbove)
 	case ec.StatsInterval < 0:
 		return bad("StatsInterval", "%s: must not be negative", cfg.StatsInterval)
 	case cfg.Retention < 0:

@@ -383,13 +383,16 @@ func TestRelayConfigValidation(t *testing.T) {
 	t.Parallel()
 	pool := testdb.Pool(t, "")
 	cases := map[string]outbox.RelayConfig{
-		"BatchSize":      {BatchSize: -1},
-		"Workers":        {Workers: -3},
-		"MaxAttempts":    {MaxAttempts: -1},
-		"RetryBackoff":   {RetryBackoff: outbox.Backoff{Base: time.Minute, Max: time.Second}},
-		"PublishTimeout": {PublishTimeout: time.Nanosecond},
-		"table":          {Table: strings.Repeat("t", 64)},
-		"Retention":      {Retention: -time.Hour},
+		"BatchSize":       {BatchSize: -1},
+		"Workers":         {Workers: -3},
+		"MaxAttempts":     {MaxAttempts: -1},
+		"RetryBackoff":    {RetryBackoff: outbox.Backoff{Base: time.Minute, Max: time.Second}},
+		"PublishTimeout":  {PublishTimeout: time.Nanosecond},
+		"table":           {Table: strings.Repeat("t", 64)},
+		"Retention":       {Retention: -time.Hour},
+		"RescanInterval":  {RescanInterval: time.Nanosecond},
+		"BatchDelay":      {BatchDelay: time.Minute},
+		"BatchDelayAbove": {BatchDelayAbove: -5},
 	}
 	for field, cfg := range cases {
 		_, err := outbox.NewRelay(pool, memory.New(), cfg)

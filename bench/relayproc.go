@@ -59,6 +59,7 @@ type relaySpec struct {
 	Workers     int           `json:"workers,omitempty"`
 	Listen      bool          `json:"listen,omitempty"`       // pgoutbox: RelayConfig.Listen
 	Delete      bool          `json:"delete,omitempty"`       // pgoutbox: RelayConfig.DeleteOnPublish
+	BatchDelay  time.Duration `json:"batch_delay,omitempty"`  // pgoutbox: RelayConfig.BatchDelay
 	AsyncCommit bool          `json:"async_commit,omitempty"` // the relay's sessions run synchronous_commit=off
 	ArticleMode string        `json:"article_mode,omitempty"` // article: "listen" or "poll"
 	AppName     string        `json:"app_name"`
@@ -119,7 +120,7 @@ func startRelay(ctx context.Context, spec relaySpec, pool *pgxpool.Pool, pub out
 	case designOurs:
 		r, err := outbox.NewRelay(pool, pub, outbox.RelayConfig{
 			Schema: spec.Schema, BatchSize: spec.BatchSize, Workers: spec.Workers,
-			Listen: spec.Listen, DeleteOnPublish: spec.Delete, Logger: logger,
+			Listen: spec.Listen, DeleteOnPublish: spec.Delete, BatchDelay: spec.BatchDelay, Logger: logger,
 		})
 		if err != nil {
 			cancel()

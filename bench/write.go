@@ -125,9 +125,10 @@ func (w writers) paced(ctx context.Context, rate int, window time.Duration) writ
 type writePhase struct {
 	label  string
 	design string
-	relay  string // "" none, "child" (LISTEN + Notifier / trigger), "inproc" (Relay.Wake)
-	async  bool   // relay sessions with synchronous_commit=off
-	del    bool   // RelayConfig.DeleteOnPublish
+	relay  string        // "" none, "child" (LISTEN + Notifier / trigger), "inproc" (Relay.Wake)
+	async  bool          // relay sessions with synchronous_commit=off
+	del    bool          // RelayConfig.DeleteOnPublish
+	delay  time.Duration // RelayConfig.BatchDelay
 	notify time.Duration
 }
 
@@ -155,6 +156,8 @@ func (h *harness) writeRun(ctx context.Context, r *results) error {
 			writePhase{label: "pgoutbox: relay process with LISTEN + Notifier (Interval 20ms)", design: designOurs, relay: "child", notify: 20 * time.Millisecond},
 			writePhase{label: "pgoutbox: relay process, polling only (no wake-up)", design: designOurs, relay: "poll"},
 			writePhase{label: "pgoutbox: relay process with LISTEN + Notifier, DeleteOnPublish", design: designOurs, relay: "child", del: true},
+			writePhase{label: "pgoutbox: relay process with LISTEN + Notifier, BatchDelay off (a claim per wake-up)", design: designOurs, relay: "child", delay: -1},
+			writePhase{label: "pgoutbox: relay process with LISTEN + Notifier, BatchDelay 25ms", design: designOurs, relay: "child", delay: 25 * time.Millisecond},
 		)
 	}
 	article := []writePhase{{label: "article: NOTIFY trigger + its LISTEN relay", design: designArticle, relay: "child"}}
@@ -215,6 +218,7 @@ func (h *harness) writePhase(ctx context.Context, r *results, p writePhase) (flo
 		return 0, err
 	}
 	defer h.release(ctx, s)
+	h.checkpoint(ctx) // each phase starts with no checkpoint pending (full-page writes after one double the WAL)
 	pool, db, err := h.writerDB(ctx, s)
 	if err != nil {
 		return 0, err
@@ -241,6 +245,7 @@ func (h *harness) writePhase(ctx context.Context, r *results, p writePhase) (flo
 		spec.Listen = p.relay == "child"
 		spec.AsyncCommit = p.async
 		spec.Delete = p.del
+		spec.BatchDelay = p.delay
 		child, err := spawnRelay(ctx, spec)
 		if err != nil {
 			return 0, err

@@ -81,16 +81,18 @@ const maxRequestedDelay = 24 * time.Hour
 
 // Config is the engine's validated configuration.
 type Config struct {
-	Names          ident.Names
-	BatchSize      int
-	Workers        int
-	PollInterval   time.Duration
-	MaxAttempts    int
-	RetryBackoff   Backoff
-	OutageBackoff  Backoff
-	PublishTimeout time.Duration
-	StatsInterval  time.Duration
-	RescanInterval time.Duration // how often a claim scans the pending index from its start
+	Names           ident.Names
+	BatchSize       int
+	Workers         int
+	PollInterval    time.Duration
+	MaxAttempts     int
+	RetryBackoff    Backoff
+	OutageBackoff   Backoff
+	PublishTimeout  time.Duration
+	StatsInterval   time.Duration
+	RescanInterval  time.Duration // how often a claim scans the pending index from its start
+	BatchDelay      time.Duration // longest wait of a woken worker under a heavy stream (0: none)
+	BatchDelayAbove int           // events/s above which woken workers wait
 
 	Retention       time.Duration // 0: no cleanup loop
 	CleanupInterval time.Duration
@@ -126,6 +128,7 @@ type Engine struct {
 	pool *pgxpool.Pool
 	wake chan struct{}
 	cur  *cursor
+	rate *rateMeter
 	// limit is the batch size claims use: BatchSize, halved while publishes
 	// are slow (see adapt).
 	limit atomic.Int64
@@ -137,12 +140,15 @@ type Engine struct {
 	sparse atomic.Bool
 
 	brokerDown atomic.Bool
+	lastClaim  atomic.Int64 // when the last claim started, Unix ns
+	lingering  atomic.Bool  // a woken worker waits for the claim spacing
 }
 
 // New returns an engine; cfg must be validated by the caller.
 func New(pool *pgxpool.Pool, cfg Config) *Engine {
 	e := &Engine{cfg: cfg, q: store.New(cfg.Names, cfg.DeleteOnPublish), pool: pool,
-		wake: make(chan struct{}, 1), cur: newCursor(cfg.RescanInterval, cfg.Ordered)}
+		wake: make(chan struct{}, 1), cur: newCursor(cfg.RescanInterval, cfg.Ordered),
+		rate: newRateMeter(cfg.BatchDelay, cfg.BatchDelayAbove)}
 	e.limit.Store(int64(cfg.BatchSize))
 	e.window.Store(minWindow)
 	return e
@@ -233,14 +239,40 @@ func (e *Engine) worker(ctx context.Context, id int) {
 			outages = 0
 			wait = e.cfg.PollInterval
 		}
-		if !e.sleep(ctx, wait, err == nil && res.Unavailable == 0) {
+		if !e.waitForWork(ctx, wait, err == nil && res.Unavailable == 0) {
 			return
 		}
 	}
 }
 
-// sleep waits d, or until a wake-up when wakeable; false when ctx is done.
-func (e *Engine) sleep(ctx context.Context, d time.Duration, wakeable bool) bool {
+// waitForWork waits d, or until a wake-up when wakeable; false when ctx is
+// done. Under a heavy stream, claims that wake-ups trigger are spaced out
+// (see rateMeter): one woken worker waits until the spacing has passed since
+// the last claim started, so its claim gathers more events, and the other
+// woken workers go back to waiting, since it will claim what woke them.
+func (e *Engine) waitForWork(ctx context.Context, d time.Duration, wakeable bool) bool {
+	for {
+		ok, woken := e.sleep(ctx, d, wakeable)
+		if !ok || !woken {
+			return ok
+		}
+		now := time.Now()
+		at := time.Unix(0, e.lastClaim.Load()).Add(e.rate.delay(now))
+		if !at.After(now) {
+			return true
+		}
+		if e.lingering.CompareAndSwap(false, true) {
+			ok, _ := e.sleep(ctx, at.Sub(now), false)
+			e.lingering.Store(false)
+			return ok
+		}
+		d = e.cfg.PollInterval
+	}
+}
+
+// sleep waits d, or until a wake-up when wakeable; ok is false when ctx is
+// done, woken true when a wake-up ended the wait.
+func (e *Engine) sleep(ctx context.Context, d time.Duration, wakeable bool) (ok, woken bool) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	var wake <-chan struct{}
@@ -249,11 +281,12 @@ func (e *Engine) sleep(ctx context.Context, d time.Duration, wakeable bool) bool
 	}
 	select {
 	case <-ctx.Done():
-		return false
+		return false, false
 	case <-t.C:
+		return true, false
 	case <-wake:
+		return true, true
 	}
-	return true
 }
 
 // Result summarizes one batch.
@@ -277,6 +310,7 @@ func (e *Engine) Batch(ctx context.Context) (Result, error) {
 		return res, err
 	}
 	start := time.Now()
+	e.lastClaim.Store(start.UnixNano())
 	conn, err := e.pool.Acquire(ctx)
 	if err != nil {
 		return res, fmt.Errorf("acquire connection: %w", err)
@@ -367,6 +401,7 @@ func (e *Engine) Batch(ctx context.Context) (Result, error) {
 		return res, fmt.Errorf("claim: %w", err)
 	}
 	res.Claimed = len(batch)
+	e.rate.observe(time.Now(), len(batch))
 	res.Full = len(batch) == limit
 	if e.cfg.Ordered {
 		e.adaptWindow(len(batch) == limit)
@@ -654,7 +689,7 @@ func (e *Engine) listenLoop(ctx context.Context) {
 		failures++
 		wait := e.cfg.OutageBackoff.Delay(failures)
 		e.cfg.Logger.Warn("outbox listener lost; polling until it reconnects", "err", err, "retry_in", wait)
-		if !e.sleep(ctx, wait, false) {
+		if ok, _ := e.sleep(ctx, wait, false); !ok {
 			return
 		}
 	}
