@@ -183,6 +183,7 @@ var configFields = map[string]string{
 	"OutageBackoff": "--outage-base/--outage-max", "PublishTimeout": "--publish-timeout",
 	"StatsInterval": "--stats-interval", "Retention": "--retention",
 	"CleanupInterval": "--cleanup-interval", "CleanupBatch": "--cleanup-batch",
+	"RescanInterval": "--rescan-interval", "BatchDelay": "--batch-delay", "BatchDelayAbove": "--batch-delay-above",
 	"schema": "--schema", "table": "--table",
 }
 

@@ -106,6 +106,12 @@ func TestUsageErrors(t *testing.T) {
 		{"DSN missing", nil, []string{"status"}, "--database-url: required (or set DATABASE_URL)"},
 		{"batch size 0", withDSN(), []string{"relay", "--broker", "stdout:", "--batch-size", "0"},
 			"outbox: --batch-size: 0: must be at least 1"},
+		{"negative batch delay", withDSN(), []string{"relay", "--broker", "stdout:", "--batch-delay", "-1ms"},
+			"outbox: --batch-delay: -1ms: must not be negative"},
+		{"batch delay past the publish timeout", withDSN(), []string{"relay", "--broker", "stdout:", "--batch-delay", "1m"},
+			"--batch-delay"},
+		{"rescan interval 0", withDSN(), []string{"relay", "--broker", "stdout:", "--rescan-interval", "0s"},
+			"outbox: --rescan-interval: 0s: must be positive"},
 		{"batch size too big", withDSN(), []string{"relay", "--broker", "stdout:", "--batch-size", "20000"},
 			"outbox: --batch-size: 20000: must be between 1 and 10000"},
 		{"batch size from env", withDSN("OUTBOX_BATCH_SIZE", "0"), []string{"relay", "--broker", "stdout:"},
@@ -241,5 +247,20 @@ func TestEnvVarNames(t *testing.T) {
 		if got := envVar(name); got != want {
 			t.Errorf("envVar(%q) = %q, want %q", name, got, want)
 		}
+	}
+}
+
+// TestRelayFlagsReachTheLibrary: the flags added with the claim floor, the
+// batch delay and delete-on-publish end up in outbox.RelayConfig; a
+// --batch-delay of 0 turns the delay off rather than selecting the default.
+func TestRelayFlagsReachTheLibrary(t *testing.T) {
+	s := relaySettings{rescanInterval: 3 * 1e9, batchDelay: 0, batchDelayAbove: 900, deleteOnPublish: true}
+	cfg := s.relayConfig(nil, nil)
+	if cfg.BatchDelay >= 0 || cfg.RescanInterval != 3*1e9 || cfg.BatchDelayAbove != 900 || !cfg.DeleteOnPublish {
+		t.Errorf("relay config = %+v", cfg)
+	}
+	s.batchDelay = 25 * 1e6
+	if got := s.relayConfig(nil, nil).BatchDelay; got != 25*1e6 {
+		t.Errorf("--batch-delay 25ms gave BatchDelay %s", got)
 	}
 }

@@ -41,6 +41,10 @@ type relaySettings struct {
 	cleanupInterval time.Duration
 	cleanupBatch    int
 	statsInterval   time.Duration
+	rescanInterval  time.Duration
+	batchDelay      time.Duration
+	batchDelayAbove int
+	deleteOnPublish bool
 	ordered         bool
 	listen          bool
 	httpAddr        string
@@ -110,6 +114,10 @@ Logs are JSON on stderr, or text when stderr is a terminal.`)
 	f.DurationVar(&s.cleanupInterval, "cleanup-interval", outbox.DefaultCleanupInterval, "how often cleanup runs when --retention is set")
 	f.IntVar(&s.cleanupBatch, "cleanup-batch", outbox.DefaultCleanupBatch, "rows deleted per cleanup statement")
 	f.DurationVar(&s.statsInterval, "stats-interval", outbox.DefaultStatsInterval, "how often the pending and dead-letter gauges are refreshed")
+	f.DurationVar(&s.rescanInterval, "rescan-interval", outbox.DefaultRescanInterval, "how often one claim scans the pending events from the start (late commits, due retries)")
+	f.DurationVar(&s.batchDelay, "batch-delay", outbox.DefaultBatchDelay, "under a heavy stream, the longest spacing of claims triggered by wake-ups (0: claim on every wake-up)")
+	f.IntVar(&s.batchDelayAbove, "batch-delay-above", outbox.DefaultBatchDelayAbove, "events/s above which claims triggered by wake-ups are spaced out")
+	f.BoolVar(&s.deleteOnPublish, "delete-on-publish", false, "delete each event once the broker confirmed it, instead of setting processed_at")
 	f.BoolVar(&s.ordered, "ordered", false, "per-aggregate ordering: an aggregate's events are published in insertion order")
 	f.BoolVar(&s.listen, "listen", false, "LISTEN for the application's commit notifications (outbox.Notifier) instead of waiting for the poll")
 	f.StringVar(&s.httpAddr, "http-addr", "", "address serving /metrics, /healthz and /readyz, e.g. 127.0.0.1:9090 (empty: off)")
@@ -150,6 +158,9 @@ func (s *relaySettings) validate(o *options) error {
 		{"cleanup-interval", s.cleanupInterval <= 0, s.cleanupInterval, "must be positive"},
 		{"cleanup-batch", s.cleanupBatch < 1, s.cleanupBatch, "must be at least 1"},
 		{"stats-interval", s.statsInterval <= 0, s.statsInterval, "must be positive"},
+		{"rescan-interval", s.rescanInterval <= 0, s.rescanInterval, "must be positive"},
+		{"batch-delay", s.batchDelay < 0, s.batchDelay, "must not be negative (0 claims on every wake-up)"},
+		{"batch-delay-above", s.batchDelayAbove < 1, s.batchDelayAbove, "must be at least 1"},
 		{"drain-timeout", s.drainTimeout <= 0, s.drainTimeout, "must be positive"},
 	} {
 		if k.bad {
@@ -178,6 +189,10 @@ func (s *relaySettings) relayConfig(log *slog.Logger, reg prometheus.Registerer)
 		CleanupInterval: s.cleanupInterval,
 		CleanupBatch:    s.cleanupBatch,
 		StatsInterval:   s.statsInterval,
+		RescanInterval:  s.rescanInterval,
+		BatchDelay:      cliBatchDelay(s.batchDelay),
+		BatchDelayAbove: s.batchDelayAbove,
+		DeleteOnPublish: s.deleteOnPublish,
 		Ordered:         s.ordered,
 		Listen:          s.listen,
 		Logger:          log,
@@ -296,7 +311,8 @@ func (c *cli) relay(ctx context.Context, o *options, s *relaySettings) error {
 
 	log.Info("outbox relay started", "table", tableName(s.db), "broker", brokerURL.Redacted(), "topic", s.topic,
 		"workers", s.workers, "batch_size", s.batchSize, "poll_interval", s.pollInterval,
-		"max_attempts", s.maxAttempts, "retention", s.retention, "ordered", s.ordered, "listen", s.listen)
+		"max_attempts", s.maxAttempts, "retention", s.retention, "ordered", s.ordered, "listen", s.listen,
+		"delete_on_publish", s.deleteOnPublish, "batch_delay", s.batchDelay)
 	runDone := make(chan error, 1)
 	go func() { runDone <- relay.Run(ctx) }()
 
@@ -360,4 +376,13 @@ func (c *cli) httpServer(relay *outbox.Relay, reg *prometheus.Registry) *http.Se
 		fmt.Fprintln(w, "ready")
 	})
 	return &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+}
+
+// cliBatchDelay maps --batch-delay 0 ("claim on every wake-up") to the
+// library's negative BatchDelay (its zero value means the default).
+func cliBatchDelay(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
