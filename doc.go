@@ -48,6 +48,25 @@
 // Run it in your binary, as above, or as the separate `outbox relay` daemon
 // (cmd/outbox). Any number of workers and processes may run at once.
 //
+// Batches hold up to RelayConfig.BatchSize rows (1000), fewer while a slow
+// destination takes more than a quarter of PublishTimeout. Claims start past
+// the rows already processed (their index entries stay until VACUUM); one
+// claim per RescanInterval reads from the start, for transactions that
+// committed late and retries that came due. With RelayConfig.Listen and a
+// Notifier in the writing process, a relay is woken within milliseconds of a
+// commit; under a heavy stream both space their wake-ups out (BatchDelay,
+// NotifierConfig.MaxInterval) so that the relay's claims stay cheap for the
+// application's transactions.
+//
+// # Ordering
+//
+// With RelayConfig.Ordered, events of one aggregate (aggregate_type +
+// aggregate_id) reach the broker in insertion order, whatever the workers,
+// processes, retries and crashes: a later event is never confirmed before an
+// earlier one was first confirmed. A failing event holds back only its
+// aggregate: its later events are held (parked out of the claim's way) until
+// it is published, and behind a dead letter until an operator re-queues it.
+//
 // A failed publish never stops a batch: the row's attempts grow, last_error
 // records why, and retry_after backs it off exponentially with jitter; at
 // RelayConfig.MaxAttempts (default 10), or at once for an error wrapped with
