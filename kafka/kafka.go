@@ -354,7 +354,33 @@ wait:
 			errs[i] = fmt.Errorf("waiting for acknowledgement: %w", ctx.Err())
 		}
 	}
+	p.retryTooLarge(ctx, msgs, errs)
 	return classifyBatch(errs, topics)
+}
+
+// retryTooLarge produces again, one at a time, the records a broker refused
+// as too large when several were refused together: Kafka judges a record
+// batch as a whole, so one record over the topic's max.message.bytes fails
+// every healthy record batched with it. Alone, each record gets its own
+// verdict; only the oversized one stays a (permanent) failure. Records go
+// one after another in their original order, so per-key order holds.
+func (p *Publisher) retryTooLarge(ctx context.Context, msgs []*outbox.Message, errs []error) {
+	var refused []int
+	for i, err := range errs {
+		if err != nil && (errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge)) {
+			refused = append(refused, i)
+		}
+	}
+	if len(refused) < 2 {
+		return // a record refused on its own is the oversized one
+	}
+	for _, i := range refused {
+		if err := ctx.Err(); err != nil {
+			errs[i] = fmt.Errorf("not produced again after the batch was refused as too large: %w", err)
+			continue
+		}
+		errs[i] = p.cl.ProduceSync(ctx, p.Record(msgs[i])).FirstErr()
+	}
 }
 
 // classifyBatch wraps each failure with its class and the record's topic.

@@ -216,7 +216,7 @@ func TestSameAggregateSamePartitionInOrder(t *testing.T) {
 
 func TestMessageTooLargeIsPermanent(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t, kfake.SeedTopics(1, "order.created"),
+	c := newCluster(t, kfake.SeedTopics(1, "order.created", "order.mixed"),
 		kfake.BrokerConfigs(map[string]string{"message.max.bytes": "16384"}))
 	// Incompressible: the broker checks the compressed batch's size.
 	noise := make([]byte, 15000)
@@ -230,6 +230,47 @@ func TestMessageTooLargeIsPermanent(t *testing.T) {
 		err := p.Publish(timeout(t, 30*time.Second), big)
 		if !errors.Is(err, outbox.ErrPermanent) || !errors.Is(err, kerr.MessageTooLarge) {
 			t.Fatalf("err = %v, want permanent MESSAGE_TOO_LARGE", err)
+		}
+	})
+	t.Run("broker rejects the batch, others still delivered", func(t *testing.T) {
+		// The client's cap is Kafka's default, above the topic's limit: the
+		// big record goes out in one record batch with the small ones and
+		// the broker refuses the whole batch. The small ones must still get
+		// through, in order; only the big one is a permanent failure.
+		topic := "order.mixed"
+		p := newPublisher(t, kafka.Config{Brokers: []string{c.addr}, Topic: topic})
+		var msgs []*outbox.Message
+		for i := range 5 {
+			msgs = append(msgs, message("2", i))
+		}
+		msgs = append(msgs[:2], append([]*outbox.Message{big}, msgs[2:]...)...)
+		errs := p.PublishBatch(timeout(t, 30*time.Second), msgs)
+		for i, err := range errs {
+			switch {
+			case msgs[i] == big:
+				if !errors.Is(err, outbox.ErrPermanent) || !errors.Is(err, kerr.MessageTooLarge) {
+					t.Errorf("big message: err = %v, want permanent MESSAGE_TOO_LARGE", err)
+				}
+			case err != nil:
+				t.Errorf("small message %d: %v", i, err)
+			}
+		}
+		got, err := c.read(timeout(t, 30*time.Second), topic, 5)
+		if err != nil {
+			t.Fatalf("read: %v", err)
+		}
+		var order []string
+		for _, r := range got {
+			order = append(order, r.Headers[outbox.HeaderEventID])
+		}
+		var want []string
+		for _, m := range msgs {
+			if m != big {
+				want = append(want, m.ID.String())
+			}
+		}
+		if fmt.Sprint(order) != fmt.Sprint(want) {
+			t.Errorf("topic holds %v, want the small messages in order %v", order, want)
 		}
 	})
 	t.Run("client rejects, others unaffected", func(t *testing.T) {
