@@ -14,16 +14,16 @@ import (
 )
 
 // claimSQL is the claim query each design's relay runs, with its batch-size
-// parameter(s): pgoutbox's exactly as internal/store builds it, the article's
-// verbatim.
-func claimSQL(design, schema string) (string, []any, error) {
+// parameter(s): pgoutbox's exactly as internal/store builds it (with the
+// given floor), the article's verbatim.
+func claimSQL(design, schema string, floor int64) (string, []any, error) {
 	switch design {
 	case designOurs:
 		n, err := ident.New(schema, "")
 		if err != nil {
 			return "", nil, err
 		}
-		return store.New(n, false).Claim, []any{100, 0}, nil
+		return store.New(n, false).Claim, []any{100, floor}, nil
 	case designArticle:
 		return articleClaimSQL, []any{5, 100}, nil
 	}
@@ -37,9 +37,15 @@ type claimStats struct {
 	Rows     int
 }
 
+// claimLatency times the claim with floor 0, as a relay's rescan runs it
+// (ordinary claims start at the relay's floor: claimLatencyAt).
 func (h *harness) claimLatency(ctx context.Context, design, schema string, samples int) (claimStats, error) {
+	return h.claimLatencyAt(ctx, design, schema, samples, 0)
+}
+
+func (h *harness) claimLatencyAt(ctx context.Context, design, schema string, samples int, floor int64) (claimStats, error) {
 	var st claimStats
-	sql, args, err := claimSQL(design, schema)
+	sql, args, err := claimSQL(design, schema, floor)
 	if err != nil {
 		return st, err
 	}
@@ -85,7 +91,7 @@ func (h *harness) claimLatency(ctx context.Context, design, schema string, sampl
 
 // explainClaim returns EXPLAIN (ANALYZE, BUFFERS) of the claim query.
 func (h *harness) explainClaim(ctx context.Context, design, schema string) (string, error) {
-	sql, args, err := claimSQL(design, schema)
+	sql, args, err := claimSQL(design, schema, 0)
 	if err != nil {
 		return "", err
 	}

@@ -318,6 +318,22 @@ func (h *harness) claimAfterDrain(ctx context.Context, r *results, design, schem
 		r.explains = append(r.explains, fmt.Sprintf("EXPLAIN (ANALYZE, BUFFERS) of pgoutbox's claim right after its relay drained %s events (1000 new pending, no VACUUM since):\n\n```\n%s\n```",
 			count(drained), plan))
 	}
+	if design == designOurs {
+		// What the relay's ordinary claims pay: they start past the rows
+		// it processed (its floor).
+		var floor int64
+		if err := h.pool.QueryRow(ctx, "SELECT COALESCE(max(seq), 0) FROM "+pgx.Identifier{schema, "outbox_events"}.Sanitize()+
+			" WHERE processed_at IS NOT NULL").Scan(&floor); err != nil {
+			return err
+		}
+		st, err := h.claimLatencyAt(ctx, design, schema, h.opt.ClaimSamples, floor)
+		if err != nil {
+			return err
+		}
+		at := label + ", from the relay's floor (its ordinary claims; the row above is its rescan)"
+		r.growth(at).addClaim(st)
+		h.logf("growth: %s: claim p50 %.2f ms p99 %.2f ms", at, st.P50, st.P99)
+	}
 	if err := h.vacuum(ctx, schema); err != nil {
 		return err
 	}
