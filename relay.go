@@ -144,14 +144,15 @@ type RelayConfig struct {
 	RescanInterval time.Duration
 
 	// BatchDelay and BatchDelayAbove trade latency for the writers'
-	// throughput under a heavy stream. A worker woken by a notification or
-	// Wake claims at once while events arrive at up to BatchDelayAbove per
-	// second; above that it waits before claiming, up to BatchDelay at
-	// twice that rate, so each claim carries more events. A claim costs
-	// about the same for 3 events or 300, and on a busy database that cost
-	// is taken from the application's transactions. Defaults 10ms and 1500
-	// events/s; a negative BatchDelay never waits. A backlog (full batches)
-	// is always claimed back to back.
+	// throughput under a heavy stream. While events arrive at up to
+	// BatchDelayAbove per second, a worker woken by a notification or Wake
+	// claims at once. Above that the relay stops following wake-ups and
+	// paces its claims: one worker claims every BatchDelay (rising to it
+	// between that rate and twice it), so each claim carries more events.
+	// A claim costs about the same for 3 events or 300, and on a busy
+	// database that cost is taken from the application's transactions.
+	// Defaults 10ms and 1500 events/s; a negative BatchDelay never paces. A
+	// backlog (full batches) is always claimed back to back.
 	BatchDelay      time.Duration
 	BatchDelayAbove int
 }

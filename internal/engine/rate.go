@@ -8,10 +8,10 @@ import (
 )
 
 // rateMeter estimates how fast events arrive, from what the claims find, and
-// turns it into the spacing of claims that wake-ups trigger: under a light
-// stream a woken worker claims at once (latency first: each claim carries a
-// handful of events and the machine has room), under a heavy one claims are
-// spaced up to BatchDelay apart so each carries many. A claim costs the database and the relay about the
+// turns it into the pace of claims: under a light stream a woken worker
+// claims at once (latency first: each claim carries a handful of events and
+// the machine has room), under a heavy one the relay claims every
+// BatchDelay or so, whatever wakes it, so each claim carries many. A claim costs the database and the relay about the
 // same whether it returns 3 events or 300, and on a busy machine that cost
 // is taken from the writers (BENCHMARKS.md, write cost).
 type rateMeter struct {
@@ -36,8 +36,9 @@ func (m *rateMeter) observe(now time.Time, n int) {
 	m.mu.Unlock()
 }
 
-// delay is the spacing between claims that wake-ups trigger: none up to
-// above events/s, rising linearly to delayMax at twice that rate.
+// delay is the pace of claims under the current stream: none (follow
+// wake-ups) up to above events/s, rising linearly to delayMax at twice
+// that rate.
 func (m *rateMeter) delay(now time.Time) time.Duration {
 	if m.delayMax <= 0 {
 		return 0
