@@ -23,11 +23,11 @@ import (
 // brokerUnderTest is one broker the relay command publishes to, with a way
 // to read back the event ids it holds.
 type brokerUnderTest struct {
-	name   string
-	limit  int // bytes
-	url    string
-	ids    func(t *testing.T) map[string]int
-	fixed  string // a bug this suite found here, fixed in this commit
+	name  string
+	limit int // bytes
+	url   string
+	ids   func(t *testing.T) map[string]int
+	fixed string // a bug this suite found here, fixed in this commit
 }
 
 // noise returns a JSON-safe string of about n bytes that does not compress.
