@@ -141,7 +141,7 @@ type Engine struct {
 
 	brokerDown atomic.Bool
 	lastClaim  atomic.Int64 // when the last claim started, Unix ns
-	lingering  atomic.Bool  // a worker paces the claims of a heavy stream
+	pacing     atomic.Bool  // a worker paces the claims of a heavy stream
 }
 
 // New returns an engine; cfg must be validated by the caller.
@@ -247,32 +247,26 @@ func (e *Engine) worker(ctx context.Context, id int) {
 
 // waitForWork waits d, or until a wake-up when wakeable; false when ctx is
 // done. Under a heavy stream (rateMeter) the relay stops following wake-ups
-// and paces its claims instead: one worker claims every BatchDelay or so
-// (the spacing, counted from the last claim of any worker), the others wait
-// for the poll. Claiming right behind every notification cost the writers a
-// quarter of their throughput on 2 cores where paced claims cost a tenth
-// (BENCHMARKS.md).
+// and paces its claims instead: one worker claims BatchDelay after the last
+// claim of any worker, the others wait for the poll, so each claim gathers
+// many events (BENCHMARKS.md, write cost).
 func (e *Engine) waitForWork(ctx context.Context, d time.Duration, wakeable bool) bool {
 	if wakeable {
 		now := time.Now()
-		if sp := e.rate.delay(now); sp > 0 {
-			if e.lingering.CompareAndSwap(false, true) {
-				defer e.lingering.Store(false)
-				at := time.Unix(0, e.lastClaim.Load()).Add(sp)
-				ok, _ := e.sleep(ctx, max(at.Sub(now), 0), false)
-				return ok
+		if pace := e.rate.delay(now); pace > 0 {
+			if e.pacing.CompareAndSwap(false, true) {
+				defer e.pacing.Store(false)
+				at := time.Unix(0, e.lastClaim.Load()).Add(pace)
+				return e.sleep(ctx, max(at.Sub(now), 0), false)
 			}
-			ok, _ := e.sleep(ctx, d, false)
-			return ok
+			return e.sleep(ctx, d, false)
 		}
 	}
-	ok, _ := e.sleep(ctx, d, wakeable)
-	return ok
+	return e.sleep(ctx, d, wakeable)
 }
 
-// sleep waits d, or until a wake-up when wakeable; ok is false when ctx is
-// done, woken true when a wake-up ended the wait.
-func (e *Engine) sleep(ctx context.Context, d time.Duration, wakeable bool) (ok, woken bool) {
+// sleep waits d, or until a wake-up when wakeable; false when ctx is done.
+func (e *Engine) sleep(ctx context.Context, d time.Duration, wakeable bool) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	var wake <-chan struct{}
@@ -281,12 +275,11 @@ func (e *Engine) sleep(ctx context.Context, d time.Duration, wakeable bool) (ok,
 	}
 	select {
 	case <-ctx.Done():
-		return false, false
+		return false
 	case <-t.C:
-		return true, false
 	case <-wake:
-		return true, true
 	}
+	return true
 }
 
 // Result summarizes one batch.
@@ -689,7 +682,7 @@ func (e *Engine) listenLoop(ctx context.Context) {
 		failures++
 		wait := e.cfg.OutageBackoff.Delay(failures)
 		e.cfg.Logger.Warn("outbox listener lost; polling until it reconnects", "err", err, "retry_in", wait)
-		if ok, _ := e.sleep(ctx, wait, false); !ok {
+		if !e.sleep(ctx, wait, false) {
 			return
 		}
 	}
