@@ -91,8 +91,8 @@ type Config struct {
 	PublishTimeout  time.Duration
 	StatsInterval   time.Duration
 	RescanInterval  time.Duration // how often a claim scans the pending index from its start
-	BatchDelay      time.Duration // longest wait of a woken worker under a heavy stream (0: none)
-	BatchDelayAbove int           // events/s above which woken workers wait
+	BatchDelay      time.Duration // claim pace under a heavy stream (0: always follow wake-ups)
+	BatchDelayAbove int           // events/s above which claims are paced
 
 	Retention       time.Duration // 0: no cleanup loop
 	CleanupInterval time.Duration
