@@ -107,6 +107,13 @@ func (p *Publisher) PublishBatch(ctx context.Context, msgs []*outbox.Message) []
 	}
 	futures := make([]jetstream.PubAckFuture, len(msgs))
 	for i, msg := range msgs {
+		if err := ctx.Err(); err != nil {
+			// The relay gave up on this batch (its publish timeout): what is
+			// not sent yet must not go out behind its back, after the rows
+			// were released and perhaps claimed, published and marked again.
+			errs[i] = fmt.Errorf("nats: not published: %w", err)
+			continue
+		}
 		if err := validSubject(p.subject.Render(msg)); err != nil {
 			errs[i] = outbox.Permanent(err)
 			continue

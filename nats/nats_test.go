@@ -2,6 +2,7 @@ package nats_test
 
 import (
 	"context"
+	"errors"
 	"net/url"
 	"strings"
 	"testing"
@@ -113,5 +114,37 @@ func TestInvalidSubjectsArePermanent(t *testing.T) {
 	}
 	if info.State.Msgs != 0 {
 		t.Errorf("%d messages stored from invalid subjects", info.State.Msgs)
+	}
+}
+
+// TestNothingSentAfterTheRelayGaveUp: once ctx is done (the relay's publish
+// timeout), the rest of the batch is not sent: those rows are released and
+// may be claimed, published and marked again, and a late copy from the
+// abandoned batch must not follow them out.
+func TestNothingSentAfterTheRelayGaveUp(t *testing.T) {
+	t.Parallel()
+	nc := testnats.Conn(t)
+	stream, prefix := testnats.Stream(t, nc)
+	pub, err := outboxnats.New(nc, outboxnats.Config{Subject: prefix + ".{event_type}"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	msgs := []*outbox.Message{publishertest.NewMessage("1", `{}`), publishertest.NewMessage("2", `{}`)}
+	for i, err := range pub.PublishBatch(ctx, msgs) {
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("message %d: err = %v, want context.Canceled", i, err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 0 {
+		t.Errorf("%d messages stored from a batch whose context was done", info.State.Msgs)
 	}
 }
