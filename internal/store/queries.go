@@ -198,9 +198,15 @@ func claimOrdered(t string, sparse bool) string {
 	// Dense: heads are most pending rows (many aggregates), so scanning in
 	// seq order with a probe per row finds a batch of them in about a batch
 	// of rows; the window only caps the scan.
+	// A head: no earlier unprocessed event of its aggregate.
+	const headCols = `o.id, o.seq, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, o.headers,
+         o.created_at, o.attempts, o.last_error IS NOT NULL AS failed`
+	isHead := `NOT EXISTS (
+      SELECT 1 FROM ` + t + ` AS p
+      WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id
+        AND p.processed_at IS NULL AND p.seq < o.seq)`
 	heads := `WITH heads AS (
-  SELECT o.id, o.seq, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, o.headers,
-         o.created_at, o.attempts, o.last_error IS NOT NULL AS failed
+  SELECT ` + headCols + `
   FROM ` + t + ` AS o
   WHERE o.processed_at IS NULL AND o.dead_at IS NULL
     AND (o.retry_after IS NULL OR o.retry_after <= now())
@@ -209,10 +215,7 @@ func claimOrdered(t string, sparse bool) string {
       SELECT w.seq FROM ` + t + ` AS w
       WHERE w.processed_at IS NULL AND w.dead_at IS NULL AND w.seq > $2
       ORDER BY w.seq OFFSET $3 LIMIT 1), 9223372036854775807)
-    AND NOT EXISTS (
-      SELECT 1 FROM ` + t + ` AS p
-      WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id
-        AND p.processed_at IS NULL AND p.seq < o.seq)
+    AND ` + isHead + `
   ORDER BY o.seq
   LIMIT $1
   FOR UPDATE OF o SKIP LOCKED
@@ -235,15 +238,11 @@ firsts AS (
   ORDER BY aggregate_type, aggregate_id, seq
 ),
 heads AS (
-  SELECT o.id, o.seq, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, o.headers,
-         o.created_at, o.attempts, o.last_error IS NOT NULL AS failed
+  SELECT ` + headCols + `
   FROM (SELECT id, seq FROM firsts WHERE due ORDER BY seq) AS c
   JOIN ` + t + ` AS o ON o.id = c.id
   WHERE o.processed_at IS NULL AND o.dead_at IS NULL
-    AND NOT EXISTS (
-      SELECT 1 FROM ` + t + ` AS p
-      WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id
-        AND p.processed_at IS NULL AND p.seq < o.seq)
+    AND ` + isHead + `
   ORDER BY c.seq
   LIMIT $1
   FOR UPDATE OF o SKIP LOCKED
