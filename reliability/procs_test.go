@@ -575,3 +575,44 @@ func logLines(s, substr string) []string {
 }
 
 var _ = context.Background
+
+// stopProcess sends SIGSTOP to pid and waits until every thread of it is
+// stopped: kill returns once the signal is queued, and a thread running on
+// the other CPU may go on for a moment.
+func stopProcess(pid int, timeout time.Duration) (time.Duration, error) {
+	start := time.Now()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		return 0, err
+	}
+	for {
+		state := procState(pid)
+		if strings.Trim(state, "Tt") == "" && state != "" {
+			return time.Since(start), nil
+		}
+		if time.Since(start) > timeout {
+			return time.Since(start), fmt.Errorf("process %d not stopped after %s: thread states %q", pid, timeout, state)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// procState returns the state letter of every thread of pid (from
+// /proc/<pid>/task/*/stat), "" if it cannot be read.
+func procState(pid int) string {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, task := range tasks {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ...: comm may hold spaces and parentheses.
+		if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) {
+			b.WriteByte(stat[i+2])
+		}
+	}
+	return b.String()
+}

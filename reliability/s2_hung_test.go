@@ -35,9 +35,10 @@ func TestScenario2HungRelay(t *testing.T) {
 	b := e.newRelay("b", relayOpts{workers: 2, batch: 50, publishTimeout: publishTimeout})
 
 	var (
-		armed   atomic.Bool
-		stopped = make(chan []string, 1)
-		aProc   atomic.Pointer[proc]
+		armed    atomic.Bool
+		stopped  = make(chan []string, 1)
+		aProc    atomic.Pointer[proc]
+		stopInfo atomic.Value
 	)
 	pubMarker := []byte("HPUB " + e.prefix + ".")
 	idRe := regexp.MustCompile(`Nats-Msg-Id: ([0-9a-f-]{36})`)
@@ -46,7 +47,12 @@ func TestScenario2HungRelay(t *testing.T) {
 		if dir == faultproxy.ToServer && bytes.Contains(chunk, pubMarker) && armed.CompareAndSwap(true, false) {
 			// Freeze A with its batch on the way to the broker: the broker
 			// stores and acknowledges it, A never reads the PubAck.
-			_ = syscall.Kill(aProc.Load().pid(), syscall.SIGSTOP)
+			waited, err := stopProcess(aProc.Load().pid(), 10*time.Second)
+			if err != nil {
+				stopInfo.Store(err.Error())
+			} else {
+				stopInfo.Store(fmt.Sprintf("took %s to stop every thread", waited.Round(time.Microsecond)))
+			}
 			var ids []string
 			for _, m := range idRe.FindAllSubmatch(chunk, -1) {
 				ids = append(ids, string(m[1]))
@@ -72,7 +78,13 @@ func TestScenario2HungRelay(t *testing.T) {
 		staleRows += len(ids)
 		// A's session is idle in transaction, holding the batch's locks.
 		if n := e.count("id = ANY('{" + strings.Join(ids, ",") + "}'::uuid[]) AND processed_at IS NOT NULL"); n != 0 {
-			t.Fatalf("run %d: %d rows of A's batch already processed while A is frozen", run, n)
+			counts := map[string]int{}
+			e.wire.mu.Lock()
+			for _, id := range ids {
+				counts[id] = e.wire.counts[id]
+			}
+			e.wire.mu.Unlock()
+			t.Fatalf("run %d: %d rows of A's batch already processed while A is frozen; %v; A's state %s; wire counts %v", run, n, stopInfo.Load(), procState(aProc.Load().pid()), counts)
 		}
 		b.start()
 
@@ -125,7 +137,7 @@ func TestScenario2HungRelay(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 		if failure == "" {
-			t.Errorf("run %d: A logged nothing about its stale batch after resuming; log:\n%s", run, tail(a.current().stderr.String()[logBefore:], 20))
+			t.Errorf("run %d: A logged nothing about its stale batch after resuming (%v, its session ended %s after the freeze); log:\n%s", run, stopInfo.Load(), killedAfter, tail(a.current().stderr.String()[logBefore:], 20))
 		}
 		time.Sleep(2 * time.Second) // A's next batches, if it were to mark the stale one
 		after := e.processedAt(nil)
@@ -146,8 +158,8 @@ func TestScenario2HungRelay(t *testing.T) {
 		if m := regexp.MustCompile(`mark (\d+) event|"events":(\d+)`).FindStringSubmatch(failure); m != nil {
 			batch = m[1] + m[2]
 		}
-		details = append(details, fmt.Sprintf("run %d: A frozen as its batch of %s rows went out (%d publishes seen in the first chunk); its session ended by PostgreSQL after %s; B had them all processed %s after the freeze; A resumed after %s and logged %q: %s",
-			run, batch, len(ids), killedAfter.Round(100*time.Millisecond), takenOver.Round(100*time.Millisecond),
+		details = append(details, fmt.Sprintf("run %d: A frozen as its batch of %s rows went out (%d publishes seen in the first chunk; SIGSTOP %s); its session ended by PostgreSQL after %s; B had them all processed %s after the freeze; A resumed after %s and logged %q: %s",
+			run, batch, len(ids), stopInfo.Load(), killedAfter.Round(100*time.Millisecond), takenOver.Round(100*time.Millisecond),
 			resumedAt.Sub(stoppedAt).Round(100*time.Millisecond), logField(failure, "msg"), logField(failure, "err")))
 	}
 	// A alone drains what the writers add.
