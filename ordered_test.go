@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -177,19 +178,28 @@ func TestLateCommitIsNotSkipped(t *testing.T) {
 	}
 }
 
+// tortureEvents sizes TestOrderedRandomized: the CI size by default, any
+// size on request (go test -run TestOrderedRandomized -torture.events 100000 .).
+var tortureEvents = flag.Int("torture.events", envInt("OUTBOX_TORTURE_EVENTS", 3000),
+	"events written by TestOrderedRandomized (also OUTBOX_TORTURE_EVENTS); aggregates = max(200, events/20)")
+
+func envInt(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
+
 // TestOrderedRandomized is the ordering torture test: writers and 4 relays
 // run together; the publisher fails a random 10% of publishes and sometimes
 // hangs past the publish timeout; relays are killed (their sessions
 // terminated mid-batch) and restarted. A checker over everything the
 // "broker" acknowledged reports lost and per-aggregate inversions, which must
-// both be 0. OUTBOX_TORTURE_EVENTS makes it longer.
+// both be 0. -torture.events makes it longer.
 func TestOrderedRandomized(t *testing.T) {
 	e := setup(t)
-	events, aggregates := 3000, 200
-	if s := os.Getenv("OUTBOX_TORTURE_EVENTS"); s != "" {
-		events, _ = strconv.Atoi(s)
-		aggregates = max(200, events/20)
-	}
+	events := *tortureEvents
+	aggregates := max(200, events/20)
 	br := &broker{firstAck: map[string]int{}, next: map[string]int{}}
 	pub := outbox.PublisherFunc(br.publish)
 
@@ -287,7 +297,7 @@ func TestOrderedRandomized(t *testing.T) {
 	close(stopKiller)
 	kills := <-killerDone
 	br.setFaults(false)
-	deadline := time.Now().Add(90 * time.Second)
+	deadline := time.Now().Add(90*time.Second + time.Duration(events)*time.Millisecond)
 	for e.count("processed_at IS NULL") > 0 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
