@@ -1,6 +1,7 @@
 package outbox_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -165,5 +166,121 @@ func TestHeldEventsReleasedWhenHolderGone(t *testing.T) {
 				t.Fatalf("held events never published: %v", err)
 			}
 		})
+	}
+}
+
+// lockRows holds FOR UPDATE locks on ids in a transaction of its own, as
+// another relay's claim in flight would, until the test ends or release is
+// called.
+func (e *env) lockRows(ids ...uuid.UUID) (release func()) {
+	e.t.Helper()
+	tx, err := e.pool.Begin(ctx(e.t))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx(e.t), `SELECT 1 FROM outbox_events WHERE id = ANY($1) FOR UPDATE`, ids); err != nil {
+		e.t.Fatal(err)
+	}
+	release = func() { _ = tx.Rollback(context.Background()) }
+	e.t.Cleanup(release)
+	return release
+}
+
+// TestOrderedRunStopsAtRowHeldElsewhere: another relay holds X2 locked (a
+// dense claim keeps the rows it locked that were not heads). A claim that
+// takes X1 as a head cuts X's run before X2 instead of waiting for that
+// lock (claims never wait for each other, so they cannot deadlock), and X2
+// and X3 follow, in order, once the lock is gone.
+func TestOrderedRunStopsAtRowHeldElsewhere(t *testing.T) {
+	e := setup(t)
+	xs := e.writeAgg("X", 1, 3)
+	e.writeAgg("Y", 1, 1)
+	release := e.lockRows(xs[1])
+	pub := memory.New()
+	r := e.relay(pub, outbox.RelayConfig{Ordered: true, BatchSize: 10})
+	c, cancel := context.WithTimeout(ctx(t), 5*time.Second)
+	defer cancel()
+	res, err := r.ProcessBatch(c)
+	if err != nil || res.Published != 2 {
+		t.Fatalf("batch with X2 locked elsewhere = %+v, %v; want X1 and Y1 at once", res, err)
+	}
+	release()
+	for res.Claimed > 0 {
+		if res, err = r.ProcessBatch(ctx(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := fmt.Sprint(aggIDs(pub.Messages())); got != "[X1 Y1 X2 X3]" {
+		t.Errorf("published %s, want [X1 Y1 X2 X3]", got)
+	}
+}
+
+// TestOrderedDenseClaimSaysMoreIsWaiting: the dense ordered claim locks a
+// batch of rows and keeps the heads among them. When most of them are not
+// heads (their aggregate's earlier event is in flight elsewhere) the batch
+// is small, yet more rows are waiting: the relay must claim again at once,
+// not sleep for its poll interval.
+func TestOrderedDenseClaimSaysMoreIsWaiting(t *testing.T) {
+	e := setup(t)
+	xs := e.writeAgg("X", 1, 3)
+	e.writeAgg("Y", 1, 1)
+	e.lockRows(xs[0]) // X1 in flight in another relay
+	pub := memory.New()
+	r := e.relay(pub, outbox.RelayConfig{Ordered: true, BatchSize: 3})
+	res, full, err := outbox.ProcessBatchFull(r, ctx(t))
+	if err != nil || res.Published != 1 {
+		t.Fatalf("batch = %+v, %v; want Y1 alone (X2 and X3 wait behind X1)", res, err)
+	}
+	if !full {
+		t.Error("the claim locked a whole batch (X2, X3, Y1) but the batch was not reported full")
+	}
+	if got := fmt.Sprint(aggIDs(pub.Messages())); got != "[Y1]" {
+		t.Errorf("published %s, want [Y1]", got)
+	}
+}
+
+// TestOrderedParkingDoesNotWait: X1 fails while another relay holds X2
+// locked. The mark parks X3 at once and leaves X2 to the housekeeping,
+// instead of waiting for the other relay's batch (two relays parking each
+// other's rows would deadlock); once the lock is gone X2 is parked too.
+func TestOrderedParkingDoesNotWait(t *testing.T) {
+	e := setup(t)
+	xs := e.writeAgg("X", 1, 3)
+	release := e.lockRows(xs[1])
+	pub := memory.New()
+	pub.FailWith(func(m *outbox.Message) error {
+		if m.ID == xs[0] {
+			return errors.New("nack")
+		}
+		return nil
+	})
+	r := e.relay(pub, outbox.RelayConfig{Ordered: true, StatsInterval: 10 * time.Millisecond,
+		RetryBackoff: outbox.Backoff{Base: time.Hour, Max: time.Hour}})
+	// A mark that waited for the lock would wait for the other relay's
+	// batch to end: here, for this timer.
+	const waited = 3 * time.Second
+	timer := time.AfterFunc(waited, release)
+	defer timer.Stop()
+	start := time.Now()
+	if res, err := r.ProcessBatch(ctx(t)); err != nil || res.Retried != 1 {
+		t.Fatalf("batch = %+v, %v; want X1 retried", res, err)
+	}
+	if took := time.Since(start); took >= waited {
+		t.Fatalf("the batch took %s: its mark waited for the lock another relay held on X2", took)
+	}
+	held := func(id uuid.UUID) bool {
+		return e.count(fmt.Sprintf("id = '%s' AND held_by = '%s' AND dead_at IS NOT NULL", id, xs[0])) == 1
+	}
+	if held(xs[1]) || !held(xs[2]) {
+		t.Fatalf("after the mark: X2 held %v (locked elsewhere: want false), X3 held %v (want true)", held(xs[1]), held(xs[2]))
+	}
+	release()
+	e.run(r)
+	deadline := time.Now().Add(10 * time.Second)
+	for !held(xs[1]) && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !held(xs[1]) {
+		t.Fatal("X2 was never parked behind X1 once its lock was released")
 	}
 }

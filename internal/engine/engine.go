@@ -132,8 +132,8 @@ type Engine struct {
 	// limit is the batch size claims use: BatchSize, halved while publishes
 	// are slow (see adapt).
 	limit atomic.Int64
-	// window is how many pending rows past the floor an ordered claim looks
-	// for aggregate heads in, as a multiple of limit (see adaptWindow).
+	// window is how many pending rows past the floor a sparse ordered claim
+	// looks for aggregate heads in, as a multiple of limit (see adaptWindow).
 	window atomic.Int64
 	// sparse: the last ordered batches were mostly runs of few aggregates
 	// (see adaptSparse).
@@ -350,10 +350,9 @@ func (e *Engine) Batch(ctx context.Context) (Result, error) {
 		b.Queue(e.q.LowWater)
 	}
 	limit := int(e.limit.Load())
-	var window int
-	if e.cfg.Ordered {
-		window = int(e.window.Load()) * limit
-		b.Queue(claim, limit, floor, window)
+	sparse := claim == e.q.ClaimOrderedSparse
+	if sparse {
+		b.Queue(claim, limit, floor, int(e.window.Load())*limit)
 	} else {
 		b.Queue(claim, limit, floor)
 	}
@@ -386,7 +385,7 @@ func (e *Engine) Batch(ctx context.Context) (Result, error) {
 		br.Close()
 		return res, fmt.Errorf("claim: %w", err)
 	}
-	batch, err := scanRows(rows, limit)
+	batch, more, err := scanRows(rows, limit)
 	if cerr := br.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
@@ -395,9 +394,13 @@ func (e *Engine) Batch(ctx context.Context) (Result, error) {
 	}
 	res.Claimed = len(batch)
 	e.rate.observe(time.Now(), len(batch))
-	res.Full = len(batch) == limit
-	if e.cfg.Ordered {
+	// Full: more rows are likely claimable now. An ordered claim can lock a
+	// whole batch of rows and keep only the heads among them.
+	res.Full = len(batch) == limit || more
+	if sparse {
 		e.adaptWindow(len(batch) == limit)
+	}
+	if e.cfg.Ordered {
 		e.adaptSparse(batch)
 	}
 	if n := len(batch); n > 0 {
@@ -561,16 +564,16 @@ func (e *Engine) Batch(ctx context.Context) (Result, error) {
 	return res, nil
 }
 
-// The ordered claim's window, in multiples of the batch size.
+// The sparse ordered claim's window, in multiples of the batch size.
 const (
 	minWindow = 2
 	maxWindow = 64
 )
 
-// adaptWindow sizes the ordered claim's window: twice the batch size while
-// claims come back full, doubling (up to 64 times) while they do not, so
-// that rows other workers hold at the front of the queue do not hide the
-// heads behind them for long.
+// adaptWindow sizes the sparse ordered claim's window: twice the batch
+// size while claims come back full, doubling (up to 64 times) while they do
+// not, so that rows other workers hold at the front of the queue do not hide
+// the heads behind them for long.
 func (e *Engine) adaptWindow(full bool) {
 	w := e.window.Load()
 	switch {
@@ -585,7 +588,7 @@ func (e *Engine) adaptWindow(full bool) {
 // this one: mostly runs (fewer heads than a quarter of the rows) means few
 // aggregates hold the queue, and the claim that probes one row per
 // aggregate is cheaper; mostly heads (at least half the rows) means many
-// aggregates, and the plain scan is.
+// aggregates, and the dense claim is (lock the first rows, keep the heads).
 func (e *Engine) adaptSparse(batch []*Row) {
 	if len(batch) < 8 {
 		return // too few rows to tell
@@ -626,21 +629,24 @@ func (e *Engine) adapt(limit, claimed int, took time.Duration) {
 
 // scanRows reads a claim's rows: one allocation for all of them, ids as
 // [16]byte (pgx's native uuid decoding; uuid.UUID would go through
-// sql.Scanner and a text parse), headers decoded only when present.
-func scanRows(rows pgx.Rows, limit int) ([]*Row, error) {
+// sql.Scanner and a text parse), headers decoded only when present. more
+// reports a claim that says it stopped at its limit (the last column).
+func scanRows(rows pgx.Rows, limit int) (batch []*Row, more bool, err error) {
 	backing := make([]Row, 0, limit)
 	var (
 		id      [16]byte
 		headers []byte
+		full    bool
 	)
 	for rows.Next() {
 		backing = append(backing, Row{})
 		r := &backing[len(backing)-1]
 		if err := rows.Scan(&id, &r.Seq, &r.AggregateType, &r.AggregateID, &r.EventType,
-			&r.Payload, &headers, &r.CreatedAt, &r.Attempts, &r.Failed, &r.Follower); err != nil {
+			&r.Payload, &headers, &r.CreatedAt, &r.Attempts, &r.Failed, &r.Follower, &full); err != nil {
 			rows.Close()
-			return nil, err
+			return nil, false, err
 		}
+		more = more || full
 		r.ID = id
 		if headers != nil {
 			if err := json.Unmarshal(headers, &r.Headers); err != nil {
@@ -653,7 +659,7 @@ func scanRows(rows pgx.Rows, limit int) ([]*Row, error) {
 	for i := range backing {
 		out[i] = &backing[i]
 	}
-	return out, rows.Err()
+	return out, more, rows.Err()
 }
 
 func truncate(s string, n int) string {

@@ -13,22 +13,25 @@ type Queries struct {
 	// and the floor $2 starts the index scan past the entries of rows
 	// processed since the last VACUUM (see engine's cursor).
 	Claim string
-	// ClaimOrdered is Claim for ordered mode ($1 batch size, $2 floor, $3
-	// window). It claims the heads of aggregates, rows with no earlier
-	// unprocessed row of their aggregate (pending, waiting for a retry, held,
-	// locked by another relay or a dead letter), and with each head a run of
-	// the events that follow it, so that one batch carries many events of
-	// one aggregate when few aggregates hold the backlog. The batch is
-	// shared equally among the heads found; a run stops before the first
-	// event that is not claimable (a dead letter, a held event, one waiting
-	// for its retry), so every aggregate's rows in a batch are consecutive
-	// from its head. Heads are looked for among the first $3 pending rows
-	// past the floor. Rows come back in seq order; the engine publishes an
-	// aggregate's run in order, one event per round.
+	// ClaimOrdered is Claim for ordered mode ($1 batch size, $2 floor). It
+	// claims the heads of aggregates, rows with no earlier unprocessed row of
+	// their aggregate (pending, waiting for a retry, held, locked by another
+	// relay or a dead letter), and with each head a run of the events that
+	// follow it, so that one batch carries many events of one aggregate when
+	// few aggregates hold the backlog. The batch is shared equally among the
+	// heads found; a run stops before the first event that is not claimable
+	// (a dead letter, a held event, one waiting for its retry, one another
+	// relay holds), so every aggregate's rows in a batch are consecutive from
+	// its head. It locks the first $1 claimable rows and keeps their heads.
+	// Rows come back in seq order, then two columns: whether the row follows
+	// its head in the batch, and (on heads) whether the scan reached $1 rows
+	// (more rows are likely waiting). The engine publishes an aggregate's run
+	// in order, one event per round.
 	ClaimOrdered string
 	// ClaimOrderedSparse is ClaimOrdered for a queue held by few aggregates
-	// (the engine picks it when its last batch was mostly runs): only the
-	// first row of each aggregate in the window is probed.
+	// (the engine picks it when its last batch was mostly runs), with $3 the
+	// window: only the first row of each aggregate among the first $3
+	// pending rows past the floor is probed, and only heads are locked.
 	ClaimOrderedSparse string
 	// LowWater is the lowest seq of a row that is pending and not waiting
 	// for a retry (NULL if none): ordered mode's floor.
@@ -91,7 +94,7 @@ type Queries struct {
 func New(n ident.Names, deleteProcessed bool) *Queries {
 	t := n.QTable
 	return &Queries{
-		Claim: `SELECT id, seq, aggregate_type, aggregate_id, event_type, payload, headers, created_at, attempts, last_error IS NOT NULL, false
+		Claim: `SELECT id, seq, aggregate_type, aggregate_id, event_type, payload, headers, created_at, attempts, last_error IS NOT NULL, false, false
 FROM ` + t + `
 WHERE processed_at IS NULL AND dead_at IS NULL
   AND (retry_after IS NULL OR retry_after <= now())
@@ -119,11 +122,11 @@ WHERE processed_at IS NULL AND dead_at IS NULL
     SELECT id, aggregate_type, aggregate_id, seq FROM ` + t + `
     WHERE processed_at IS NULL
       AND ((dead_at IS NOT NULL AND held_by IS NULL) OR (dead_at IS NULL AND retry_after > now()))
-    FOR UPDATE SKIP LOCKED)
-UPDATE ` + t + ` AS s SET dead_at = now(), held_by = f.id
-FROM failing AS f
-WHERE s.aggregate_type = f.aggregate_type AND s.aggregate_id = f.aggregate_id
-  AND s.seq > f.seq AND s.processed_at IS NULL AND s.dead_at IS NULL`,
+    FOR UPDATE SKIP LOCKED),
+` + lockSuccessors(t, "failing") + `
+UPDATE ` + t + ` AS s SET dead_at = now(), held_by = l.holder
+FROM late AS l
+WHERE s.id = l.id`,
 		ReleaseOrphans: `UPDATE ` + t + ` AS s SET dead_at = NULL, held_by = NULL
 WHERE s.held_by IS NOT NULL AND s.dead_at IS NOT NULL AND s.processed_at IS NULL
   AND NOT EXISTS (SELECT 1 FROM ` + t + ` AS h WHERE h.id = s.held_by AND h.processed_at IS NULL)`,
@@ -194,36 +197,41 @@ WHERE o.id = f.id`
 
 func claimOrdered(t string, sparse bool) string {
 	const cols = `id, seq, aggregate_type, aggregate_id, event_type, payload, headers, created_at, attempts, failed`
-	// The last column says whether the row follows its head in the batch.
-	// Dense: heads are most pending rows (many aggregates), so scanning in
-	// seq order with a probe per row finds a batch of them in about a batch
-	// of rows; the window only caps the scan.
-	// A head: no earlier unprocessed event of its aggregate.
 	const headCols = `o.id, o.seq, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, o.headers,
          o.created_at, o.attempts, o.last_error IS NOT NULL AS failed`
+	// A head: no earlier unprocessed event of its aggregate. The probe is
+	// an index lookup (about 2 µs): the claims are built to probe rows they
+	// can take, never rows other relays hold.
 	isHead := `NOT EXISTS (
       SELECT 1 FROM ` + t + ` AS p
       WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id
         AND p.processed_at IS NULL AND p.seq < o.seq)`
-	heads := `WITH heads AS (
+	// Dense: heads are most pending rows (many aggregates). Lock the first
+	// $1 claimable rows exactly as the unordered claim does (rows held by
+	// other relays are skipped at the cost of a lock attempt, not a probe),
+	// then keep the heads. The rows that are not heads stay locked until
+	// this batch ends; nobody could have claimed them meanwhile, since an
+	// earlier event of theirs is pending. more: the scan stopped at its
+	// limit, so more rows are likely waiting even if few of them were heads.
+	heads := `WITH locked AS (
   SELECT ` + headCols + `
   FROM ` + t + ` AS o
   WHERE o.processed_at IS NULL AND o.dead_at IS NULL
     AND (o.retry_after IS NULL OR o.retry_after <= now())
     AND o.seq > $2
-    AND o.seq <= COALESCE((
-      SELECT w.seq FROM ` + t + ` AS w
-      WHERE w.processed_at IS NULL AND w.dead_at IS NULL AND w.seq > $2
-      ORDER BY w.seq OFFSET $3 LIMIT 1), 9223372036854775807)
-    AND ` + isHead + `
   ORDER BY o.seq
   LIMIT $1
   FOR UPDATE OF o SKIP LOCKED
 ),
+heads AS (
+  SELECT * FROM locked AS o WHERE ` + isHead + `
+),
+scan AS (SELECT count(*) >= $1 AS more FROM locked),
 `
 	if sparse {
-		// Sparse: few aggregates hold the window, so only the first row of
-		// each aggregate in it is probed.
+		// Sparse: few aggregates hold the queue. Read (without locking) the
+		// first $3 pending rows past the floor, probe only the first row of
+		// each aggregate among them, and lock the heads found.
 		heads = `WITH win AS (
   SELECT w.id, w.seq, w.aggregate_type, w.aggregate_id,
          (w.retry_after IS NULL OR w.retry_after <= now()) AS due
@@ -247,13 +255,21 @@ heads AS (
   LIMIT $1
   FOR UPDATE OF o SKIP LOCKED
 ),
+scan AS (SELECT false AS more),
 `
 	}
+	// Runs: with fewer heads than $1, each head brings the events that follow
+	// it, the batch shared equally among the heads. The followers are read
+	// in seq order, then each is locked SKIP LOCKED: one held elsewhere (a
+	// dense claim keeps rows that were not heads locked) or not claimable
+	// (a dead letter, a held event, one waiting for its retry) ends the run
+	// before it, so an aggregate's rows in a batch are consecutive from its
+	// head, and a claim never waits for a lock (no deadlock between claims).
 	return heads + `share AS (SELECT $1 / greatest(count(*), 1) AS k FROM heads)
-SELECT ` + cols + `, false FROM heads
+SELECT ` + cols + `, false, (SELECT more FROM scan) FROM heads
 UNION ALL
-SELECT ` + cols + `, true FROM (
-  SELECT f.*, bool_and(f.ok) OVER (PARTITION BY f.head ORDER BY f.seq) AS prefix
+SELECT ` + cols + `, true, false FROM (
+  SELECT f.*, bool_and(f.ok AND l.got IS NOT NULL) OVER (PARTITION BY f.head ORDER BY f.seq) AS prefix
   FROM heads AS h CROSS JOIN share CROSS JOIN LATERAL (
     SELECT h.id AS head, f.id, f.seq, f.aggregate_type, f.aggregate_id, f.event_type, f.payload, f.headers,
            f.created_at, f.attempts, f.last_error IS NOT NULL AS failed,
@@ -263,11 +279,29 @@ SELECT ` + cols + `, true FROM (
       AND f.aggregate_type = h.aggregate_type AND f.aggregate_id = h.aggregate_id
       AND f.processed_at IS NULL AND f.seq > h.seq
     ORDER BY f.seq
-    LIMIT share.k - 1
-    FOR UPDATE OF f) AS f
+    LIMIT share.k - 1) AS f
+  LEFT JOIN LATERAL (
+    SELECT true AS got FROM ` + t + ` AS l
+    WHERE l.id = f.id AND l.processed_at IS NULL AND l.dead_at IS NULL
+    FOR UPDATE OF l SKIP LOCKED) AS l ON true
 ) AS r
 WHERE r.prefix
 ORDER BY seq`
+}
+
+// lockSuccessors is a CTE, late(id, holder), of the unprocessed events not
+// yet parked that follow a row of the CTE from (same aggregate, higher
+// seq), holder being that row. They are locked SKIP LOCKED: an event
+// another relay holds (a dense claim keeps locked the rows it took that were
+// not heads) is left for a later pass instead of waited for, so parking
+// never waits on another relay's batch, nor deadlocks with it.
+func lockSuccessors(t, from string) string {
+	return `late AS (
+  SELECT s.id, f.id AS holder
+  FROM ` + from + ` AS f JOIN ` + t + ` AS s
+    ON s.aggregate_type = f.aggregate_type AND s.aggregate_id = f.aggregate_id
+   AND s.seq > f.seq AND s.processed_at IS NULL AND s.dead_at IS NULL
+  FOR UPDATE OF s SKIP LOCKED)`
 }
 
 func markOrdered(t string, deleteProcessed bool) string {
@@ -278,7 +312,9 @@ func markOrdered(t string, deleteProcessed bool) string {
 	// The four statements touch disjoint rows: a failed event's later
 	// events were not published in its batch (the engine stops an
 	// aggregate's run at its first failure) and are not held yet; the
-	// events a published one releases are held, so not in the batch.
+	// events a published one releases are held, so not in the batch. A
+	// later event another relay holds locked is left for the housekeeping
+	// (ParkLate) to park: marks never wait for another relay's batch.
 	return `WITH published AS (` + published + `),
 failed AS (
   UPDATE ` + t + ` AS o SET
@@ -288,12 +324,13 @@ failed AS (
       dead_at     = CASE WHEN f.dead THEN now() END
   FROM unnest($2::uuid[], $3::text[], $4::bigint[], $5::bool[]) AS f(id, err, delay_ms, dead)
   WHERE o.id = f.id),
+failing AS (
+  SELECT id, aggregate_type, aggregate_id, seq FROM ` + t + ` WHERE id = ANY($2::uuid[])),
+` + lockSuccessors(t, "failing") + `,
 park AS (
-  UPDATE ` + t + ` AS s SET dead_at = now(), held_by = h.id
-  FROM ` + t + ` AS h
-  WHERE h.id = ANY($2::uuid[])
-    AND s.aggregate_type = h.aggregate_type AND s.aggregate_id = h.aggregate_id
-    AND s.seq > h.seq AND s.processed_at IS NULL AND s.dead_at IS NULL),
+  UPDATE ` + t + ` AS s SET dead_at = now(), held_by = l.holder
+  FROM late AS l
+  WHERE s.id = l.id),
 released AS (
   UPDATE ` + t + ` AS s SET dead_at = NULL, held_by = NULL
   FROM ` + t + ` AS h
