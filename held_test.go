@@ -284,3 +284,35 @@ func TestOrderedParkingDoesNotWait(t *testing.T) {
 		t.Fatal("X2 was never parked behind X1 once its lock was released")
 	}
 }
+
+// TestOrderedHotFailingAggregateDoesNotStallOthers: X1 waits for its retry
+// and more than a batch of X's later events arrived after it failed (not
+// parked yet: the housekeeping has not run), ahead of Y's events. The
+// claims must look past X's run and publish Y, not come back empty until
+// the housekeeping parks X's events.
+func TestOrderedHotFailingAggregateDoesNotStallOthers(t *testing.T) {
+	e := setup(t)
+	xs := e.writeAgg("X", 1, 1)
+	pub := memory.New()
+	pub.FailWith(func(m *outbox.Message) error {
+		if m.ID == xs[0] {
+			return errors.New("nack")
+		}
+		return nil
+	})
+	r := e.relay(pub, outbox.RelayConfig{Ordered: true, BatchSize: 10, StatsInterval: time.Hour,
+		RetryBackoff: outbox.Backoff{Base: time.Hour, Max: time.Hour}})
+	if res, err := r.ProcessBatch(ctx(t)); err != nil || res.Retried != 1 {
+		t.Fatalf("batch = %+v, %v; want X1 retried", res, err)
+	}
+	e.writeAgg("X", 2, 30)
+	e.writeAgg("Y", 1, 3)
+	for range 5 {
+		if _, err := r.ProcessBatch(ctx(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := fmt.Sprint(aggIDs(pub.Messages())); got != "[Y1 Y2 Y3]" {
+		t.Errorf("published %s after 5 batches, want [Y1 Y2 Y3] (X waits behind X1)", got)
+	}
+}

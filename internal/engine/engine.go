@@ -397,10 +397,17 @@ func (e *Engine) Batch(ctx context.Context) (Result, error) {
 	// Full: more rows are likely claimable now. An ordered claim can lock a
 	// whole batch of rows and keep only the heads among them.
 	res.Full = len(batch) == limit || more
-	if sparse {
+	switch {
+	case sparse:
 		e.adaptWindow(len(batch) == limit)
-	}
-	if e.cfg.Ordered {
+		e.adaptSparse(batch)
+	case e.cfg.Ordered && len(batch) < limit/2 && (more || len(batch) == 0):
+		// The dense claim's rows were mostly events waiting behind an
+		// earlier one: in flight elsewhere, or failing and not parked yet
+		// (a hot aggregate's events arrive faster than the housekeeping
+		// parks them). The sparse claim looks past such runs.
+		e.sparse.Store(true)
+	case e.cfg.Ordered:
 		e.adaptSparse(batch)
 	}
 	if n := len(batch); n > 0 {
