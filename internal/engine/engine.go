@@ -334,9 +334,10 @@ func (e *Engine) Batch(ctx context.Context) (Result, error) {
 	// delivery allows. Never losing an event rests on the writers' commits,
 	// which stay synchronous. This saves a WAL flush per batch.
 	idle := strconv.FormatInt((e.cfg.PublishTimeout + 5*time.Second).Milliseconds(), 10)
+	sparse := e.cfg.Ordered && e.sparse.Load()
 	claim := e.q.Claim
 	switch {
-	case e.cfg.Ordered && e.sparse.Load():
+	case sparse:
 		claim = e.q.ClaimOrderedSparse
 	case e.cfg.Ordered:
 		claim = e.q.ClaimOrdered
@@ -350,7 +351,6 @@ func (e *Engine) Batch(ctx context.Context) (Result, error) {
 		b.Queue(e.q.LowWater)
 	}
 	limit := int(e.limit.Load())
-	sparse := claim == e.q.ClaimOrderedSparse
 	if sparse {
 		b.Queue(claim, limit, floor, int(e.window.Load())*limit)
 	} else {
