@@ -28,6 +28,7 @@ type Admin struct {
 	pool  *pgxpool.Pool
 	names ident.Names
 	q     *store.Queries
+	aq    *store.AdminQueries
 }
 
 // NewAdmin validates cfg and returns an Admin.
@@ -39,7 +40,7 @@ func NewAdmin(pool *pgxpool.Pool, cfg AdminConfig) (*Admin, error) {
 	if err != nil {
 		return nil, fmt.Errorf("outbox: AdminConfig.%w", err)
 	}
-	return &Admin{pool: pool, names: n, q: store.New(n, false)}, nil
+	return &Admin{pool: pool, names: n, q: store.New(n, false), aq: store.NewAdmin(n)}, nil
 }
 
 // Table returns the quoted, qualified outbox table name.
@@ -155,64 +156,245 @@ func (a *Admin) DeadLetters(ctx context.Context, f DeadLetterFilter) ([]Record, 
 	return out, nil
 }
 
-// RetrySelector says which rows Retry re-queues. Exactly one of IDs, EventType
-// and All must be set.
+// RetrySelector says which rows Retry re-queues: either IDs, or dead letters
+// selected by EventType, ErrorGroup and OlderThan (together), or All dead
+// letters (with OlderThan if set).
 type RetrySelector struct {
 	// IDs re-queues these unprocessed rows, dead letters or rows waiting for
 	// their backoff.
 	IDs []uuid.UUID
-	// EventType re-queues every dead letter of this type.
+	// EventType re-queues the dead letters of this type.
 	EventType string
+	// ErrorGroup re-queues the dead letters whose normalised error is this
+	// (DeadLetterGroup.Error).
+	ErrorGroup string
+	// OlderThan keeps only dead letters created at least this long ago.
+	OlderThan time.Duration
 	// All re-queues every dead letter.
 	All bool
 	// DryRun counts the rows without changing them.
 	DryRun bool
 }
 
-// Retry is the article's manual retry path: it resets attempts, retry_after
-// and the dead-letter mark of the selected rows, so the relay publishes them
-// again at once. It returns how many rows it re-queued (or would, with DryRun).
+// DiscardSelector says which dead letters Discard deletes, with the same
+// rules as RetrySelector; IDs that are not dead letters are left alone.
+type DiscardSelector RetrySelector
+
+// deadFilter checks a selector and returns the arguments of the dead-letter
+// filter, or byID when the selector names ids.
+func deadFilter(what string, sel RetrySelector) (args []any, byID bool, err error) {
+	filter := sel.EventType != "" || sel.ErrorGroup != "" || sel.OlderThan != 0
+	switch {
+	case sel.OlderThan < 0:
+		return nil, false, fmt.Errorf("outbox: %s.OlderThan: %s must not be negative", what, sel.OlderThan)
+	case len(sel.IDs) > 0 && (filter || sel.All):
+		return nil, false, fmt.Errorf("outbox: %s: IDs cannot be combined with EventType, ErrorGroup, OlderThan or All", what)
+	case len(sel.IDs) > 0:
+		return []any{sel.IDs}, true, nil
+	case sel.All && (sel.EventType != "" || sel.ErrorGroup != ""):
+		return nil, false, fmt.Errorf("outbox: %s: All cannot be combined with EventType or ErrorGroup", what)
+	case !sel.All && !filter:
+		return nil, false, fmt.Errorf("outbox: %s: set IDs, All, or at least one of EventType, ErrorGroup, OlderThan", what)
+	}
+	return []any{sel.EventType, sel.ErrorGroup, sel.OlderThan}, false, nil
+}
+
+// Retry is the manual retry path: it resets attempts, retry_after and the
+// dead-letter mark of the selected rows, so the relay publishes them again at
+// once. It returns how many rows it re-queued (or would, with DryRun).
 func (a *Admin) Retry(ctx context.Context, sel RetrySelector) (int64, error) {
-	set := 0
-	if len(sel.IDs) > 0 {
-		set++
+	args, byID, err := deadFilter("RetrySelector", sel)
+	if err != nil {
+		return 0, err
 	}
-	if sel.EventType != "" {
-		set++
-	}
-	if sel.All {
-		set++
-	}
-	if set != 1 {
-		return 0, errors.New("outbox: RetrySelector: set exactly one of IDs, EventType, All")
-	}
-	var (
-		query string
-		arg   any
-	)
-	if len(sel.IDs) > 0 {
-		query, arg = a.q.RetryIDs, sel.IDs
-		if sel.DryRun {
-			query = a.q.CountRetryIDs
-		}
-	} else {
-		query, arg = a.q.RetryDead, sel.EventType
-		if sel.DryRun {
-			query = a.q.CountRetryDead
-		}
+	query := a.aq.RetryDead
+	switch {
+	case byID && sel.DryRun:
+		query = a.q.CountRetryIDs
+	case byID:
+		query = a.q.RetryIDs
+	case sel.DryRun:
+		query = a.aq.CountDead
 	}
 	if sel.DryRun {
 		var n int64
-		if err := a.pool.QueryRow(ctx, query, arg).Scan(&n); err != nil {
+		if err := a.pool.QueryRow(ctx, query, args...).Scan(&n); err != nil {
 			return 0, a.wrap("retry", err)
 		}
 		return n, nil
 	}
-	tag, err := a.pool.Exec(ctx, query, arg)
+	tag, err := a.pool.Exec(ctx, query, args...)
 	if err != nil {
 		return 0, a.wrap("retry", err)
 	}
 	return tag.RowsAffected(), nil
+}
+
+// DiscardResult says what Discard did.
+type DiscardResult struct {
+	// Discarded counts the dead letters deleted (or that would be, with
+	// DryRun).
+	Discarded int64 `json:"discarded"`
+	// Released counts the events the discarded dead letters held back in
+	// ordered mode; they are pending again.
+	Released int64 `json:"released"`
+}
+
+// Discard deletes dead letters for good, for the ones nobody will retry.
+// Events a discarded dead letter held back (ordered mode) are released in the
+// same statement, so its aggregate moves on. Only dead letters are touched:
+// an id of a pending, held or published event is not discarded.
+func (a *Admin) Discard(ctx context.Context, sel DiscardSelector) (DiscardResult, error) {
+	args, byID, err := deadFilter("DiscardSelector", RetrySelector(sel))
+	if err != nil {
+		return DiscardResult{}, err
+	}
+	var res DiscardResult
+	switch {
+	case sel.DryRun:
+		query := a.aq.CountDead
+		if byID {
+			query = a.aq.CountDiscardIDs
+		}
+		err = a.pool.QueryRow(ctx, query, args...).Scan(&res.Discarded)
+	case byID:
+		err = a.pool.QueryRow(ctx, a.aq.DiscardIDs, args...).Scan(&res.Discarded, &res.Released)
+	default:
+		err = a.pool.QueryRow(ctx, a.aq.DiscardDead, args...).Scan(&res.Discarded, &res.Released)
+	}
+	if err != nil {
+		return DiscardResult{}, a.wrap("discard", err)
+	}
+	return res, nil
+}
+
+// DeadLetterGroup is a set of dead letters with one event type and one
+// normalised error (numbers and ids replaced by <n> and <id>).
+type DeadLetterGroup struct {
+	// EventType is empty when grouped by error alone.
+	EventType string    `json:"event_type"`
+	Error     string    `json:"error"`
+	Count     int64     `json:"count"`
+	FirstSeen time.Time `json:"first_seen"` // earliest dead_at
+	LastSeen  time.Time `json:"last_seen"`  // latest dead_at
+	// SampleID is the group's first event, to look at one of them.
+	SampleID uuid.UUID `json:"sample_id"`
+}
+
+// DeadLetterGroups counts dead letters per event type and error, the largest
+// groups first; with byErrorOnly, per error across event types. A group is
+// acted on with Retry or Discard by its EventType and Error as ErrorGroup.
+func (a *Admin) DeadLetterGroups(ctx context.Context, byErrorOnly bool) ([]DeadLetterGroup, error) {
+	rows, err := a.pool.Query(ctx, a.aq.DeadGroups, byErrorOnly)
+	if err != nil {
+		return nil, a.wrap("dead-letter groups", err)
+	}
+	out := []DeadLetterGroup{}
+	var g DeadLetterGroup
+	_, err = pgx.ForEachRow(rows, []any{&g.EventType, &g.Error, &g.Count, &g.FirstSeen, &g.LastSeen, &g.SampleID}, func() error {
+		out = append(out, g)
+		return nil
+	})
+	if err != nil {
+		return nil, a.wrap("dead-letter groups", err)
+	}
+	return out, nil
+}
+
+// EventState is where an event stands.
+type EventState string
+
+const (
+	StatePending   EventState = "pending"   // waiting for the relay
+	StateRetrying  EventState = "retrying"  // failed, waiting for its backoff
+	StateDead      EventState = "dead"      // a dead letter
+	StateHeld      EventState = "held"      // held back by an earlier failing event of its aggregate
+	StatePublished EventState = "published" // confirmed by the broker
+)
+
+// EventInfo is one event as an operator sees it.
+type EventInfo struct {
+	Record
+	State EventState
+	// HeldBy is the failing event that holds this one back (StateHeld).
+	HeldBy *uuid.UUID
+}
+
+// EventQuery selects events for Events: by IDs, or by aggregate (AggregateID,
+// with AggregateType or across types).
+type EventQuery struct {
+	IDs           []uuid.UUID
+	AggregateType string
+	AggregateID   string
+	// Limit caps an aggregate's events, the latest kept. Defaults to 100.
+	Limit int
+}
+
+// Events reads events in any state, in insertion order: an event by id, or an
+// aggregate's timeline.
+func (a *Admin) Events(ctx context.Context, q EventQuery) ([]EventInfo, error) {
+	var rows pgx.Rows
+	var err error
+	switch {
+	case len(q.IDs) > 0 && q.AggregateID == "" && q.AggregateType == "":
+		rows, err = a.pool.Query(ctx, a.aq.EventsByID, q.IDs)
+	case len(q.IDs) == 0 && q.AggregateID != "":
+		if q.Limit <= 0 {
+			q.Limit = 100
+		}
+		rows, err = a.pool.Query(ctx, a.aq.EventsByAggregate, q.AggregateType, q.AggregateID, q.Limit)
+	default:
+		return nil, errors.New("outbox: EventQuery: set either IDs or AggregateID (with AggregateType or not)")
+	}
+	if err != nil {
+		return nil, a.wrap("events", err)
+	}
+	out := []EventInfo{}
+	var e EventInfo
+	_, err = pgx.ForEachRow(rows, []any{&e.ID, &e.Seq, &e.AggregateType, &e.AggregateID, &e.EventType, &e.Payload,
+		&e.Headers, &e.Attempts, &e.CreatedAt, &e.ProcessedAt, &e.RetryAfter, &e.DeadAt, &e.LastError, &e.HeldBy}, func() error {
+		e.State = stateOf(&e)
+		out = append(out, e)
+		e = EventInfo{}
+		return nil
+	})
+	if err != nil {
+		return nil, a.wrap("events", err)
+	}
+	if len(q.IDs) == 0 { // read latest first; show in order
+		for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+			out[i], out[j] = out[j], out[i]
+		}
+	}
+	return out, nil
+}
+
+func stateOf(e *EventInfo) EventState {
+	switch {
+	case e.ProcessedAt != nil:
+		return StatePublished
+	case e.HeldBy != nil:
+		return StateHeld
+	case e.DeadAt != nil:
+		return StateDead
+	case e.Attempts > 0 || e.LastError != "":
+		return StateRetrying
+	}
+	return StatePending
+}
+
+// Unprocessed returns the ids among ids that exist and are not published:
+// what Retry by IDs can act on. The others are unknown or already published.
+func (a *Admin) Unprocessed(ctx context.Context, ids []uuid.UUID) ([]uuid.UUID, error) {
+	rows, err := a.pool.Query(ctx, a.aq.Unprocessed, ids)
+	if err != nil {
+		return nil, a.wrap("lookup", err)
+	}
+	found, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, a.wrap("lookup", err)
+	}
+	return found, nil
 }
 
 // Cleanup deletes rows processed more than olderThan ago, batchSize rows per

@@ -1,0 +1,86 @@
+package store
+
+import "github.com/pgoutbox/outbox/internal/ident"
+
+// ErrorGroupExpr normalises last_error into the key dead letters are grouped
+// by: event ids and numbers are replaced, so "offset 17 of 5a1e..." and
+// "offset 18 of 9b2c..." fall in one group. Retry and Discard select by the
+// same expression, so a group can be acted on as it is shown.
+const ErrorGroupExpr = `left(regexp_replace(regexp_replace(COALESCE(last_error, ''),
+    '[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}', '<id>', 'g'),
+    '[0-9]+', '<n>', 'g'), 200)`
+
+// deadFilter selects dead letters (held events excluded) by $1 event type
+// (” = any), $2 error group (” = any) and $3 minimum age (interval).
+const deadFilter = `dead_at IS NOT NULL AND processed_at IS NULL AND held_by IS NULL
+  AND ($1 = '' OR event_type = $1)
+  AND ($2 = '' OR ` + ErrorGroupExpr + ` = $2)
+  AND created_at <= now() - $3::interval`
+
+const eventCols = `SELECT id, seq, aggregate_type, aggregate_id, event_type, payload, headers,
+       attempts, created_at, processed_at, retry_after, dead_at, COALESCE(last_error, ''), held_by
+FROM `
+
+// AdminQueries are the operator's statements on dead letters and single
+// events, beside the relay's in Queries.
+type AdminQueries struct {
+	// RetryDead re-queues the dead letters deadFilter selects; CountDead is
+	// its dry run.
+	RetryDead string
+	CountDead string
+	// DiscardDead deletes the dead letters deadFilter selects and releases
+	// the events each one held (ordered mode), in one statement; it returns
+	// (deleted, released). DiscardIDs does the same for the dead letters
+	// among $1 uuid[]; CountDiscardIDs is its dry run.
+	DiscardDead     string
+	DiscardIDs      string
+	CountDiscardIDs string
+	// DeadGroups counts dead letters per event type and error group: type,
+	// group, count, first and last dead_at, the first id of the group. $1
+	// true groups by error alone (event type returned as '').
+	DeadGroups string
+	// EventsByID reads the events among $1 uuid[]; EventsByAggregate reads
+	// an aggregate's events ($1 type, '' = any type; $2 id), at most $3,
+	// the latest first. Both return the columns of DeadLetters plus held_by.
+	EventsByID        string
+	EventsByAggregate string
+	// Unprocessed returns which of $1 uuid[] exist and are not processed.
+	Unprocessed string
+}
+
+// NewAdmin builds the operator's statements for n.
+func NewAdmin(n ident.Names) *AdminQueries {
+	t := n.QTable
+	discard := func(where string) string {
+		return `WITH gone AS (
+    DELETE FROM ` + t + ` WHERE ` + where + `
+    RETURNING id),
+released AS (
+    UPDATE ` + t + ` AS s SET dead_at = NULL, held_by = NULL
+    FROM gone WHERE s.held_by = gone.id AND s.processed_at IS NULL
+    RETURNING 1)
+SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM released)`
+	}
+	const deadByID = `dead_at IS NOT NULL AND processed_at IS NULL AND held_by IS NULL AND id = ANY($1::uuid[])`
+	return &AdminQueries{
+		RetryDead:       `UPDATE ` + t + ` SET attempts = 0, retry_after = NULL, dead_at = NULL WHERE ` + deadFilter,
+		CountDead:       `SELECT count(*) FROM ` + t + ` WHERE ` + deadFilter,
+		DiscardDead:     discard(deadFilter),
+		DiscardIDs:      discard(deadByID),
+		CountDiscardIDs: `SELECT count(*) FROM ` + t + ` WHERE ` + deadByID,
+		DeadGroups: `SELECT CASE WHEN $1 THEN '' ELSE event_type END AS type, ` + ErrorGroupExpr + ` AS grp,
+       count(*), min(dead_at), max(dead_at), (array_agg(id ORDER BY seq))[1]
+FROM ` + t + `
+WHERE dead_at IS NOT NULL AND processed_at IS NULL AND held_by IS NULL
+GROUP BY 1, 2
+ORDER BY 3 DESC, 1, 2`,
+		EventsByID: eventCols + t + `
+WHERE id = ANY($1::uuid[])
+ORDER BY seq`,
+		EventsByAggregate: eventCols + t + `
+WHERE ($1 = '' OR aggregate_type = $1) AND aggregate_id = $2
+ORDER BY seq DESC
+LIMIT $3`,
+		Unprocessed: `SELECT id FROM ` + t + ` WHERE processed_at IS NULL AND id = ANY($1::uuid[])`,
+	}
+}
