@@ -85,7 +85,7 @@ func NewNotifier(pool *pgxpool.Pool, cfg NotifierConfig) (*Notifier, error) {
 	}
 	n, err := ident.New(cfg.Schema, cfg.Table)
 	if err != nil {
-		return nil, fmt.Errorf("outbox: NotifierConfig.%w", err)
+		return nil, configErr("NotifierConfig", err)
 	}
 	if cfg.Interval == 0 {
 		cfg.Interval = DefaultNotifyInterval
