@@ -12,42 +12,51 @@ import (
 // lastErrorMax bounds the last_error a failure records.
 const lastErrorMax = 2000
 
+// markArgs are the arrays of the mark statement, rows in batch order.
+type markArgs struct {
+	okIDs      [][16]byte // [16]byte: pgx's native uuid encoding
+	releaseIDs [][16]byte // published events that may hold later ones (ordered mode)
+	failIDs    [][16]byte
+	failErrs   []string
+	failDelays []int64 // ms
+	failDead   []bool
+}
+
+// markArgsOf lays out a settlement as the mark statement takes it.
+func (e *Engine) markArgsOf(rows []*Row, s *settlement) markArgs {
+	a := markArgs{okIDs: make([][16]byte, 0, len(rows))}
+	for i, r := range rows {
+		switch o := s.outcomes[i]; o.verdict {
+		case published:
+			a.okIDs = append(a.okIDs, r.ID)
+			if e.cfg.Ordered && (r.Failed || r.Attempt > 1) {
+				a.releaseIDs = append(a.releaseIDs, r.ID)
+			}
+		case retry, dead:
+			a.failIDs = append(a.failIDs, r.ID)
+			a.failErrs = append(a.failErrs, truncate(o.err.Error(), lastErrorMax))
+			a.failDelays = append(a.failDelays, o.delay.Milliseconds())
+			a.failDead = append(a.failDead, o.verdict == dead)
+		}
+	}
+	return a
+}
+
 // record writes a batch's outcomes in one statement and commits, in one
 // round trip. Rows left untouched (not tried, destination down) are not in
 // the statement: they come back as they were when the lease ends.
 func (l *tableLease) record(ctx context.Context, rows []*Row, s *settlement) error {
 	e := l.e
-	var (
-		okIDs      = make([][16]byte, 0, len(rows)) // [16]byte: pgx's native uuid encoding
-		releaseIDs [][16]byte                       // published events that may hold later ones (ordered mode)
-		failIDs    [][16]byte
-		failErrs   []string
-		failDelays []int64
-		failDead   []bool
-	)
-	for i, r := range rows {
-		switch o := s.outcomes[i]; o.verdict {
-		case published:
-			okIDs = append(okIDs, r.ID)
-			if e.cfg.Ordered && (r.Failed || r.Attempt > 1) {
-				releaseIDs = append(releaseIDs, r.ID)
-			}
-		case retry, dead:
-			failIDs = append(failIDs, r.ID)
-			failErrs = append(failErrs, truncate(o.err.Error(), lastErrorMax))
-			failDelays = append(failDelays, o.delay.Milliseconds())
-			failDead = append(failDead, o.verdict == dead)
-		}
-	}
+	a := e.markArgsOf(rows, s)
 	mark := &pgx.Batch{}
-	ordered := e.cfg.Ordered && (len(failIDs) > 0 || len(releaseIDs) > 0)
+	ordered := e.cfg.Ordered && (len(a.failIDs) > 0 || len(a.releaseIDs) > 0)
 	switch {
 	case ordered:
-		mark.Queue(e.q.MarkOrdered, okIDs, failIDs, failErrs, failDelays, failDead, releaseIDs)
-	case len(failIDs) == 0:
-		mark.Queue(e.q.MarkPublished, okIDs)
+		mark.Queue(e.q.MarkOrdered, a.okIDs, a.failIDs, a.failErrs, a.failDelays, a.failDead, a.releaseIDs)
+	case len(a.failIDs) == 0:
+		mark.Queue(e.q.MarkPublished, a.okIDs)
 	default:
-		mark.Queue(e.q.MarkOutcomes, okIDs, failIDs, failErrs, failDelays, failDead)
+		mark.Queue(e.q.MarkOutcomes, a.okIDs, a.failIDs, a.failErrs, a.failDelays, a.failDead)
 	}
 	mark.Queue("COMMIT")
 	mr := l.conn.SendBatch(ctx, mark)
