@@ -38,7 +38,7 @@ func NewAdmin(pool *pgxpool.Pool, cfg AdminConfig) (*Admin, error) {
 	}
 	n, err := ident.New(cfg.Schema, cfg.Table)
 	if err != nil {
-		return nil, fmt.Errorf("outbox: AdminConfig.%w", err)
+		return nil, configErr("AdminConfig", err)
 	}
 	return &Admin{pool: pool, names: n, q: store.New(n, false), aq: store.NewAdmin(n)}, nil
 }

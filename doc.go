@@ -31,8 +31,9 @@
 // they can be logged. Events are validated first (empty or overlong fields,
 // invalid JSON, \u0000, control characters in headers) with a ValidationError
 // naming the field; a rejected event does not abort the caller's transaction.
-// An application may also keep the plain INSERT of the reference article: the
-// table's columns and defaults are the article's.
+// An application may also write events with a plain INSERT of
+// aggregate_type, aggregate_id, event_type and payload: every other column
+// has a default.
 //
 // # The relay
 //
@@ -98,10 +99,10 @@
 //
 // # Operating
 //
-// Metrics (RelayConfig.Registerer) keep the reference article's names:
-// outbox_events_published_total, outbox_events_failed_total{event_type},
-// outbox_events_pending, outbox_batch_duration_seconds, plus
-// outbox_dead_letters, outbox_publish_lag_seconds and others. Logs are slog,
+// Metrics (RelayConfig.Registerer) are outbox_events_published_total,
+// outbox_events_failed_total{event_type}, outbox_events_pending,
+// outbox_batch_duration_seconds, plus outbox_dead_letters,
+// outbox_publish_lag_seconds and others. Logs are slog,
 // with event_id, event_type, aggregate_id and attempt on every line about an
 // event; payloads are never logged. Admin reads status and dead letters,
 // re-queues and cleans up. Migrations are embedded, numbered, applied under an

@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"syscall"
 	"time"
+
+	"github.com/pgoutbox/outbox/internal/ident"
+	"github.com/pgoutbox/outbox/outboxtype"
 )
 
 // Sentinel errors. Test with errors.Is.
@@ -54,28 +58,17 @@ func Unavailable(err error) error {
 	return &classified{kind: ErrUnavailable, err: err}
 }
 
-// ErrorClass is how the relay treats a publish error.
-type ErrorClass int
+// ErrorClass is how the relay treats a publish error (see Classify).
+type ErrorClass = outboxtype.ErrorClass
 
 const (
 	// ClassTransient: retry this message later with backoff, counting an attempt.
-	ClassTransient ErrorClass = iota
+	ClassTransient = outboxtype.ClassTransient
 	// ClassPermanent: dead-letter this message now.
-	ClassPermanent
+	ClassPermanent = outboxtype.ClassPermanent
 	// ClassUnavailable: the broker is down; retry later without counting an attempt.
-	ClassUnavailable
+	ClassUnavailable = outboxtype.ClassUnavailable
 )
-
-func (c ErrorClass) String() string {
-	switch c {
-	case ClassPermanent:
-		return "permanent"
-	case ClassUnavailable:
-		return "unavailable"
-	default:
-		return "transient"
-	}
-}
 
 // Classify tells how the relay treats err. Explicit wrapping with Permanent or
 // Unavailable wins; otherwise network errors that mean "cannot reach the
@@ -148,4 +141,31 @@ func RequestedDelay(err error) (time.Duration, bool) {
 		return ra.RetryAfter(), true
 	}
 	return 0, false
+}
+
+// ConfigError is a configuration a constructor rejected (NewRelay,
+// NewWriter, NewAdmin, NewNotifier, Migrate and its siblings). Read it with
+// errors.As to point at what set the field, as the outbox command does with
+// its flags.
+type ConfigError struct {
+	Config string // the struct: "RelayConfig", "WriterConfig", ...
+	Field  string // the field, as spelled in Go: "BatchSize", "RetryBackoff", "Table"
+	Err    error  // why the value is refused
+}
+
+func (e *ConfigError) Error() string {
+	return "outbox: " + e.Config + "." + e.Field + ": " + e.Err.Error()
+}
+
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// configErr returns err, from validating config's Schema or Table, as a
+// *ConfigError naming the field.
+func configErr(config string, err error) error {
+	var fe *ident.FieldError
+	if !errors.As(err, &fe) {
+		return &ConfigError{Config: config, Field: "Table", Err: err}
+	}
+	field := strings.ToUpper(fe.Field[:1]) + fe.Field[1:]
+	return &ConfigError{Config: config, Field: field, Err: errors.New(fe.Reason)}
 }

@@ -33,7 +33,7 @@ type MigrationInfo struct {
 func Migrate(ctx context.Context, pool *pgxpool.Pool, cfg MigrateConfig) ([]MigrationInfo, error) {
 	n, err := ident.New(cfg.Schema, cfg.Table)
 	if err != nil {
-		return nil, fmt.Errorf("outbox: MigrateConfig.%w", err)
+		return nil, configErr("MigrateConfig", err)
 	}
 	ms, err := migrate.Up(ctx, pool, n)
 	if err != nil {
@@ -50,7 +50,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, cfg MigrateConfig) ([]Migr
 func MigrationStatus(ctx context.Context, pool *pgxpool.Pool, cfg MigrateConfig) ([]MigrationInfo, error) {
 	n, err := ident.New(cfg.Schema, cfg.Table)
 	if err != nil {
-		return nil, fmt.Errorf("outbox: MigrateConfig.%w", err)
+		return nil, configErr("MigrateConfig", err)
 	}
 	st, err := migrate.Status(ctx, pool, n)
 	if err != nil {
@@ -70,7 +70,7 @@ func MigrationStatus(ctx context.Context, pool *pgxpool.Pool, cfg MigrateConfig)
 func MigrationSQL(cfg MigrateConfig) (string, error) {
 	n, err := ident.New(cfg.Schema, cfg.Table)
 	if err != nil {
-		return "", fmt.Errorf("outbox: MigrateConfig.%w", err)
+		return "", configErr("MigrateConfig", err)
 	}
 	return migrate.Script(n)
 }
@@ -79,7 +79,7 @@ func MigrationSQL(cfg MigrateConfig) (string, error) {
 func Migrations(cfg MigrateConfig) ([]MigrationInfo, error) {
 	n, err := ident.New(cfg.Schema, cfg.Table)
 	if err != nil {
-		return nil, fmt.Errorf("outbox: MigrateConfig.%w", err)
+		return nil, configErr("MigrateConfig", err)
 	}
 	ms, err := migrate.All(n)
 	if err != nil {

@@ -14,11 +14,11 @@ import (
 	"github.com/pgoutbox/outbox/internal/rate"
 )
 
-// Defaults for NotifierConfig's zero values.
+// Defaults of NotifierConfig's fields, used for their zero values.
 const (
-	DefaultNotifyInterval    = 2 * time.Millisecond
-	DefaultNotifyMaxInterval = 20 * time.Millisecond
-	DefaultNotifySlowAbove   = 1500
+	DefaultNotifyInterval    = 2 * time.Millisecond  // NotifierConfig.Interval
+	DefaultNotifyMaxInterval = 20 * time.Millisecond // NotifierConfig.MaxInterval
+	DefaultNotifySlowAbove   = 1500                  // NotifierConfig.SlowAbove
 )
 
 // NotifierConfig configures a Notifier.
@@ -28,32 +28,35 @@ type NotifierConfig struct {
 	Schema string
 	Table  string
 	// Interval is the most notifications one Notifier sends: at most one per
-	// Interval, and never later than Interval after a Notify call. Default 2ms.
+	// Interval, and never later than Interval after a Notify call. Defaults
+	// to DefaultNotifyInterval (2ms).
 	Interval time.Duration
 	// MaxInterval and SlowAbove space notifications out under a heavy
 	// stream: while Notify is called more than SlowAbove times a second,
 	// the spacing grows from Interval, reaching MaxInterval at twice that
 	// rate. Each notification is a statement on the database and a wake-up
-	// of every listening relay; at several thousand commits a second, one
-	// every 2ms cost the writers 13% of their throughput on 2 cores, one
-	// every 20ms 1-2% (BENCHMARKS.md), and the relay then claims in bigger
-	// batches anyway (RelayConfig.BatchDelay). Defaults 20ms and 1500 calls
-	// a second; set MaxInterval to Interval to keep a fixed spacing.
+	// of every listening relay, and under a heavy stream both are taken
+	// from the writers, while the relay then claims in bigger batches
+	// anyway (RelayConfig.BatchDelay). Set MaxInterval to Interval to keep
+	// a fixed spacing. Defaults to DefaultNotifyMaxInterval (20ms), or to
+	// Interval if that is longer.
 	MaxInterval time.Duration
-	SlowAbove   int
+	// SlowAbove is the rate of Notify calls per second above which
+	// notifications are spaced out (see MaxInterval). Defaults to
+	// DefaultNotifySlowAbove (1500).
+	SlowAbove int
 	// Logger receives send failures at debug level (a missed notification
-	// costs at most the relay's PollInterval). Default: discard.
+	// costs at most the relay's PollInterval). Defaults to discarding logs.
 	Logger *slog.Logger
 }
 
 // Notifier wakes relays in other processes (RelayConfig.Listen) right after
 // the application commits events, so they need not wait for their next poll.
 //
-// Why not the reference article's trigger? A trigger calls pg_notify inside
-// every inserting transaction, and PostgreSQL serializes the commits of all
-// transactions that notified (they take a database-wide lock on the
-// notification queue): at 8 writers that costs 37-47% of write throughput. A
-// Notifier sends its notification on its own tiny autocommit statement, after
+// Why not a trigger? A trigger calls pg_notify inside every inserting
+// transaction, and PostgreSQL serializes the commits of all transactions
+// that notified (they take a database-wide lock on the notification queue),
+// so concurrent writers queue behind each other at commit. A Notifier sends its notification on its own tiny autocommit statement, after
 // the business transaction committed, debounced to one per Interval for the
 // whole process. Writers never take the lock.
 //
@@ -85,25 +88,25 @@ func NewNotifier(pool *pgxpool.Pool, cfg NotifierConfig) (*Notifier, error) {
 	}
 	n, err := ident.New(cfg.Schema, cfg.Table)
 	if err != nil {
-		return nil, fmt.Errorf("outbox: NotifierConfig.%w", err)
+		return nil, configErr("NotifierConfig", err)
 	}
 	if cfg.Interval == 0 {
 		cfg.Interval = DefaultNotifyInterval
 	}
 	if cfg.Interval < 0 {
-		return nil, fmt.Errorf("outbox: NotifierConfig.Interval: %s must not be negative", cfg.Interval)
+		return nil, &ConfigError{Config: "NotifierConfig", Field: "Interval", Err: fmt.Errorf("%s must not be negative", cfg.Interval)}
 	}
 	if cfg.MaxInterval == 0 {
 		cfg.MaxInterval = max(DefaultNotifyMaxInterval, cfg.Interval)
 	}
 	if cfg.MaxInterval < cfg.Interval {
-		return nil, fmt.Errorf("outbox: NotifierConfig.MaxInterval: %s is shorter than Interval %s", cfg.MaxInterval, cfg.Interval)
+		return nil, &ConfigError{Config: "NotifierConfig", Field: "MaxInterval", Err: fmt.Errorf("%s is shorter than Interval %s", cfg.MaxInterval, cfg.Interval)}
 	}
 	if cfg.SlowAbove == 0 {
 		cfg.SlowAbove = DefaultNotifySlowAbove
 	}
 	if cfg.SlowAbove < 0 {
-		return nil, fmt.Errorf("outbox: NotifierConfig.SlowAbove: %d must not be negative", cfg.SlowAbove)
+		return nil, &ConfigError{Config: "NotifierConfig", Field: "SlowAbove", Err: fmt.Errorf("%d must not be negative", cfg.SlowAbove)}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))

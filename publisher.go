@@ -2,51 +2,27 @@ package outbox
 
 import (
 	"context"
-	"time"
 
-	"github.com/google/uuid"
+	"github.com/pgoutbox/outbox/outboxtype"
 )
 
 // Message is what the relay hands a Publisher: one outbox row, ready to send.
 // Publishers map it onto the broker's own message shape and must carry ID as
 // the broker's deduplication key where the broker has one (JetStream's
 // Nats-Msg-Id, AMQP message_id, a Kafka header, SQS MessageDeduplicationId).
-type Message struct {
-	ID            uuid.UUID
-	Seq           int64 // the row's insertion order in its table
-	AggregateType string
-	AggregateID   string
-	EventType     string
-	Payload       []byte            // the stored JSON, as jsonb returns it (see Event.Payload)
-	Headers       map[string]string // the row's headers; may be nil
-	CreatedAt     time.Time         // when the event was written
-	Attempt       int               // 1 on the first publish, 2 on the first retry, ...
-}
+// It is defined in package outboxtype, which the relay's engine shares.
+type Message = outboxtype.Message
 
 // Standard header names every publisher sets, besides the row's own headers,
-// so consumers see the same metadata whatever the broker.
+// so consumers see the same metadata whatever the broker (see
+// Message.StandardHeaders).
 const (
-	HeaderEventID       = "outbox-event-id"
-	HeaderEventType     = "outbox-event-type"
-	HeaderAggregateType = "outbox-aggregate-type"
-	HeaderAggregateID   = "outbox-aggregate-id"
-	HeaderCreatedAt     = "outbox-created-at" // RFC 3339 with nanoseconds
+	HeaderEventID       = outboxtype.HeaderEventID
+	HeaderEventType     = outboxtype.HeaderEventType
+	HeaderAggregateType = outboxtype.HeaderAggregateType
+	HeaderAggregateID   = outboxtype.HeaderAggregateID
+	HeaderCreatedAt     = outboxtype.HeaderCreatedAt // RFC 3339 with nanoseconds
 )
-
-// StandardHeaders returns the metadata headers for m merged with m.Headers
-// (the row's own headers never override the standard ones).
-func (m *Message) StandardHeaders() map[string]string {
-	h := make(map[string]string, len(m.Headers)+5)
-	for k, v := range m.Headers {
-		h[k] = v
-	}
-	h[HeaderEventID] = m.ID.String()
-	h[HeaderEventType] = m.EventType
-	h[HeaderAggregateType] = m.AggregateType
-	h[HeaderAggregateID] = m.AggregateID
-	h[HeaderCreatedAt] = m.CreatedAt.UTC().Format(time.RFC3339Nano)
-	return h
-}
 
 // Publisher sends messages to a broker. The relay's correctness rests on this
 // contract:

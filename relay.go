@@ -16,77 +16,84 @@ import (
 	"github.com/pgoutbox/outbox/internal/engine"
 	"github.com/pgoutbox/outbox/internal/ident"
 	"github.com/pgoutbox/outbox/internal/metrics"
+	"github.com/pgoutbox/outbox/outboxtype"
 )
 
-// Defaults for RelayConfig's zero values.
+// Defaults of RelayConfig's fields, used for their zero values.
 const (
-	DefaultBatchSize       = 1000
-	DefaultWorkers         = 2
-	DefaultPollInterval    = 100 * time.Millisecond
-	DefaultMaxAttempts     = 10
-	DefaultRetryBase       = time.Second
-	DefaultRetryMax        = 5 * time.Minute
-	DefaultOutageBase      = 250 * time.Millisecond
-	DefaultOutageMax       = 15 * time.Second
-	DefaultPublishTimeout  = 15 * time.Second
-	DefaultStatsInterval   = 10 * time.Second
-	DefaultCleanupInterval = 10 * time.Minute
-	DefaultCleanupBatch    = 1000
-	DefaultRescanInterval  = time.Second
-	DefaultBatchDelay      = 10 * time.Millisecond
-	DefaultBatchDelayAbove = 1500
+	DefaultBatchSize       = 1000                   // RelayConfig.BatchSize
+	DefaultWorkers         = 2                      // RelayConfig.Workers
+	DefaultPollInterval    = 100 * time.Millisecond // RelayConfig.PollInterval
+	DefaultMaxAttempts     = 10                     // RelayConfig.MaxAttempts
+	DefaultRetryBase       = time.Second            // RelayConfig.RetryBackoff.Base
+	DefaultRetryMax        = 5 * time.Minute        // RelayConfig.RetryBackoff.Max
+	DefaultOutageBase      = 250 * time.Millisecond // RelayConfig.OutageBackoff.Base
+	DefaultOutageMax       = 15 * time.Second       // RelayConfig.OutageBackoff.Max
+	DefaultPublishTimeout  = 15 * time.Second       // RelayConfig.PublishTimeout
+	DefaultStatsInterval   = 10 * time.Second       // RelayConfig.StatsInterval
+	DefaultCleanupInterval = 10 * time.Minute       // RelayConfig.CleanupInterval
+	DefaultCleanupBatch    = 1000                   // RelayConfig.CleanupBatch
+	DefaultRescanInterval  = time.Second            // RelayConfig.RescanInterval
+	DefaultBatchDelay      = 10 * time.Millisecond  // RelayConfig.BatchDelay
+	DefaultBatchDelayAbove = 1500                   // RelayConfig.BatchDelayAbove
 )
 
 // Backoff is an exponential backoff: the n-th wait is Base·2^(n-1), capped at
-// Max, with jitter between half and all of it.
-type Backoff struct {
-	Base time.Duration
-	Max  time.Duration
-}
+// Max, with jitter between half and all of it. It is defined in package
+// outboxtype, which the relay's engine shares.
+type Backoff = outboxtype.Backoff
 
 // RelayConfig configures a Relay. Every zero value means the documented
-// default; NewRelay rejects invalid values with an error naming the field.
+// default; NewRelay rejects invalid values with a *ConfigError naming the
+// field.
 type RelayConfig struct {
-	// Schema and Table name the outbox table, as in WriterConfig.
+	// Schema and Table name the outbox table, as in WriterConfig. Table
+	// defaults to DefaultTable; Schema defaults to the connection's
+	// search_path.
 	Schema string
 	Table  string
 
-	// BatchSize is the most rows one worker claims at a time. Default 1000.
-	// While a batch's publish takes more than a quarter of PublishTimeout
-	// (a slow webhook endpoint, a congested broker), the relay halves the
-	// size of the batches it claims, down to 1, and doubles it back towards
-	// BatchSize once full batches publish quickly, so a slow destination
-	// sees whole batches confirmed rather than timeouts. Memory is about
-	// Workers × BatchSize × the average payload.
+	// BatchSize is the most rows one worker claims at a time, between 1 and
+	// 10000. While a batch's publish takes more than a quarter of
+	// PublishTimeout (a slow webhook endpoint, a congested broker), the
+	// relay halves the size of the batches it claims, down to 1, and
+	// doubles it back towards BatchSize once full batches publish quickly,
+	// so a slow destination sees whole batches confirmed rather than
+	// timeouts. Memory is about Workers × BatchSize × the average payload.
+	// Defaults to DefaultBatchSize (1000).
 	BatchSize int
-	// Workers is the number of concurrent claim loops in this process. Each
-	// claims disjoint rows (FOR UPDATE SKIP LOCKED), as do other processes.
-	// Default 2.
+	// Workers is the number of concurrent claim loops in this process,
+	// between 1 and 256. Each claims disjoint rows (FOR UPDATE SKIP LOCKED),
+	// as do other processes. Defaults to DefaultWorkers (2).
 	Workers int
 	// PollInterval is how long an idle worker waits before claiming again. A
-	// worker whose batch came back full claims again at once. Default 100ms.
+	// worker whose batch came back full claims again at once. Defaults to
+	// DefaultPollInterval (100ms).
 	PollInterval time.Duration
-	// MaxAttempts is how many failed publishes make a dead letter. Default 10.
+	// MaxAttempts is how many failed publishes make a dead letter. Defaults
+	// to DefaultMaxAttempts (10).
 	MaxAttempts int
 	// RetryBackoff spaces a failing message's retries (retry_after).
-	// Default 1s doubling up to 5m.
+	// Defaults to DefaultRetryBase (1s) doubling up to DefaultRetryMax (5m).
 	RetryBackoff Backoff
 	// OutageBackoff spaces the relay's retries while the broker or the database
 	// is unreachable. No attempt is counted during a broker outage.
-	// Default 250ms doubling up to 15s.
+	// Defaults to DefaultOutageBase (250ms) doubling up to DefaultOutageMax
+	// (15s).
 	OutageBackoff Backoff
 	// PublishTimeout bounds one batch's publish; rows not confirmed by then are
 	// released (and, if nothing in the batch was confirmed, the broker is
 	// considered unavailable). It also sets the session's
 	// idle_in_transaction_session_timeout (plus 5s), so a stalled relay's locks
-	// are freed. Default 15s.
+	// are freed. Defaults to DefaultPublishTimeout (15s).
 	PublishTimeout time.Duration
 
 	// DeleteOnPublish deletes a row once the broker confirmed it, instead of
 	// setting processed_at. It is the fastest way to drain (a DELETE writes
 	// less than an UPDATE, and nothing is left to clean up) at the cost of
 	// history: `outbox status` then shows no published counts, and processed
-	// rows are not there to audit. Dead letters stay either way.
+	// rows are not there to audit. Dead letters stay either way. Defaults to
+	// false.
 	DeleteOnPublish bool
 
 	// Ordered enables per-aggregate ordering: events of one aggregate
@@ -95,52 +102,59 @@ type RelayConfig struct {
 	// crashes. The relay then claims an event only when every earlier event
 	// of its aggregate was processed, so a failing event holds back its own
 	// aggregate only; a dead letter holds its aggregate until an operator
-	// re-queues it (see outbox_blocked_aggregates). Off by default: events
-	// of different aggregates are unaffected either way, but without it a
-	// retried event can be overtaken by its successors.
+	// re-queues it (see outbox_blocked_aggregates). Events of different
+	// aggregates are unaffected either way, but without it a retried event
+	// can be overtaken by its successors. Defaults to false.
 	Ordered bool
 
 	// Listen makes the relay LISTEN, on a dedicated connection, for the
 	// wake-ups a Notifier sends after the application commits, so events are
 	// relayed within milliseconds instead of at the next poll. Polling stays
 	// the fallback (a lost notification costs at most PollInterval); the
-	// listener reconnects by itself. Off by default: it needs one extra
-	// connection per relay.
+	// listener reconnects by itself. It needs one extra connection per
+	// relay. Defaults to false.
 	Listen bool
 
 	// Retention enables the cleanup loop: processed rows older than this are
-	// deleted every CleanupInterval (default 10m), CleanupBatch rows (default
-	// 1000) per statement. Zero keeps processed rows forever.
-	Retention       time.Duration
+	// deleted every CleanupInterval, CleanupBatch rows per statement.
+	// Defaults to 0: processed rows are kept forever.
+	Retention time.Duration
+	// CleanupInterval is how often the cleanup loop runs when Retention is
+	// set. Defaults to DefaultCleanupInterval (10m).
 	CleanupInterval time.Duration
-	CleanupBatch    int
+	// CleanupBatch is how many rows one cleanup statement deletes (each in
+	// its own short transaction). Defaults to DefaultCleanupBatch (1000).
+	CleanupBatch int
 
 	// Logger receives structured logs (event_id, event_type, aggregate_id,
 	// attempt on every line about an event). Payloads are never logged.
-	// Default: discard.
+	// Defaults to discarding logs.
 	Logger *slog.Logger
 	// Registerer, when set, receives the relay's Prometheus metrics
 	// (outbox_events_published_total, outbox_events_failed_total,
-	// outbox_events_pending, outbox_batch_duration_seconds, ...).
+	// outbox_events_pending, outbox_batch_duration_seconds, ...). Defaults
+	// to none: no metrics are registered.
 	Registerer prometheus.Registerer
 	// MetricLabels are constant labels added to every metric.
 	MetricLabels prometheus.Labels
 	// TracerProvider creates the relay's producer spans (one per message,
-	// child of the span that wrote the event). Default: the OpenTelemetry
+	// child of the span that wrote the event). Defaults to the OpenTelemetry
 	// global provider, a no-op unless the application installed one.
 	TracerProvider trace.TracerProvider
 	// StatsInterval is how often the pending and dead-letter gauges are
-	// refreshed from the table. Default 10s.
+	// refreshed from the table, and held events looked after. Defaults to
+	// DefaultStatsInterval (10s).
 	StatsInterval time.Duration
 	// RescanInterval is how often one claim scans the pending rows from the
 	// start of the table. Between rescans claims start just past the rows
 	// the relay already processed, so they do not step over the index
-	// entries those rows leave until VACUUM (which made a claim after a
-	// million-event drain 30x slower). What the rescan picks up: an event
-	// whose transaction committed long after its INSERT (more than a quarter
-	// of RescanInterval), a retry that came due, rows another relay released
-	// when its batch failed. Each waits at most RescanInterval longer than
-	// without this. Default 1s.
+	// entries those rows leave until VACUUM, which a claim would otherwise
+	// walk through one by one after a long drain. What the rescan picks up:
+	// an event whose transaction committed long after its INSERT (more than
+	// a quarter of RescanInterval), a retry that came due, rows another
+	// relay released when its batch failed. Each waits at most
+	// RescanInterval longer than without this. Defaults to
+	// DefaultRescanInterval (1s).
 	RescanInterval time.Duration
 
 	// BatchDelay and BatchDelayAbove trade latency for the writers'
@@ -150,11 +164,118 @@ type RelayConfig struct {
 	// paces its claims: one worker claims every BatchDelay (rising to it
 	// between that rate and twice it), so each claim carries more events.
 	// A claim costs about the same for 3 events or 300, and on a busy
-	// database that cost is taken from the application's transactions.
-	// Defaults 10ms and 1500 events/s; a negative BatchDelay never paces. A
-	// backlog (full batches) is always claimed back to back.
-	BatchDelay      time.Duration
+	// database that cost is taken from the application's transactions. A
+	// backlog (full batches) is always claimed back to back. A negative
+	// BatchDelay never paces; BatchDelay must not exceed PublishTimeout.
+	// Defaults to DefaultBatchDelay (10ms).
+	BatchDelay time.Duration
+	// BatchDelayAbove is the rate, in events per second, above which claims
+	// are paced (see BatchDelay). Defaults to DefaultBatchDelayAbove (1500).
 	BatchDelayAbove int
+}
+
+// withDefaults returns cfg with every zero value replaced by its default.
+func (cfg RelayConfig) withDefaults() RelayConfig {
+	orDefault(&cfg.BatchSize, DefaultBatchSize)
+	orDefault(&cfg.Workers, DefaultWorkers)
+	orDefault(&cfg.PollInterval, DefaultPollInterval)
+	orDefault(&cfg.MaxAttempts, DefaultMaxAttempts)
+	orDefault(&cfg.RetryBackoff.Base, DefaultRetryBase)
+	orDefault(&cfg.RetryBackoff.Max, DefaultRetryMax)
+	orDefault(&cfg.OutageBackoff.Base, DefaultOutageBase)
+	orDefault(&cfg.OutageBackoff.Max, DefaultOutageMax)
+	orDefault(&cfg.PublishTimeout, DefaultPublishTimeout)
+	orDefault(&cfg.StatsInterval, DefaultStatsInterval)
+	orDefault(&cfg.RescanInterval, DefaultRescanInterval)
+	orDefault(&cfg.BatchDelay, DefaultBatchDelay)
+	orDefault(&cfg.BatchDelayAbove, DefaultBatchDelayAbove)
+	orDefault(&cfg.CleanupInterval, DefaultCleanupInterval)
+	orDefault(&cfg.CleanupBatch, DefaultCleanupBatch)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return cfg
+}
+
+// orDefault sets *v to d if it is zero.
+func orDefault[T comparable](v *T, d T) {
+	var zero T
+	if *v == zero {
+		*v = d
+	}
+}
+
+// validate checks a config with its defaults filled in; raw is the config
+// as given, whose values the errors quote.
+func (cfg RelayConfig) validate(raw RelayConfig) error {
+	bad := func(field, format string, args ...any) error {
+		return &ConfigError{Config: "RelayConfig", Field: field, Err: fmt.Errorf(format, args...)}
+	}
+	switch {
+	case cfg.BatchSize < 1 || cfg.BatchSize > 10000:
+		return bad("BatchSize", "%d: must be between 1 and 10000", raw.BatchSize)
+	case cfg.Workers < 1 || cfg.Workers > 256:
+		return bad("Workers", "%d: must be between 1 and 256", raw.Workers)
+	case cfg.PollInterval < time.Millisecond:
+		return bad("PollInterval", "%s: must be at least 1ms", raw.PollInterval)
+	case cfg.MaxAttempts < 1:
+		return bad("MaxAttempts", "%d: must be at least 1", raw.MaxAttempts)
+	case cfg.RetryBackoff.Base <= 0 || cfg.RetryBackoff.Max < cfg.RetryBackoff.Base:
+		return bad("RetryBackoff", "base %s, max %s: need 0 < base <= max", cfg.RetryBackoff.Base, cfg.RetryBackoff.Max)
+	case cfg.OutageBackoff.Base <= 0 || cfg.OutageBackoff.Max < cfg.OutageBackoff.Base:
+		return bad("OutageBackoff", "base %s, max %s: need 0 < base <= max", cfg.OutageBackoff.Base, cfg.OutageBackoff.Max)
+	case cfg.PublishTimeout < 10*time.Millisecond:
+		return bad("PublishTimeout", "%s: must be at least 10ms", raw.PublishTimeout)
+	case cfg.RescanInterval < time.Millisecond:
+		return bad("RescanInterval", "%s: must be at least 1ms", raw.RescanInterval)
+	case cfg.BatchDelay > cfg.PublishTimeout:
+		return bad("BatchDelay", "%s: must not exceed PublishTimeout (%s)", raw.BatchDelay, cfg.PublishTimeout)
+	case cfg.BatchDelayAbove < 1:
+		return bad("BatchDelayAbove", "%d: must be at least 1 event/s", raw.BatchDelayAbove)
+	case cfg.StatsInterval < 0:
+		return bad("StatsInterval", "%s: must not be negative", raw.StatsInterval)
+	case cfg.Retention < 0:
+		return bad("Retention", "%s: must not be negative", raw.Retention)
+	case cfg.CleanupInterval <= 0:
+		return bad("CleanupInterval", "%s: must be positive", raw.CleanupInterval)
+	case cfg.CleanupBatch < 1:
+		return bad("CleanupBatch", "%d: must be at least 1", raw.CleanupBatch)
+	}
+	return nil
+}
+
+// engineConfig validates cfg and returns the engine's configuration, every
+// default filled in.
+func (cfg RelayConfig) engineConfig() (engine.Config, error) {
+	n, err := ident.New(cfg.Schema, cfg.Table)
+	if err != nil {
+		return engine.Config{}, configErr("RelayConfig", err)
+	}
+	c := cfg.withDefaults()
+	if err := c.validate(cfg); err != nil {
+		return engine.Config{}, err
+	}
+	return engine.Config{
+		Names:           n,
+		BatchSize:       c.BatchSize,
+		Workers:         c.Workers,
+		PollInterval:    c.PollInterval,
+		MaxAttempts:     c.MaxAttempts,
+		RetryBackoff:    c.RetryBackoff,
+		OutageBackoff:   c.OutageBackoff,
+		PublishTimeout:  c.PublishTimeout,
+		StatsInterval:   c.StatsInterval,
+		RescanInterval:  c.RescanInterval,
+		BatchDelay:      max(c.BatchDelay, 0),
+		BatchDelayAbove: c.BatchDelayAbove,
+		Retention:       c.Retention,
+		CleanupInterval: c.CleanupInterval,
+		CleanupBatch:    c.CleanupBatch,
+		DeleteOnPublish: c.DeleteOnPublish,
+		Ordered:         c.Ordered,
+		Listen:          c.Listen,
+		Logger:          c.Logger,
+	}, nil
 }
 
 // Relay moves events from the outbox table to a broker: claim a batch, publish
@@ -187,93 +308,13 @@ func NewRelay(pool *pgxpool.Pool, pub Publisher, cfg RelayConfig) (*Relay, error
 	}
 	m, err := metrics.New(cfg.Registerer, cfg.MetricLabels)
 	if err != nil {
-		return nil, fmt.Errorf("outbox: RelayConfig.Registerer: %w", err)
+		return nil, &ConfigError{Config: "RelayConfig", Field: "Registerer", Err: err}
 	}
 	ec.Metrics = m
 	r := &Relay{pool: pool, pub: pub, names: ec.Names, metrics: m, tracer: newRelayTracer(cfg.TracerProvider), cfg: ec}
-	ec.Publish = r.publishRows
-	ec.Classify = func(err error) engine.Class { return engine.Class(Classify(err)) }
-	ec.IsTimeout = isTimeout
-	ec.RequestedDelay = RequestedDelay
+	ec.Publish = r.publish
 	r.eng = engine.New(pool, ec)
 	return r, nil
-}
-
-func (cfg RelayConfig) engineConfig() (engine.Config, error) {
-	bad := func(field, format string, args ...any) (engine.Config, error) {
-		return engine.Config{}, fmt.Errorf("outbox: RelayConfig.%s: %s", field, fmt.Sprintf(format, args...))
-	}
-	n, err := ident.New(cfg.Schema, cfg.Table)
-	if err != nil {
-		return engine.Config{}, fmt.Errorf("outbox: RelayConfig.%w", err)
-	}
-	def := func(v, d time.Duration) time.Duration {
-		if v == 0 {
-			return d
-		}
-		return v
-	}
-	defInt := func(v, d int) int {
-		if v == 0 {
-			return d
-		}
-		return v
-	}
-	ec := engine.Config{
-		Names:           n,
-		BatchSize:       defInt(cfg.BatchSize, DefaultBatchSize),
-		Workers:         defInt(cfg.Workers, DefaultWorkers),
-		PollInterval:    def(cfg.PollInterval, DefaultPollInterval),
-		MaxAttempts:     defInt(cfg.MaxAttempts, DefaultMaxAttempts),
-		RetryBackoff:    engine.Backoff{Base: def(cfg.RetryBackoff.Base, DefaultRetryBase), Max: def(cfg.RetryBackoff.Max, DefaultRetryMax)},
-		OutageBackoff:   engine.Backoff{Base: def(cfg.OutageBackoff.Base, DefaultOutageBase), Max: def(cfg.OutageBackoff.Max, DefaultOutageMax)},
-		PublishTimeout:  def(cfg.PublishTimeout, DefaultPublishTimeout),
-		StatsInterval:   def(cfg.StatsInterval, DefaultStatsInterval),
-		RescanInterval:  def(cfg.RescanInterval, DefaultRescanInterval),
-		BatchDelay:      max(def(cfg.BatchDelay, DefaultBatchDelay), 0),
-		BatchDelayAbove: defInt(cfg.BatchDelayAbove, DefaultBatchDelayAbove),
-		Retention:       cfg.Retention,
-		CleanupInterval: def(cfg.CleanupInterval, DefaultCleanupInterval),
-		CleanupBatch:    defInt(cfg.CleanupBatch, DefaultCleanupBatch),
-		Listen:          cfg.Listen,
-		Ordered:         cfg.Ordered,
-		DeleteOnPublish: cfg.DeleteOnPublish,
-		Logger:          cfg.Logger,
-	}
-	if ec.Logger == nil {
-		ec.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	switch {
-	case ec.BatchSize < 1 || ec.BatchSize > 10000:
-		return bad("BatchSize", "%d: must be between 1 and 10000", cfg.BatchSize)
-	case ec.Workers < 1 || ec.Workers > 256:
-		return bad("Workers", "%d: must be between 1 and 256", cfg.Workers)
-	case ec.PollInterval < time.Millisecond:
-		return bad("PollInterval", "%s: must be at least 1ms", cfg.PollInterval)
-	case ec.MaxAttempts < 1:
-		return bad("MaxAttempts", "%d: must be at least 1", cfg.MaxAttempts)
-	case ec.RetryBackoff.Base <= 0 || ec.RetryBackoff.Max < ec.RetryBackoff.Base:
-		return bad("RetryBackoff", "base %s, max %s: need 0 < base <= max", ec.RetryBackoff.Base, ec.RetryBackoff.Max)
-	case ec.OutageBackoff.Base <= 0 || ec.OutageBackoff.Max < ec.OutageBackoff.Base:
-		return bad("OutageBackoff", "base %s, max %s: need 0 < base <= max", ec.OutageBackoff.Base, ec.OutageBackoff.Max)
-	case ec.PublishTimeout < 10*time.Millisecond:
-		return bad("PublishTimeout", "%s: must be at least 10ms", cfg.PublishTimeout)
-	case ec.RescanInterval < time.Millisecond:
-		return bad("RescanInterval", "%s: must be at least 1ms", cfg.RescanInterval)
-	case ec.BatchDelay > ec.PublishTimeout:
-		return bad("BatchDelay", "%s: must not exceed PublishTimeout (%s)", cfg.BatchDelay, ec.PublishTimeout)
-	case ec.BatchDelayAbove < 1:
-		return bad("BatchDelayAbove", "%d: must be at least 1 event/s", cfg.BatchDelayAbove)
-	case ec.StatsInterval < 0:
-		return bad("StatsInterval", "%s: must not be negative", cfg.StatsInterval)
-	case cfg.Retention < 0:
-		return bad("Retention", "%s: must not be negative", cfg.Retention)
-	case ec.CleanupInterval <= 0:
-		return bad("CleanupInterval", "%s: must be positive", cfg.CleanupInterval)
-	case ec.CleanupBatch < 1:
-		return bad("CleanupBatch", "%d: must be at least 1", cfg.CleanupBatch)
-	}
-	return ec, nil
 }
 
 // Run relays events until ctx is cancelled, then finishes the batches in
@@ -365,14 +406,12 @@ func (r *Relay) Ready(ctx context.Context) error {
 	return nil
 }
 
-func (r *Relay) publishRows(ctx context.Context, rows []*engine.Row) []error {
+// publish is the engine's one call back into this package: it publishes
+// the rows' messages with tracing, and classifies each error for the engine.
+func (r *Relay) publish(ctx context.Context, rows []*engine.Row) []engine.Attempt {
 	msgs := make([]*Message, len(rows))
 	for i, row := range rows {
-		msgs[i] = &Message{
-			ID: row.ID, Seq: row.Seq, AggregateType: row.AggregateType, AggregateID: row.AggregateID,
-			EventType: row.EventType, Payload: row.Payload, Headers: row.Headers,
-			CreatedAt: row.CreatedAt, Attempt: row.Attempts + 1,
-		}
+		msgs[i] = &row.Message
 	}
 	spans := r.tracer.start(ctx, r.pub, msgs)
 	errs := r.publishMessages(ctx, msgs)
@@ -381,7 +420,23 @@ func (r *Relay) publishRows(ctx context.Context, rows []*engine.Row) []error {
 	} else {
 		endSpans(spans, make([]error, len(msgs)))
 	}
-	return errs
+	out := make([]engine.Attempt, len(errs)) // a wrong count is the engine's to report
+	for i, err := range errs {
+		if err != nil {
+			out[i] = classifyAttempt(err)
+		}
+	}
+	return out
+}
+
+// classifyAttempt is err as the engine needs it: its class, whether it is
+// a timeout, and the wait it asks for.
+func classifyAttempt(err error) engine.Attempt {
+	a := engine.Attempt{Err: err, Class: Classify(err), Timeout: isTimeout(err)}
+	if d, ok := RequestedDelay(err); ok {
+		a.RetryAfter = d
+	}
+	return a
 }
 
 func (r *Relay) publishMessages(ctx context.Context, msgs []*Message) []error {

@@ -47,9 +47,9 @@ func TestRelayPublishesEveryEvent(t *testing.T) {
 	}
 }
 
-// TestArticleInsertIsRelayed: an application that keeps the article's plain
+// TestPlainInsertIsRelayed: an application that writes events with a plain
 // INSERT (no id, no seq, no headers) works unchanged against our schema.
-func TestArticleInsertIsRelayed(t *testing.T) {
+func TestPlainInsertIsRelayed(t *testing.T) {
 	e := setup(t)
 	_, err := e.pool.Exec(ctx(t), `
         INSERT INTO outbox_events
@@ -57,7 +57,7 @@ func TestArticleInsertIsRelayed(t *testing.T) {
         VALUES ($1, $2, $3, $4)
     `, "order", "ord-1", "order.created", []byte(`{"order_id":"ord-1","total":42}`))
 	if err != nil {
-		t.Fatalf("the article's INSERT fails against the migrated table: %v", err)
+		t.Fatalf("the plain INSERT fails against the migrated table: %v", err)
 	}
 	pub := memory.New()
 	res, err := e.relay(pub, outbox.RelayConfig{}).ProcessBatch(ctx(t))
@@ -154,8 +154,9 @@ func TestPermanentErrorDeadLettersAtOnce(t *testing.T) {
 	}
 }
 
-// TestBrokerOutageBurnsNoAttempts is the article's weak spot: its relay turns
-// an outage into dead letters. Ours backs off and drains afterwards.
+// TestBrokerOutageBurnsNoAttempts: a relay that counted attempts during an
+// outage would turn it into dead letters. Ours backs off and drains
+// afterwards.
 func TestBrokerOutageBurnsNoAttempts(t *testing.T) {
 	e := setup(t)
 	ids := e.writeBatch(40)
@@ -367,7 +368,8 @@ func TestRelayRefusesUnmigratedTable(t *testing.T) {
 	if !errors.Is(err, outbox.ErrNotMigrated) || !strings.Contains(err.Error(), "outbox migrate") {
 		t.Fatalf("Run on a missing table = %v, want ErrNotMigrated telling to migrate", err)
 	}
-	// The article's table alone (migration 1) lacks the relay's columns.
+	// The table of the plain INSERT alone (migration 1) lacks the relay's
+	// columns.
 	if _, err := pool.Exec(ctx(t), `CREATE TABLE outbox_events (id UUID PRIMARY KEY DEFAULT gen_random_uuid(),
 		aggregate_type VARCHAR(100) NOT NULL, aggregate_id VARCHAR(100) NOT NULL, event_type VARCHAR(100) NOT NULL,
 		payload JSONB NOT NULL, attempts INT NOT NULL DEFAULT 0, created_at TIMESTAMPTZ NOT NULL DEFAULT NOW(),
@@ -375,7 +377,7 @@ func TestRelayRefusesUnmigratedTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := r.Run(ctx(t)); !errors.Is(err, outbox.ErrNotMigrated) {
-		t.Fatalf("Run on the article's bare table = %v, want ErrNotMigrated", err)
+		t.Fatalf("Run on the bare table of migration 1 = %v, want ErrNotMigrated", err)
 	}
 }
 
@@ -388,7 +390,8 @@ func TestRelayConfigValidation(t *testing.T) {
 		"MaxAttempts":     {MaxAttempts: -1},
 		"RetryBackoff":    {RetryBackoff: outbox.Backoff{Base: time.Minute, Max: time.Second}},
 		"PublishTimeout":  {PublishTimeout: time.Nanosecond},
-		"table":           {Table: strings.Repeat("t", 64)},
+		"Table":           {Table: strings.Repeat("t", 64)},
+		"Schema":          {Schema: "a\x00b"},
 		"Retention":       {Retention: -time.Hour},
 		"RescanInterval":  {RescanInterval: time.Nanosecond},
 		"BatchDelay":      {BatchDelay: time.Minute},
@@ -396,9 +399,19 @@ func TestRelayConfigValidation(t *testing.T) {
 	}
 	for field, cfg := range cases {
 		_, err := outbox.NewRelay(pool, memory.New(), cfg)
-		if err == nil || !strings.Contains(err.Error(), field) {
-			t.Errorf("%s: err = %v, want one naming the field", field, err)
+		var ce *outbox.ConfigError
+		if !errors.As(err, &ce) || ce.Config != "RelayConfig" || ce.Field != field {
+			t.Errorf("%s: err = %#v, want a *ConfigError naming RelayConfig.%s", field, err, field)
+			continue
 		}
+		if want := "outbox: RelayConfig." + field + ": "; !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("%s: err = %q, want it to start %q", field, err, want)
+		}
+	}
+	// The other constructors name their field the same way.
+	_, err := outbox.NewWriter(outbox.WriterConfig{Table: strings.Repeat("t", 64)})
+	if ce := (*outbox.ConfigError)(nil); !errors.As(err, &ce) || ce.Config != "WriterConfig" || ce.Field != "Table" {
+		t.Errorf("NewWriter with a long table: err = %v, want a *ConfigError for WriterConfig.Table", err)
 	}
 	if _, err := outbox.NewRelay(nil, memory.New(), outbox.RelayConfig{}); err == nil {
 		t.Error("nil pool accepted")

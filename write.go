@@ -48,7 +48,7 @@ const maxEventsPerStatement = maxParamsPerStatement / colsPerEvent
 func NewWriter(cfg WriterConfig) (*Writer, error) {
 	n, err := ident.New(cfg.Schema, cfg.Table)
 	if err != nil {
-		return nil, fmt.Errorf("outbox: WriterConfig.%w", err)
+		return nil, configErr("WriterConfig", err)
 	}
 	return &Writer{names: n}, nil
 }

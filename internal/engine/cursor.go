@@ -10,10 +10,10 @@ import (
 //
 // Every row the relay marks (or deletes) leaves its entry in the partial
 // pending index until VACUUM removes it, and a claim that scans the index
-// from its start steps over all of them: after a drain of a million rows,
-// each claim walks a million dead entries (15 ms, measured in BENCHMARKS.md)
-// and the drain slows as it goes. So claims scan from a floor, `seq >
-// floor`, below which no claimable row is expected.
+// from its start steps over all of them: after a long drain, each claim
+// walks every dead entry the drain left, and the drain slows as it goes.
+// So claims scan from a floor, `seq > floor`, below which no claimable row
+// is expected.
 //
 // A seq is assigned at INSERT and becomes visible at COMMIT, so a row may
 // appear below seqs already claimed; retries come due below the floor;

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/pgoutbox/outbox/outboxtype"
 )
 
 // errHeldBack is the outcome of a row the relay did not try to publish
@@ -14,11 +16,11 @@ import (
 var errHeldBack = errors.New("not published: an earlier event of its aggregate in this batch was not confirmed")
 
 // publishBatch publishes a claimed batch under one PublishTimeout and
-// returns one error per row. In ordered mode an aggregate's run goes out one
+// returns one Attempt per row. In ordered mode an aggregate's run goes out one
 // event per round (every aggregate's first event, all confirmations, then
 // every second event...), and a run stops at its first unconfirmed event,
 // so a later event is never acknowledged before an earlier one.
-func (e *Engine) publishBatch(ctx context.Context, batch []*Row) []error {
+func (e *Engine) publishBatch(ctx context.Context, batch []*Row) []Attempt {
 	deadline := time.Now().Add(e.cfg.PublishTimeout)
 	runs := false
 	for _, r := range batch {
@@ -40,12 +42,12 @@ func (e *Engine) publishBatch(ctx context.Context, batch []*Row) []error {
 		}
 		groups[j] = append(groups[j], i)
 	}
-	errs := make([]error, len(batch))
+	out := make([]Attempt, len(batch))
 	tried := make([]bool, len(batch))
 	for round := 0; time.Now().Before(deadline); round++ {
 		var idx []int
 		for _, run := range groups {
-			if round < len(run) && (round == 0 || (tried[run[round-1]] && errs[run[round-1]] == nil)) {
+			if round < len(run) && (round == 0 || (tried[run[round-1]] && out[run[round-1]].Err == nil)) {
 				idx = append(idx, run[round])
 			}
 		}
@@ -57,8 +59,8 @@ func (e *Engine) publishBatch(ctx context.Context, batch []*Row) []error {
 			rows[j] = batch[i]
 			tried[i] = true
 		}
-		for j, err := range e.publishRows(ctx, rows, deadline) {
-			errs[idx[j]] = err
+		for j, a := range e.publishRows(ctx, rows, deadline) {
+			out[idx[j]] = a
 		}
 	}
 	// After an unconfirmed event, and wherever the deadline stopped the
@@ -67,19 +69,19 @@ func (e *Engine) publishBatch(ctx context.Context, batch []*Row) []error {
 		stop := false
 		for _, i := range run {
 			if stop || !tried[i] {
-				errs[i] = errHeldBack
+				out[i] = Attempt{Err: errHeldBack}
 				stop = true
 				continue
 			}
-			stop = errs[i] != nil
+			stop = out[i].Err != nil
 		}
 	}
-	return errs
+	return out
 }
 
-// publishRows publishes the rows that can be (a Bad row is not sent), and
-// returns one error per row.
-func (e *Engine) publishRows(ctx context.Context, batch []*Row, deadline time.Time) []error {
+// publishRows publishes the rows that can be (a Bad row is not sent: its
+// attempt is a permanent failure), and returns one Attempt per row.
+func (e *Engine) publishRows(ctx context.Context, batch []*Row, deadline time.Time) []Attempt {
 	bad := 0
 	for _, r := range batch {
 		if r.Bad != nil {
@@ -95,64 +97,64 @@ func (e *Engine) publishRows(ctx context.Context, batch []*Row, deadline time.Ti
 			good = append(good, r)
 		}
 	}
-	var gerrs []error
+	var sent []Attempt
 	if len(good) > 0 {
-		gerrs = e.publish(ctx, good, deadline)
+		sent = e.publish(ctx, good, deadline)
 	}
-	errs := make([]error, len(batch))
+	out := make([]Attempt, len(batch))
 	for i, j := 0, 0; i < len(batch); i++ {
 		if batch[i].Bad != nil {
-			errs[i] = batch[i].Bad
+			out[i] = Attempt{Err: batch[i].Bad, Class: outboxtype.ClassPermanent}
 			continue
 		}
-		errs[i] = gerrs[j]
+		out[i] = sent[j]
 		j++
 	}
-	return errs
+	return out
 }
 
 // publish calls the publisher with a deadline it cannot overrun: if it ignores
 // ctx, the batch still ends at the deadline (its rows rolled back and retried
-// later), so a hung broker never pins row locks.
-func (e *Engine) publish(ctx context.Context, batch []*Row, deadline time.Time) []error {
+// later), so a hung broker never pins row locks. The failures it makes up
+// itself (a panic, no answer, a wrong count of results) are transient.
+func (e *Engine) publish(ctx context.Context, batch []*Row, deadline time.Time) []Attempt {
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	done := make(chan []error, 1)
+	done := make(chan []Attempt, 1)
 	go func() {
 		defer func() {
 			if p := recover(); p != nil {
-				errs := make([]error, len(batch))
-				for i := range errs {
-					errs[i] = fmt.Errorf("publisher panicked: %v", p)
-				}
-				done <- errs
+				done <- failAll(len(batch), Attempt{Err: fmt.Errorf("publisher panicked: %v", p)})
 			}
 		}()
 		done <- e.cfg.Publish(ctx, batch)
 	}()
-	var errs []error
+	var out []Attempt
 	select {
-	case errs = <-done:
+	case out = <-done:
 	case <-ctx.Done():
 		// Give a ctx-honouring publisher a moment to report what it confirmed.
 		select {
-		case errs = <-done:
+		case out = <-done:
 		case <-time.After(100 * time.Millisecond):
-			errs = make([]error, len(batch))
-			for i := range errs {
-				errs[i] = fmt.Errorf("publish: no answer within %s: %w", e.cfg.PublishTimeout, context.DeadlineExceeded)
-			}
+			out = failAll(len(batch), Attempt{Timeout: true,
+				Err: fmt.Errorf("publish: no answer within %s: %w", e.cfg.PublishTimeout, context.DeadlineExceeded)})
 		}
 	}
-	if errs == nil {
-		return make([]error, len(batch))
+	if out == nil {
+		return make([]Attempt, len(batch))
 	}
-	if len(errs) != len(batch) {
-		out := make([]error, len(batch))
-		for i := range out {
-			out[i] = fmt.Errorf("publisher returned %d results for %d messages", len(errs), len(batch))
-		}
-		return out
+	if len(out) != len(batch) {
+		return failAll(len(batch), Attempt{Err: fmt.Errorf("publisher returned %d results for %d messages", len(out), len(batch))})
 	}
-	return errs
+	return out
+}
+
+// failAll returns n copies of a.
+func failAll(n int, a Attempt) []Attempt {
+	out := make([]Attempt, n)
+	for i := range out {
+		out[i] = a
+	}
+	return out
 }

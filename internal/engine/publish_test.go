@@ -18,27 +18,29 @@ func TestOrderedRounds(t *testing.T) {
 	)
 	fail := map[string]bool{"X2": true}
 	e := &Engine{cfg: Config{Ordered: true, PublishTimeout: time.Second,
-		Publish: func(_ context.Context, rows []*Row) []error {
+		Publish: func(_ context.Context, rows []*Row) []Attempt {
 			mu.Lock()
 			defer mu.Unlock()
 			var call []string
-			errs := make([]error, len(rows))
+			out := make([]Attempt, len(rows))
 			for i, r := range rows {
 				call = append(call, r.AggregateID+fmt.Sprint(r.Seq))
 				if fail[r.AggregateID+fmt.Sprint(r.Seq)] {
-					errs[i] = errors.New("nack")
+					out[i].Err = errors.New("nack")
 				}
 			}
 			calls = append(calls, call)
-			return errs
+			return out
 		}}}
 	var batch []*Row
 	for _, k := range []string{"X1", "Y1", "X2", "Y2", "X3", "Z1", "X4", "Y3"} {
 		var seq int64
 		fmt.Sscan(k[1:], &seq)
-		batch = append(batch, &Row{AggregateType: "t", AggregateID: k[:1], Seq: seq, Follower: seq > 1})
+		r := &Row{Follower: seq > 1}
+		r.AggregateType, r.AggregateID, r.Seq = "t", k[:1], seq
+		batch = append(batch, r)
 	}
-	errs := e.publishBatch(context.Background(), batch)
+	errs := errsOf(e.publishBatch(context.Background(), batch))
 	want := "[[X1 Y1 Z1] [X2 Y2] [Y3]]"
 	if got := fmt.Sprint(calls); got != want {
 		t.Errorf("publish calls %s, want %s", got, want)
@@ -66,17 +68,26 @@ func TestOrderedRounds(t *testing.T) {
 // deadline leaves untried is held back, never reported as published.
 func TestOrderedRoundsDeadline(t *testing.T) {
 	e := &Engine{cfg: Config{Ordered: true, PublishTimeout: 50 * time.Millisecond,
-		Publish: func(ctx context.Context, rows []*Row) []error {
+		Publish: func(ctx context.Context, rows []*Row) []Attempt {
 			<-ctx.Done() // the first round uses up the whole timeout
-			errs := make([]error, len(rows))
-			for i := range errs {
-				errs[i] = ctx.Err()
-			}
-			return errs
+			return failAll(len(rows), Attempt{Err: ctx.Err(), Timeout: true})
 		}}}
-	batch := []*Row{{AggregateID: "X", Seq: 1}, {AggregateID: "X", Seq: 2, Follower: true}, {AggregateID: "Y", Seq: 3}}
-	errs := e.publishBatch(context.Background(), batch)
+	row := func(agg string, seq int64, follower bool) *Row {
+		r := &Row{Follower: follower}
+		r.AggregateID, r.Seq = agg, seq
+		return r
+	}
+	batch := []*Row{row("X", 1, false), row("X", 2, true), row("Y", 3, false)}
+	errs := errsOf(e.publishBatch(context.Background(), batch))
 	if errs[0] == nil || errs[2] == nil || !errors.Is(errs[1], errHeldBack) {
 		t.Fatalf("errs = %v; want X1 and Y3 timed out, X2 held back", errs)
 	}
+}
+
+func errsOf(attempts []Attempt) []error {
+	errs := make([]error, len(attempts))
+	for i, a := range attempts {
+		errs[i] = a.Err
+	}
+	return errs
 }

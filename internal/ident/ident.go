@@ -40,17 +40,30 @@ type Names struct {
 	Channel string
 }
 
+// FieldError is a configured identifier that cannot be used. Field is the
+// name Validate was given ("schema", "table"); Error reads "field: reason".
+type FieldError struct {
+	Field  string
+	Reason string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
+
+func fieldErr(field, format string, args ...any) error {
+	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
 // Validate checks one configured identifier.
 func Validate(field, name string) error {
 	switch {
 	case name == "":
-		return fmt.Errorf("%s: must not be empty", field)
+		return fieldErr(field, "must not be empty")
 	case len(name) > maxLen:
-		return fmt.Errorf("%s: %q is %d bytes long, PostgreSQL identifiers are at most %d", field, name, len(name), maxLen)
+		return fieldErr(field, "%q is %d bytes long, PostgreSQL identifiers are at most %d", name, len(name), maxLen)
 	case strings.ContainsRune(name, 0):
-		return fmt.Errorf("%s: contains a NUL byte", field)
+		return fieldErr(field, "contains a NUL byte")
 	case !isUTF8(name):
-		return fmt.Errorf("%s: not valid UTF-8", field)
+		return fieldErr(field, "not valid UTF-8")
 	}
 	return nil
 }
@@ -82,7 +95,7 @@ func New(schema, table string) (Names, error) {
 		"aggregate index":  table + "_aggregate_idx",
 	} {
 		if len(derived) > maxLen {
-			return Names{}, fmt.Errorf("table: %q is too long: the derived %s name %q exceeds %d bytes", table, field, derived, maxLen)
+			return Names{}, fieldErr("table", "%q is too long: the derived %s name %q exceeds %d bytes", table, field, derived, maxLen)
 		}
 	}
 	q := func(n string) string {

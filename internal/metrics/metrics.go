@@ -1,5 +1,5 @@
-// Package metrics defines the relay's Prometheus collectors. The first four
-// carry the reference article's exact names.
+// Package metrics defines the relay's Prometheus collectors. Their names are
+// a documented contract: dashboards and alerts are built on them.
 package metrics
 
 import (

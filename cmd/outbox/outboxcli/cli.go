@@ -175,34 +175,6 @@ func oneLine(s string) string {
 	return newline.ReplaceAllString(s, "; ")
 }
 
-// configFields maps the library's config field names, as its validation
-// errors spell them, to the flags that set them.
-var configFields = map[string]string{
-	"BatchSize": "--batch-size", "Workers": "--workers", "PollInterval": "--poll-interval",
-	"MaxAttempts": "--max-attempts", "RetryBackoff": "--retry-base/--retry-max",
-	"OutageBackoff": "--outage-base/--outage-max", "PublishTimeout": "--publish-timeout",
-	"StatsInterval": "--stats-interval", "Retention": "--retention",
-	"CleanupInterval": "--cleanup-interval", "CleanupBatch": "--cleanup-batch",
-	"RescanInterval": "--rescan-interval", "BatchDelay": "--batch-delay", "BatchDelayAbove": "--batch-delay-above",
-	"schema": "--schema", "table": "--table",
-}
-
-var configField = regexp.MustCompile(`(?:outbox: )?(?:Relay|Admin|Migrate|Writer)Config\.(\w+)`)
-
-// flagError rewrites a library validation error ("outbox:
-// RelayConfig.BatchSize: ...") in terms of the flag that set the field, as a
-// usage error.
-func flagError(err error) error {
-	msg := configField.ReplaceAllStringFunc(err.Error(), func(m string) string {
-		field := configField.FindStringSubmatch(m)[1]
-		if f, ok := configFields[field]; ok {
-			return f
-		}
-		return m
-	})
-	return usageErr("%s", msg)
-}
-
 const exitCodesHelp = `Exit codes:
   0  success
   1  runtime failure

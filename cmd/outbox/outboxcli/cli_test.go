@@ -254,12 +254,12 @@ func TestEnvVarNames(t *testing.T) {
 // batch delay and delete-on-publish end up in outbox.RelayConfig; a
 // --batch-delay of 0 turns the delay off rather than selecting the default.
 func TestRelayFlagsReachTheLibrary(t *testing.T) {
-	s := relaySettings{rescanInterval: 3 * 1e9, batchDelay: 0, batchDelayAbove: 900, deleteOnPublish: true}
+	s := relaySettings{cfg: outbox.RelayConfig{RescanInterval: 3 * 1e9, BatchDelay: 0, BatchDelayAbove: 900, DeleteOnPublish: true}}
 	cfg := s.relayConfig(nil, nil)
 	if cfg.BatchDelay >= 0 || cfg.RescanInterval != 3*1e9 || cfg.BatchDelayAbove != 900 || !cfg.DeleteOnPublish {
 		t.Errorf("relay config = %+v", cfg)
 	}
-	s.batchDelay = 25 * 1e6
+	s.cfg.BatchDelay = 25 * 1e6
 	if got := s.relayConfig(nil, nil).BatchDelay; got != 25*1e6 {
 		t.Errorf("--batch-delay 25ms gave BatchDelay %s", got)
 	}

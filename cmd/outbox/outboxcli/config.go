@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -29,6 +30,9 @@ type options struct {
 	args     []string          // positional arguments
 	sub      string            // subcommand, for commands that have them
 	subs     []string          // accepted subcommands
+	// fields maps a library config field, as *outbox.ConfigError names it,
+	// to the flags that set it ("RetryBackoff": --retry-base, --retry-max).
+	fields map[string][]string
 }
 
 func newOptions(cmd, synopsis, doc string) *options {
@@ -36,7 +40,14 @@ func newOptions(cmd, synopsis, doc string) *options {
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	return &options{cmd: cmd, synopsis: synopsis, doc: doc, fs: fs,
-		only: map[string]bool{}, source: map[string]string{}}
+		only: map[string]bool{}, source: map[string]string{}, fields: map[string][]string{}}
+}
+
+// setsField records that flag sets field of a library config (a part of
+// one, such as "RetryBackoff.Base", counts as setting the whole field).
+func (o *options) setsField(field, flag string) {
+	field, _, _ = strings.Cut(field, ".")
+	o.fields[field] = append(o.fields[field], flag)
 }
 
 // flagOnly marks flags that are not settings.
@@ -282,6 +293,100 @@ func (d *dbOptions) register(o *options) {
 	o.fs.StringVar(&d.Schema, "schema", "", "schema of the outbox table (default: the connection's search_path)")
 	o.fs.StringVar(&d.Table, "table", outbox.DefaultTable, "name of the outbox table")
 	o.fs.StringVar(&d.Config, "config", "", "YAML config file; keys are flag names")
+	o.setsField("Schema", "schema")
+	o.setsField("Table", "table")
+}
+
+// setting is a numeric or boolean setting that sets a field of a library
+// config: one value of this type is all the command needs to register the
+// flag, refuse a zero the library would read as "default", and report the
+// library's *outbox.ConfigError about the field against the flag.
+type setting struct {
+	field string // the library config field; "" for a setting of the command's own
+	flag  string
+	ptr   any // *int, *time.Duration or *bool
+	def   any // the flag's default, of the pointer's type
+	usage string
+	// zero says what 0 means on the command line, for settings that accept
+	// it (negatives are still refused); "" refuses 0.
+	zero string
+}
+
+// bind returns the setting of flag name, stored in *p, for library field.
+func bind[T int | time.Duration | bool](field, name string, p *T, def T, usage string) setting {
+	return setting{field: field, flag: name, ptr: p, def: def, usage: usage}
+}
+
+// zeroMeans returns st accepting 0 on the command line, with that meaning.
+func (st setting) zeroMeans(meaning string) setting {
+	st.zero = meaning
+	return st
+}
+
+func (st setting) register(o *options) {
+	switch p := st.ptr.(type) {
+	case *int:
+		o.fs.IntVar(p, st.flag, st.def.(int), st.usage)
+	case *time.Duration:
+		o.fs.DurationVar(p, st.flag, st.def.(time.Duration), st.usage)
+	case *bool:
+		o.fs.BoolVar(p, st.flag, st.def.(bool), st.usage)
+	default:
+		panic(fmt.Sprintf("outboxcli: setting %s: unsupported type %T", st.flag, st.ptr))
+	}
+	if st.field != "" {
+		o.setsField(st.field, st.flag)
+	}
+}
+
+// check refuses the zero values the library would read as "use the
+// default", and negative values: on a command line they are mistakes.
+func (st setting) check(o *options) error {
+	var v any
+	var negative, zero bool
+	want := "must be positive"
+	switch p := st.ptr.(type) {
+	case *int:
+		v, negative, zero, want = *p, *p < 0, *p == 0, "must be at least 1"
+	case *time.Duration:
+		v, negative, zero = *p, *p < 0, *p == 0
+	default:
+		return nil
+	}
+	switch {
+	case st.zero != "" && negative:
+		return o.settingErr(st.flag, "%v: must not be negative (%s)", v, st.zero)
+	case st.zero == "" && (negative || zero):
+		return o.settingErr(st.flag, "%v: %s", v, want)
+	}
+	return nil
+}
+
+// flagError reports a library error as a usage error. A *outbox.ConfigError
+// about a field a flag sets names the flag(s) instead of the field.
+func flagError(err error) error {
+	var ce *outbox.ConfigError
+	if errors.As(err, &ce) {
+		if flags := flagsOf(ce.Field); len(flags) > 0 {
+			return usageErr("%s: %v", strings.Join(flags, "/"), ce.Err)
+		}
+	}
+	return usageErr("%s", err)
+}
+
+// flagsOf returns the flags that set library config field, as "--name".
+func flagsOf(field string) []string {
+	for _, cmd := range commands() {
+		o, _ := cmd.options()
+		if names := o.fields[field]; len(names) > 0 {
+			out := make([]string, len(names))
+			for i, n := range names {
+				out[i] = "--" + n
+			}
+			return out
+		}
+	}
+	return nil
 }
 
 // zeroDefault reports a default not worth showing: empty, false, zero.

@@ -23,34 +23,49 @@ import (
 // plus time to mark it, and fits Kubernetes' default 30s grace period.
 const DefaultDrainTimeout = outbox.DefaultPublishTimeout + 5*time.Second
 
-// relaySettings are the relay command's settings.
+// relaySettings are the relay command's settings: the library's
+// RelayConfig, which the relay's numeric and boolean flags set directly
+// (relayFlags), and the command's own.
 type relaySettings struct {
-	db              dbOptions
-	broker          string
-	topic           string
-	workers         int
-	batchSize       int
-	pollInterval    time.Duration
-	maxAttempts     int
-	retryBase       time.Duration
-	retryMax        time.Duration
-	outageBase      time.Duration
-	outageMax       time.Duration
-	publishTimeout  time.Duration
-	retention       time.Duration
-	cleanupInterval time.Duration
-	cleanupBatch    int
-	statsInterval   time.Duration
-	rescanInterval  time.Duration
-	batchDelay      time.Duration
-	batchDelayAbove int
-	deleteOnPublish bool
-	ordered         bool
-	listen          bool
-	httpAddr        string
-	drainTimeout    time.Duration
-	logLevel        string
-	logFormat       string
+	db           dbOptions
+	cfg          outbox.RelayConfig
+	broker       string
+	topic        string
+	httpAddr     string
+	drainTimeout time.Duration
+	logLevel     string
+	logFormat    string
+}
+
+// relayFlags lists the relay's numeric and boolean settings. A RelayConfig
+// option reaches the command with one line here: its flag, environment
+// variable, config file key, zero check and error messages follow.
+func (s *relaySettings) relayFlags() []setting {
+	c := &s.cfg
+	return []setting{
+		bind("Workers", "workers", &c.Workers, outbox.DefaultWorkers, "concurrent claim loops in this process"),
+		bind("BatchSize", "batch-size", &c.BatchSize, outbox.DefaultBatchSize, "most events one worker claims at a time (1-10000)"),
+		bind("PollInterval", "poll-interval", &c.PollInterval, outbox.DefaultPollInterval, "how long an idle worker waits before claiming again"),
+		bind("MaxAttempts", "max-attempts", &c.MaxAttempts, outbox.DefaultMaxAttempts, "failed publishes that make an event a dead letter"),
+		bind("RetryBackoff.Base", "retry-base", &c.RetryBackoff.Base, outbox.DefaultRetryBase, "first retry delay of a failing event; doubles per attempt"),
+		bind("RetryBackoff.Max", "retry-max", &c.RetryBackoff.Max, outbox.DefaultRetryMax, "longest retry delay of a failing event"),
+		bind("OutageBackoff.Base", "outage-base", &c.OutageBackoff.Base, outbox.DefaultOutageBase, "first wait while the broker or database is unreachable; doubles"),
+		bind("OutageBackoff.Max", "outage-max", &c.OutageBackoff.Max, outbox.DefaultOutageMax, "longest wait while the broker or database is unreachable"),
+		bind("PublishTimeout", "publish-timeout", &c.PublishTimeout, outbox.DefaultPublishTimeout, "bound on one batch's publish and confirmations"),
+		bind("Retention", "retention", &c.Retention, 0, "delete events published more than this long ago (0: keep them)").
+			zeroMeans("0 keeps published events"),
+		bind("CleanupInterval", "cleanup-interval", &c.CleanupInterval, outbox.DefaultCleanupInterval, "how often cleanup runs when --retention is set"),
+		bind("CleanupBatch", "cleanup-batch", &c.CleanupBatch, outbox.DefaultCleanupBatch, "rows deleted per cleanup statement"),
+		bind("StatsInterval", "stats-interval", &c.StatsInterval, outbox.DefaultStatsInterval, "how often the pending and dead-letter gauges are refreshed"),
+		bind("RescanInterval", "rescan-interval", &c.RescanInterval, outbox.DefaultRescanInterval, "how often one claim scans the pending events from the start (late commits, due retries)"),
+		bind("BatchDelay", "batch-delay", &c.BatchDelay, outbox.DefaultBatchDelay, "under a heavy stream, the longest spacing of claims triggered by wake-ups (0: claim on every wake-up)").
+			zeroMeans("0 claims on every wake-up"),
+		bind("BatchDelayAbove", "batch-delay-above", &c.BatchDelayAbove, outbox.DefaultBatchDelayAbove, "events/s above which claims triggered by wake-ups are spaced out"),
+		bind("DeleteOnPublish", "delete-on-publish", &c.DeleteOnPublish, false, "delete each event once the broker confirmed it, instead of setting processed_at"),
+		bind("Ordered", "ordered", &c.Ordered, false, "per-aggregate ordering: an aggregate's events are published in insertion order"),
+		bind("Listen", "listen", &c.Listen, false, "LISTEN for the application's commit notifications (outbox.Notifier) instead of waiting for the poll"),
+		bind("", "drain-timeout", &s.drainTimeout, DefaultDrainTimeout, "after SIGINT/SIGTERM, how long the batches in flight may take before exit code 5"),
+	}
 }
 
 func relayCommand() (*options, func(context.Context, *cli, *options) error) {
@@ -101,27 +116,10 @@ Logs are JSON on stderr, or text when stderr is a terminal.`)
 	f := o.fs
 	f.StringVar(&s.broker, "broker", "", "broker URL; its scheme selects the publisher ("+brokerSchemes()+")")
 	f.StringVar(&s.topic, "topic", outbox.DefaultTopicTemplate, "subject/topic template")
-	f.IntVar(&s.workers, "workers", outbox.DefaultWorkers, "concurrent claim loops in this process")
-	f.IntVar(&s.batchSize, "batch-size", outbox.DefaultBatchSize, "most events one worker claims at a time (1-10000)")
-	f.DurationVar(&s.pollInterval, "poll-interval", outbox.DefaultPollInterval, "how long an idle worker waits before claiming again")
-	f.IntVar(&s.maxAttempts, "max-attempts", outbox.DefaultMaxAttempts, "failed publishes that make an event a dead letter")
-	f.DurationVar(&s.retryBase, "retry-base", outbox.DefaultRetryBase, "first retry delay of a failing event; doubles per attempt")
-	f.DurationVar(&s.retryMax, "retry-max", outbox.DefaultRetryMax, "longest retry delay of a failing event")
-	f.DurationVar(&s.outageBase, "outage-base", outbox.DefaultOutageBase, "first wait while the broker or database is unreachable; doubles")
-	f.DurationVar(&s.outageMax, "outage-max", outbox.DefaultOutageMax, "longest wait while the broker or database is unreachable")
-	f.DurationVar(&s.publishTimeout, "publish-timeout", outbox.DefaultPublishTimeout, "bound on one batch's publish and confirmations")
-	f.DurationVar(&s.retention, "retention", 0, "delete events published more than this long ago (0: keep them)")
-	f.DurationVar(&s.cleanupInterval, "cleanup-interval", outbox.DefaultCleanupInterval, "how often cleanup runs when --retention is set")
-	f.IntVar(&s.cleanupBatch, "cleanup-batch", outbox.DefaultCleanupBatch, "rows deleted per cleanup statement")
-	f.DurationVar(&s.statsInterval, "stats-interval", outbox.DefaultStatsInterval, "how often the pending and dead-letter gauges are refreshed")
-	f.DurationVar(&s.rescanInterval, "rescan-interval", outbox.DefaultRescanInterval, "how often one claim scans the pending events from the start (late commits, due retries)")
-	f.DurationVar(&s.batchDelay, "batch-delay", outbox.DefaultBatchDelay, "under a heavy stream, the longest spacing of claims triggered by wake-ups (0: claim on every wake-up)")
-	f.IntVar(&s.batchDelayAbove, "batch-delay-above", outbox.DefaultBatchDelayAbove, "events/s above which claims triggered by wake-ups are spaced out")
-	f.BoolVar(&s.deleteOnPublish, "delete-on-publish", false, "delete each event once the broker confirmed it, instead of setting processed_at")
-	f.BoolVar(&s.ordered, "ordered", false, "per-aggregate ordering: an aggregate's events are published in insertion order")
-	f.BoolVar(&s.listen, "listen", false, "LISTEN for the application's commit notifications (outbox.Notifier) instead of waiting for the poll")
+	for _, st := range s.relayFlags() {
+		st.register(o)
+	}
 	f.StringVar(&s.httpAddr, "http-addr", "", "address serving /metrics, /healthz and /readyz, e.g. 127.0.0.1:9090 (empty: off)")
-	f.DurationVar(&s.drainTimeout, "drain-timeout", DefaultDrainTimeout, "after SIGINT/SIGTERM, how long the batches in flight may take before exit code 5")
 	f.StringVar(&s.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&s.logFormat, "log-format", "", "json or text (default: text when stderr is a terminal, else json)")
 	return o, func(ctx context.Context, c *cli, o *options) error {
@@ -136,35 +134,12 @@ Logs are JSON on stderr, or text when stderr is a terminal.`)
 }
 
 // validate checks what the library cannot: zero values, which mean "default"
-// in outbox.RelayConfig but are mistakes on a command line.
+// in outbox.RelayConfig but are mistakes on a command line, the topic
+// template and the HTTP address.
 func (s *relaySettings) validate(o *options) error {
-	type check struct {
-		name string
-		bad  bool
-		v    any
-		want string
-	}
-	for _, k := range []check{
-		{"workers", s.workers < 1, s.workers, "must be at least 1"},
-		{"batch-size", s.batchSize < 1, s.batchSize, "must be at least 1"},
-		{"poll-interval", s.pollInterval <= 0, s.pollInterval, "must be positive"},
-		{"max-attempts", s.maxAttempts < 1, s.maxAttempts, "must be at least 1"},
-		{"retry-base", s.retryBase <= 0, s.retryBase, "must be positive"},
-		{"retry-max", s.retryMax <= 0, s.retryMax, "must be positive"},
-		{"outage-base", s.outageBase <= 0, s.outageBase, "must be positive"},
-		{"outage-max", s.outageMax <= 0, s.outageMax, "must be positive"},
-		{"publish-timeout", s.publishTimeout <= 0, s.publishTimeout, "must be positive"},
-		{"retention", s.retention < 0, s.retention, "must not be negative (0 keeps published events)"},
-		{"cleanup-interval", s.cleanupInterval <= 0, s.cleanupInterval, "must be positive"},
-		{"cleanup-batch", s.cleanupBatch < 1, s.cleanupBatch, "must be at least 1"},
-		{"stats-interval", s.statsInterval <= 0, s.statsInterval, "must be positive"},
-		{"rescan-interval", s.rescanInterval <= 0, s.rescanInterval, "must be positive"},
-		{"batch-delay", s.batchDelay < 0, s.batchDelay, "must not be negative (0 claims on every wake-up)"},
-		{"batch-delay-above", s.batchDelayAbove < 1, s.batchDelayAbove, "must be at least 1"},
-		{"drain-timeout", s.drainTimeout <= 0, s.drainTimeout, "must be positive"},
-	} {
-		if k.bad {
-			return o.settingErr(k.name, "%v: %s", k.v, k.want)
+	for _, st := range s.relayFlags() {
+		if err := st.check(o); err != nil {
+			return err
 		}
 	}
 	if _, err := outbox.ParseTopicTemplate(s.topic); err != nil {
@@ -178,26 +153,13 @@ func (s *relaySettings) validate(o *options) error {
 	return nil
 }
 
+// relayConfig is the library configuration the settings describe.
 func (s *relaySettings) relayConfig(log *slog.Logger, reg prometheus.Registerer) outbox.RelayConfig {
-	return outbox.RelayConfig{
-		Schema: s.db.Schema, Table: s.db.Table,
-		BatchSize: s.batchSize, Workers: s.workers, PollInterval: s.pollInterval, MaxAttempts: s.maxAttempts,
-		RetryBackoff:    outbox.Backoff{Base: s.retryBase, Max: s.retryMax},
-		OutageBackoff:   outbox.Backoff{Base: s.outageBase, Max: s.outageMax},
-		PublishTimeout:  s.publishTimeout,
-		Retention:       s.retention,
-		CleanupInterval: s.cleanupInterval,
-		CleanupBatch:    s.cleanupBatch,
-		StatsInterval:   s.statsInterval,
-		RescanInterval:  s.rescanInterval,
-		BatchDelay:      cliBatchDelay(s.batchDelay),
-		BatchDelayAbove: s.batchDelayAbove,
-		DeleteOnPublish: s.deleteOnPublish,
-		Ordered:         s.ordered,
-		Listen:          s.listen,
-		Logger:          log,
-		Registerer:      reg,
-	}
+	cfg := s.cfg
+	cfg.Schema, cfg.Table = s.db.Schema, s.db.Table
+	cfg.BatchDelay = cliBatchDelay(cfg.BatchDelay)
+	cfg.Logger, cfg.Registerer = log, reg
+	return cfg
 }
 
 // newLogger builds the slog logger for --log-level and --log-format.
@@ -221,49 +183,82 @@ func (c *cli) newLogger(o *options, level, format string) (*slog.Logger, error) 
 	return nil, o.settingErr("log-format", "%q: want json or text", format)
 }
 
+// relay runs the relay command: start (exit 2 on a bad setting, 3 without a
+// database, 4 without a migrated table), serve /metrics and the probes if
+// asked, and run until a signal, then drain.
 func (c *cli) relay(ctx context.Context, o *options, s *relaySettings) error {
+	r, err := c.startRelay(ctx, o, s)
+	if err != nil {
+		return err
+	}
+	if s.httpAddr != "" {
+		if err := c.serveHTTP(r, s.httpAddr); err != nil {
+			r.shutdown()
+			return err
+		}
+	}
+	r.log.Info("outbox relay started", "table", tableName(s.db), "broker", r.brokerURL, "topic", s.topic,
+		"workers", s.cfg.Workers, "batch_size", s.cfg.BatchSize, "poll_interval", s.cfg.PollInterval,
+		"max_attempts", s.cfg.MaxAttempts, "retention", s.cfg.Retention, "ordered", s.cfg.Ordered, "listen", s.cfg.Listen,
+		"delete_on_publish", s.cfg.DeleteOnPublish, "batch_delay", s.cfg.BatchDelay)
+	return c.runRelay(ctx, s, r)
+}
+
+// runningRelay is a relay ready to run, and what it holds.
+type runningRelay struct {
+	relay     *outbox.Relay
+	reg       *prometheus.Registry
+	log       *slog.Logger
+	brokerURL string // redacted
+	shutdown  func() // closes the broker, the pool and the HTTP server
+}
+
+// startRelay checks the settings, connects and opens the broker. Every
+// setting is checked before the database is, so a bad flag is exit 2
+// whatever the database.
+func (c *cli) startRelay(ctx context.Context, o *options, s *relaySettings) (*runningRelay, error) {
 	if len(o.args) > 0 {
-		return usageErr("relay: unexpected argument %q", o.args[0])
+		return nil, usageErr("relay: unexpected argument %q", o.args[0])
 	}
 	c.red.addDSN(s.broker)
 	if err := s.validate(o); err != nil {
-		return err
+		return nil, err
 	}
 	brokerURL, openBroker, err := parseBroker(s.broker)
 	if err != nil {
-		return o.settingErr("broker", "%v", err)
+		return nil, o.settingErr("broker", "%v", err)
 	}
 	log, err := c.newLogger(o, s.logLevel, s.logFormat)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// One connection per worker, plus the gauges, cleanup, the listener and
 	// /readyz.
-	pcfg, err := c.poolConfig(o, &s.db, int32(s.workers)+4)
+	pcfg, err := c.poolConfig(o, &s.db, int32(s.cfg.Workers)+4)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	// The pool connects lazily: the rest of the configuration is checked
-	// before the database is, so a bad flag is exit 2 whatever the database.
+	// The pool connects lazily: the library validates its configuration
+	// (the probe) before the database is reached.
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
-		return &exitError{code: ExitDatabase, err: fmt.Errorf("database: %w", err)}
+		return nil, &exitError{code: ExitDatabase, err: fmt.Errorf("database: %w", err)}
 	}
 	probe, err := outbox.NewRelay(pool, outbox.PublisherFunc(func(context.Context, *outbox.Message) error { return nil }), s.relayConfig(nil, nil))
 	if err != nil {
 		pool.Close()
-		return flagError(err)
+		return nil, flagError(err)
 	}
 	if err := ping(ctx, pool); err != nil {
 		pool.Close()
-		return err
+		return nil, err
 	}
 	// A missing or old table stops the command at once with its exit code; any
 	// other failure of the check (a statement timeout, a session killed) is
 	// left to Relay.Run, which retries it through the outage backoff.
 	if err := probe.CheckSchema(ctx); errors.Is(err, outbox.ErrNotMigrated) {
 		pool.Close()
-		return notMigrated(tableName(s.db), &s.db, err)
+		return nil, notMigrated(tableName(s.db), &s.db, err)
 	} else if err != nil {
 		log.Warn("outbox relay cannot check its table yet; the relay will retry", "err", redactDSN(err.Error()))
 	}
@@ -273,7 +268,7 @@ func (c *cli) relay(ctx context.Context, o *options, s *relaySettings) error {
 	})
 	if err != nil {
 		pool.Close()
-		return o.settingErr("broker", "%v", err)
+		return nil, o.settingErr("broker", "%v", err)
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -281,41 +276,44 @@ func (c *cli) relay(ctx context.Context, o *options, s *relaySettings) error {
 	if err != nil { // validated above; only a registry clash could fail here
 		brokerCloser.Close()
 		pool.Close()
-		return err
+		return nil, err
 	}
-	shutdown := func() {
+	return &runningRelay{relay: relay, reg: reg, log: log, brokerURL: brokerURL.Redacted(), shutdown: func() {
 		brokerCloser.Close()
 		pool.Close()
-	}
+	}}, nil
+}
 
-	var srv *http.Server
-	if s.httpAddr != "" {
-		ln, err := net.Listen("tcp", s.httpAddr)
-		if err != nil {
-			shutdown()
-			return fmt.Errorf("--http-addr: %w", err)
-		}
-		srv = c.httpServer(relay, reg)
-		go func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("http server failed", "err", err)
-			}
-		}()
-		log.Info("serving /metrics, /healthz and /readyz", "addr", ln.Addr().String())
-		prev := shutdown
-		shutdown = func() {
-			srv.Close()
-			prev()
-		}
+// serveHTTP serves /metrics, /healthz and /readyz on addr until the relay
+// shuts down.
+func (c *cli) serveHTTP(r *runningRelay, addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("--http-addr: %w", err)
 	}
+	srv := c.httpServer(r.relay, r.reg)
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			r.log.Error("http server failed", "err", err)
+		}
+	}()
+	r.log.Info("serving /metrics, /healthz and /readyz", "addr", ln.Addr().String())
+	prev := r.shutdown
+	r.shutdown = func() {
+		srv.Close()
+		prev()
+	}
+	return nil
+}
 
-	log.Info("outbox relay started", "table", tableName(s.db), "broker", brokerURL.Redacted(), "topic", s.topic,
-		"workers", s.workers, "batch_size", s.batchSize, "poll_interval", s.pollInterval,
-		"max_attempts", s.maxAttempts, "retention", s.retention, "ordered", s.ordered, "listen", s.listen,
-		"delete_on_publish", s.deleteOnPublish, "batch_delay", s.batchDelay)
+// runRelay runs the relay until ctx is cancelled, then gives the batches in
+// flight --drain-timeout to finish.
+func (c *cli) runRelay(ctx context.Context, s *relaySettings, r *runningRelay) error {
+	log := r.log
 	runDone := make(chan error, 1)
-	go func() { runDone <- relay.Run(ctx) }()
+	go func() { runDone <- r.relay.Run(ctx) }()
 
+	var err error
 	select {
 	case err = <-runDone:
 	case <-ctx.Done():
@@ -331,14 +329,14 @@ func (c *cli) relay(ctx context.Context, o *options, s *relaySettings) error {
 			// resources released once the batch does end.
 			go func() {
 				<-runDone
-				shutdown()
+				r.shutdown()
 			}()
 			log.Error("drain timeout exceeded: abandoning the batch in flight; it is rolled back, not marked", "drain_timeout", s.drainTimeout)
 			return &exitError{code: ExitDrainTimeout, err: fmt.Errorf(
 				"relay: --drain-timeout %s exceeded: the unfinished batch is rolled back by PostgreSQL and will be published again", s.drainTimeout)}
 		}
 	}
-	shutdown()
+	r.shutdown()
 	// Relay.Run checks the table first; a signal during that check fails it
 	// with the cancellation, which is still a clean stop.
 	if err != nil && !(ctx.Err() != nil && errors.Is(err, context.Canceled)) {

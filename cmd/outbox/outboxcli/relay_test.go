@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,9 +16,48 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/testnats"
 	"github.com/pgoutbox/outbox/jsonl"
 )
+
+// TestRelayFlagsBindRelayConfigFields: each relay flag that names a
+// RelayConfig field stores its value in that very field, so the library's
+// *outbox.ConfigError about the field is reported against the flag.
+func TestRelayFlagsBindRelayConfigFields(t *testing.T) {
+	t.Parallel()
+	var s relaySettings
+	cfg := reflect.ValueOf(&s.cfg).Elem()
+	for _, st := range s.relayFlags() {
+		if st.field == "" {
+			continue
+		}
+		v := cfg
+		for _, name := range strings.Split(st.field, ".") {
+			if v = v.FieldByName(name); !v.IsValid() {
+				break
+			}
+		}
+		if !v.IsValid() {
+			t.Errorf("--%s: RelayConfig has no field %s", st.flag, st.field)
+			continue
+		}
+		if v.Addr().Interface() != st.ptr {
+			t.Errorf("--%s: does not set RelayConfig.%s", st.flag, st.field)
+		}
+	}
+	for field, want := range map[string]string{
+		"OutageBackoff":  "--outage-base/--outage-max: too short",
+		"PublishTimeout": "--publish-timeout: too short",
+		"Table":          "--table: too short",
+		"Registerer":     "outbox: RelayConfig.Registerer: too short",
+	} {
+		err := flagError(&outbox.ConfigError{Config: "RelayConfig", Field: field, Err: errors.New("too short")})
+		if err.Error() != want {
+			t.Errorf("%s: flagError = %q, want %q", field, err, want)
+		}
+	}
+}
 
 // streamIDs returns the event ids stored in s: what JetStream acknowledged.
 func streamIDs(t *testing.T, s jetstream.Stream) map[uuid.UUID]int {

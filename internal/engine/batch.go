@@ -1,0 +1,60 @@
+package engine
+
+import (
+	"context"
+	"time"
+)
+
+// Result summarizes one batch.
+type Result struct {
+	Claimed        int
+	Full           bool // Claimed reached the batch size in force
+	Published      int
+	Retried        int // transient failures, attempt counted
+	DeadLettered   int
+	Unavailable    int // left untouched: broker down
+	UnavailableErr error
+}
+
+// Batch claims, publishes, settles and records one batch. Once rows are
+// claimed the batch runs to its end even if ctx is cancelled (bounded by the
+// publish timeout), so shutdown never wastes a confirmed publish; it never
+// records a row the broker did not confirm as published.
+func (e *Engine) Batch(ctx context.Context) (Result, error) {
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+	start := time.Now()
+	e.lastClaim.Store(start.UnixNano())
+	c, err := e.claim(ctx, start)
+	if err != nil {
+		return Result{}, err
+	}
+	// From here on the batch is finished with a context that shutdown does
+	// not cancel; the lease gives back whatever is not recorded.
+	bg := context.WithoutCancel(ctx)
+	defer c.lease.release(bg)
+	res := Result{Claimed: len(c.rows), Full: c.full}
+	if len(c.rows) == 0 {
+		return res, c.lease.commit(bg)
+	}
+
+	attempts := e.publishBatch(bg, c.rows)
+	ackedAt := time.Now()
+	e.adaptLimit(c.limit, len(c.rows), ackedAt.Sub(c.at))
+
+	s := e.settle(c.rows, attempts)
+	e.report(c.rows, s)
+	res.Retried, res.DeadLettered = s.retried, s.dead
+	res.Unavailable, res.UnavailableErr = s.unavailable, s.unavailableErr
+	if s.published+s.retried+s.dead == 0 {
+		return res, nil // nothing to record: every row goes back untouched
+	}
+
+	if err := c.lease.record(bg, c.rows, s); err != nil {
+		return res, err
+	}
+	res.Published = s.published
+	e.observe(ctx, c, s, ackedAt)
+	return res, nil
+}

@@ -1,0 +1,180 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// claim is a batch of rows held for this engine until their outcomes are
+// recorded: the first phase's result, which every later phase reads.
+type claim struct {
+	rows  []*Row
+	limit int       // the batch size the claim asked for
+	full  bool      // more rows are likely claimable at once: claim again without waiting
+	start time.Time // when the claim began
+	at    time.Time // when the rows were in hand
+	lease lease
+}
+
+// lease keeps a claim's rows from every other relay until the engine
+// records their outcomes or gives them back. The outbox table's lease is an
+// open transaction holding the rows' locks (tableLease). Another source of
+// events (a logical replication stream, say) produces claims with a lease of
+// its own, and the publish and settle phases take them as they are.
+type lease interface {
+	// record writes the settled outcomes for good (mark and commit).
+	record(ctx context.Context, rows []*Row, s *settlement) error
+	// commit ends a lease that holds no rows.
+	commit(ctx context.Context) error
+	// release ends the lease: rows whose outcome was not recorded go back
+	// untouched, as if never claimed. Always called, last.
+	release(ctx context.Context)
+}
+
+// claimPlan is the statement one claim of the table runs, and its arguments.
+type claimPlan struct {
+	query    string
+	limit    int
+	floor    int64 // claim rows with seq above it (see cursor)
+	sparse   bool  // the sparse ordered claim, with window
+	window   int   // sparse: how many pending rows past the floor it probes
+	lowWater bool  // ordered rescan: read the low-water mark first
+}
+
+// planClaim picks the claim statement and its arguments for a claim
+// starting now.
+func (e *Engine) planClaim(now time.Time) claimPlan {
+	p := claimPlan{query: e.q.Claim, sparse: e.cfg.Ordered && e.sparse.Load()}
+	switch {
+	case p.sparse:
+		p.query = e.q.ClaimOrderedSparse
+	case e.cfg.Ordered:
+		p.query = e.q.ClaimOrdered
+	}
+	floor, full := e.cur.next(now)
+	p.floor, p.lowWater = floor, e.cfg.Ordered && full
+	p.limit = int(e.limit.Load())
+	if p.sparse {
+		p.window = int(e.window.Load()) * p.limit
+	}
+	return p
+}
+
+// claim takes the next batch from the outbox table, locking its rows
+// (FOR UPDATE SKIP LOCKED, so relays claim disjoint batches) in a
+// transaction that the returned claim's lease holds open.
+func (e *Engine) claim(ctx context.Context, start time.Time) (*claim, error) {
+	conn, err := e.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("acquire connection: %w", err)
+	}
+	l := &tableLease{e: e, conn: conn}
+	p := e.planClaim(start)
+	rows, more, err := l.claim(ctx, p)
+	if err != nil {
+		l.release(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	l.claimed = len(rows)
+	e.rate.observe(time.Now(), len(rows))
+	full := e.tuneClaim(p, rows, more)
+	if n := len(rows); n > 0 {
+		e.cur.claimed(start, rows[n-1].Seq) // the claim returns rows in seq order
+	}
+	return &claim{rows: rows, limit: p.limit, full: full, start: start, at: time.Now(), lease: l}, nil
+}
+
+// tableLease holds a claim of the outbox table: a pooled connection with the
+// claim's transaction open on it.
+type tableLease struct {
+	e       *Engine
+	conn    *pgxpool.Conn
+	open    bool // the transaction is open: release rolls it back
+	claimed int
+}
+
+// claim opens the lease's transaction, configures it and claims, in one
+// round trip.
+//
+// idle_in_transaction_session_timeout: if this process stalls (SIGSTOP, a
+// hung broker beyond the publish timeout) PostgreSQL ends the session and
+// frees the rows for another relay. synchronous_commit: the marks need no
+// synchronous commit; if PostgreSQL crashes before flushing them, the rows
+// come back as pending and are published again, which at-least-once
+// delivery allows. Never losing an event rests on the writers' commits,
+// which stay synchronous. This saves a WAL flush per batch.
+func (l *tableLease) claim(ctx context.Context, p claimPlan) (rows []*Row, more bool, err error) {
+	e := l.e
+	idle := strconv.FormatInt((e.cfg.PublishTimeout + 5*time.Second).Milliseconds(), 10)
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(`SELECT set_config('idle_in_transaction_session_timeout', $1, true), set_config('synchronous_commit', 'off', true)`, idle)
+	if p.lowWater {
+		b.Queue(e.q.LowWater)
+	}
+	if p.sparse {
+		b.Queue(p.query, p.limit, p.floor, p.window)
+	} else {
+		b.Queue(p.query, p.limit, p.floor)
+	}
+	br := l.conn.SendBatch(ctx, b)
+	defer func() {
+		if cerr := br.Close(); err == nil && cerr != nil {
+			rows, more, err = nil, false, fmt.Errorf("claim: %w", cerr)
+		}
+	}()
+	if _, err := br.Exec(); err != nil {
+		return nil, false, fmt.Errorf("begin: %w", err)
+	}
+	l.open = true
+	if _, err := br.Exec(); err != nil {
+		return nil, false, fmt.Errorf("claim: %w", err)
+	}
+	if p.lowWater {
+		var low *int64
+		if err := br.QueryRow().Scan(&low); err != nil {
+			return nil, false, fmt.Errorf("claim: low water: %w", err)
+		}
+		// Read in the claim's transaction, before the claim: every row
+		// pending then is above the new floor.
+		if low != nil {
+			e.cur.setLowWater(*low)
+		} else {
+			e.cur.setLowWater(0)
+		}
+	}
+	q, err := br.Query()
+	if err != nil {
+		return nil, false, fmt.Errorf("claim: %w", err)
+	}
+	rows, more, err = scanRows(q, p.limit)
+	if err != nil {
+		return nil, false, fmt.Errorf("claim: %w", err)
+	}
+	return rows, more, nil
+}
+
+func (l *tableLease) commit(ctx context.Context) error {
+	_, err := l.conn.Exec(ctx, "COMMIT")
+	l.open = err != nil
+	return err
+}
+
+func (l *tableLease) release(ctx context.Context) {
+	if l.open {
+		if _, err := l.conn.Exec(ctx, "ROLLBACK"); err != nil {
+			// A connection we cannot roll back must not go back to the pool.
+			_ = l.conn.Conn().Close(ctx)
+		}
+		l.open = false
+		if l.claimed > 0 {
+			l.e.cur.reset() // the released rows may be below the floor by now
+		}
+	}
+	l.conn.Release()
+}

@@ -1,0 +1,100 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// statsLoop refreshes the gauges and looks after held events every
+// StatsInterval.
+func (e *Engine) statsLoop(ctx context.Context) {
+	if e.cfg.StatsInterval <= 0 {
+		return
+	}
+	t := time.NewTicker(e.cfg.StatsInterval)
+	defer t.Stop()
+	for {
+		if err := e.tendHeld(ctx); err != nil && ctx.Err() == nil {
+			e.cfg.Logger.Warn("outbox held events housekeeping failed", "err", err)
+		}
+		if e.cfg.Metrics != nil {
+			if err := e.refreshGauges(ctx); err != nil && ctx.Err() == nil {
+				e.cfg.Logger.Warn("outbox gauges refresh failed", "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// tendHeld parks, in ordered mode, the events that arrived behind a failing
+// event after it failed, so claims never step over them; releases events
+// whose holder is gone (deleted by hand); and, when the relay is not
+// ordered, releases every held event (the table was relayed in ordered mode
+// before).
+func (e *Engine) tendHeld(ctx context.Context) error {
+	b := &pgx.Batch{}
+	b.Queue(e.q.ReleaseOrphans)
+	if e.cfg.Ordered {
+		b.Queue(e.q.ParkLate)
+	} else {
+		b.Queue(e.q.ReleaseAll)
+	}
+	br := e.pool.SendBatch(ctx, b)
+	defer br.Close()
+	var released int64
+	for i := range 2 {
+		tag, err := br.Exec()
+		if err != nil {
+			return err
+		}
+		if i == 0 || !e.cfg.Ordered {
+			released += tag.RowsAffected()
+		}
+	}
+	if released > 0 {
+		e.cur.reset()
+		e.cfg.Logger.Info("outbox released held events", "events", released)
+	}
+	return nil
+}
+
+// refreshGauges reads the table's counts in one round trip and sets the
+// gauges from them.
+func (e *Engine) refreshGauges(ctx context.Context) error {
+	var pending, dead, held, blocked int64
+	b := &pgx.Batch{}
+	b.Queue(e.q.CountPending).QueryRow(func(r pgx.Row) error { return r.Scan(&pending) })
+	b.Queue(e.q.CountDead).QueryRow(func(r pgx.Row) error { return r.Scan(&dead) })
+	b.Queue(e.q.CountHeld).QueryRow(func(r pgx.Row) error { return r.Scan(&held) })
+	var oldest, now time.Time
+	b.Queue(`SELECT now()`).QueryRow(func(r pgx.Row) error { return r.Scan(&now) })
+	b.Queue(e.q.OldestPending).QueryRow(func(r pgx.Row) error {
+		if err := r.Scan(&oldest); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		return nil
+	})
+	if e.cfg.Ordered {
+		b.Queue(e.q.BlockedAggregates).QueryRow(func(r pgx.Row) error { return r.Scan(&blocked) })
+	}
+	if err := e.pool.SendBatch(ctx, b).Close(); err != nil {
+		return err
+	}
+	e.cfg.Metrics.Pending.Set(float64(pending))
+	e.cfg.Metrics.DeadLetters.Set(float64(dead))
+	e.cfg.Metrics.HeldEvents.Set(float64(held))
+	e.cfg.Metrics.BlockedAggregates.Set(float64(blocked))
+	age := 0.0
+	if !oldest.IsZero() {
+		age = max(now.Sub(oldest).Seconds(), 0)
+	}
+	e.cfg.Metrics.OldestPendingAge.Set(age)
+	return nil
+}

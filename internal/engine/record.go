@@ -1,0 +1,127 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// lastErrorMax bounds the last_error a failure records.
+const lastErrorMax = 2000
+
+// markArgs are the arrays of the mark statement, rows in batch order.
+type markArgs struct {
+	okIDs      [][16]byte // [16]byte: pgx's native uuid encoding
+	releaseIDs [][16]byte // published events that may hold later ones (ordered mode)
+	failIDs    [][16]byte
+	failErrs   []string
+	failDelays []int64 // ms
+	failDead   []bool
+}
+
+// markArgsOf lays out a settlement as the mark statement takes it.
+func (e *Engine) markArgsOf(rows []*Row, s *settlement) markArgs {
+	a := markArgs{okIDs: make([][16]byte, 0, len(rows))}
+	for i, r := range rows {
+		switch o := s.outcomes[i]; o.verdict {
+		case published:
+			a.okIDs = append(a.okIDs, r.ID)
+			if e.cfg.Ordered && (r.Failed || r.Attempt > 1) {
+				a.releaseIDs = append(a.releaseIDs, r.ID)
+			}
+		case retry, dead:
+			a.failIDs = append(a.failIDs, r.ID)
+			a.failErrs = append(a.failErrs, truncate(o.err.Error(), lastErrorMax))
+			a.failDelays = append(a.failDelays, o.delay.Milliseconds())
+			a.failDead = append(a.failDead, o.verdict == dead)
+		}
+	}
+	return a
+}
+
+// record writes a batch's outcomes in one statement and commits, in one
+// round trip. Rows left untouched (not tried, destination down) are not in
+// the statement: they come back as they were when the lease ends.
+func (l *tableLease) record(ctx context.Context, rows []*Row, s *settlement) error {
+	e := l.e
+	a := e.markArgsOf(rows, s)
+	mark := &pgx.Batch{}
+	ordered := e.cfg.Ordered && (len(a.failIDs) > 0 || len(a.releaseIDs) > 0)
+	switch {
+	case ordered:
+		mark.Queue(e.q.MarkOrdered, a.okIDs, a.failIDs, a.failErrs, a.failDelays, a.failDead, a.releaseIDs)
+	case len(a.failIDs) == 0:
+		mark.Queue(e.q.MarkPublished, a.okIDs)
+	default:
+		mark.Queue(e.q.MarkOutcomes, a.okIDs, a.failIDs, a.failErrs, a.failDelays, a.failDead)
+	}
+	mark.Queue("COMMIT")
+	mr := l.conn.SendBatch(ctx, mark)
+	var (
+		released int64
+		err      error
+	)
+	if ordered {
+		err = mr.QueryRow().Scan(&released)
+	} else {
+		_, err = mr.Exec()
+	}
+	if err != nil {
+		mr.Close()
+		return fmt.Errorf("mark %d event(s): %w", len(rows)-s.unavailable, err)
+	}
+	_, err = mr.Exec()
+	if cerr := mr.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("commit marks: %w", err)
+	}
+	l.open = false
+	if released > 0 {
+		// Released events are below the floor: find them now, not at the
+		// next rescan.
+		e.cur.reset()
+	}
+	return nil
+}
+
+// observe updates the metrics of a recorded batch and logs its published
+// events at debug level.
+func (e *Engine) observe(ctx context.Context, c *claim, s *settlement, ackedAt time.Time) {
+	if m := e.cfg.Metrics; m != nil {
+		for i, r := range c.rows {
+			if s.outcomes[i].verdict == published {
+				m.ObservePublished(r.EventType, r.CreatedAt, ackedAt)
+			}
+		}
+		if s.published > 0 {
+			m.LastPublish.Set(float64(ackedAt.UnixNano()) / 1e9)
+		}
+		m.BatchDuration.Observe(time.Since(c.start).Seconds())
+	}
+	if e.cfg.Logger.Enabled(ctx, slog.LevelDebug) {
+		for i, r := range c.rows {
+			if s.outcomes[i].verdict == published {
+				e.cfg.Logger.Debug("event published", "event_id", r.ID, "event_type", r.EventType,
+					"aggregate_id", r.AggregateID, "attempt", r.Attempt)
+			}
+		}
+	}
+}
+
+// truncate cuts s to at most n bytes, on a rune boundary, marking the cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }

@@ -1,0 +1,143 @@
+package engine
+
+import (
+	"errors"
+	"time"
+
+	"github.com/pgoutbox/outbox/outboxtype"
+)
+
+// maxRequestedDelay caps a broker's Retry-After, so a hostile or buggy
+// endpoint cannot park an event for years.
+const maxRequestedDelay = 24 * time.Hour
+
+// verdict is what becomes of one row of a batch.
+type verdict uint8
+
+const (
+	published   verdict = iota // confirmed: recorded as processed
+	untouched                  // not tried (behind an unconfirmed event of its aggregate): left as it was
+	unavailable                // the destination is down: left as it was, no attempt counted
+	retry                      // failed: attempt counted, claimable again after delay
+	dead                       // failed for good: dead-lettered
+)
+
+// outcome is one row's verdict and what the record phase writes for it.
+type outcome struct {
+	verdict verdict
+	err     error                 // the publish error; nil when published
+	class   outboxtype.ErrorClass // err's class, after the batch-wide rules
+	delay   time.Duration         // retry (and dead at MaxAttempts): the backoff
+}
+
+// settlement is the settle phase's result: one outcome per row, at the
+// row's index, and how many of each.
+type settlement struct {
+	outcomes       []outcome
+	published      int
+	retried        int
+	dead           int
+	unavailable    int
+	unavailableErr error // the last one, for the worker's log line
+}
+
+// settle turns a batch's publish attempts into outcomes.
+func (e *Engine) settle(rows []*Row, attempts []Attempt) *settlement {
+	s := &settlement{outcomes: make([]outcome, len(rows))}
+	anyOK := false
+	for _, a := range attempts {
+		if a.Err == nil {
+			anyOK = true
+			break
+		}
+	}
+	for i, r := range rows {
+		o := e.settleRow(r, attempts[i], anyOK)
+		s.outcomes[i] = o
+		switch o.verdict {
+		case published:
+			s.published++
+		case unavailable:
+			s.unavailable++
+			s.unavailableErr = o.err
+		case retry:
+			s.retried++
+		case dead:
+			s.dead++
+		}
+	}
+	return s
+}
+
+// settleRow decides one row's outcome. anyOK: some row of the batch was
+// confirmed.
+func (e *Engine) settleRow(r *Row, a Attempt, anyOK bool) outcome {
+	switch {
+	case a.Err == nil:
+		return outcome{verdict: published}
+	case errors.Is(a.Err, errHeldBack):
+		return outcome{verdict: untouched, err: a.Err}
+	}
+	class := a.Class
+	if r.Bad != nil {
+		class = outboxtype.ClassPermanent
+	}
+	// A batch where nothing was confirmed in time means the broker is not
+	// answering, not that every message is bad.
+	if class == outboxtype.ClassTransient && !anyOK && a.Timeout {
+		class = outboxtype.ClassUnavailable
+	}
+	o := outcome{err: a.Err, class: class}
+	switch class {
+	case outboxtype.ClassUnavailable:
+		o.verdict = unavailable
+	case outboxtype.ClassPermanent:
+		o.verdict = dead
+	default:
+		o.verdict = retry
+		if r.Attempt >= e.cfg.MaxAttempts {
+			o.verdict = dead
+		}
+		o.delay = e.cfg.RetryBackoff.Delay(r.Attempt)
+		if a.RetryAfter > o.delay {
+			o.delay = min(a.RetryAfter, maxRequestedDelay)
+		}
+	}
+	return o
+}
+
+// report logs and counts each failed row, and tells whether the broker was
+// down (Ready, the outbox_broker_unavailable gauge).
+func (e *Engine) report(rows []*Row, s *settlement) {
+	m := e.cfg.Metrics
+	for i, r := range rows {
+		o := s.outcomes[i]
+		if o.verdict != retry && o.verdict != dead {
+			continue
+		}
+		log := e.cfg.Logger.With("event_id", r.ID, "event_type", r.EventType,
+			"aggregate_type", r.AggregateType, "aggregate_id", r.AggregateID, "attempt", r.Attempt)
+		switch {
+		case o.verdict == dead && o.class == outboxtype.ClassPermanent:
+			log.Error("publish failed permanently; event dead-lettered", "err", o.err)
+		case o.verdict == dead:
+			log.Error("publish failed; max attempts reached, event dead-lettered", "err", o.err, "max_attempts", e.cfg.MaxAttempts)
+		default:
+			log.Warn("publish failed; will retry", "err", o.err, "retry_in", o.delay)
+		}
+		if m != nil {
+			m.Failed.WithLabelValues(r.EventType).Inc()
+			if o.verdict == dead {
+				m.DeadLettered.WithLabelValues(r.EventType).Inc()
+			}
+		}
+	}
+	e.brokerDown.Store(s.unavailable > 0)
+	if m != nil {
+		if s.unavailable > 0 {
+			m.BrokerUnavailable.Set(1)
+		} else {
+			m.BrokerUnavailable.Set(0)
+		}
+	}
+}

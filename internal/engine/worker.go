@@ -1,0 +1,80 @@
+package engine
+
+import (
+	"context"
+	"time"
+)
+
+// worker runs batches back to back while they come back full, waits for the
+// poll or a wake-up when they do not, and backs off while the database or
+// the broker is down.
+func (e *Engine) worker(ctx context.Context, id int) {
+	log := e.cfg.Logger.With("worker", id)
+	outages := 0
+	for ctx.Err() == nil {
+		res, err := e.Batch(ctx)
+		var wait time.Duration
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return
+		case err != nil:
+			outages++
+			if e.cfg.Metrics != nil {
+				e.cfg.Metrics.DBErrors.Inc()
+			}
+			wait = e.cfg.OutageBackoff.Delay(outages)
+			log.Error("outbox relay batch failed", "err", err, "retry_in", wait)
+		case res.Unavailable > 0:
+			outages++
+			wait = e.cfg.OutageBackoff.Delay(outages)
+			log.Warn("broker unavailable, relay backing off; no attempt counted",
+				"events", res.Unavailable, "err", res.UnavailableErr, "retry_in", wait)
+		case res.Full:
+			outages = 0
+			continue // a full batch: more is likely waiting
+		default:
+			outages = 0
+			wait = e.cfg.PollInterval
+		}
+		if !e.waitForWork(ctx, wait, err == nil && res.Unavailable == 0) {
+			return
+		}
+	}
+}
+
+// waitForWork waits d, or until a wake-up when wakeable; false when ctx is
+// done. Under a heavy stream (rateMeter) the relay stops following wake-ups
+// and paces its claims instead: one worker claims BatchDelay after the last
+// claim of any worker, the others wait for the poll, so each claim gathers
+// many events.
+func (e *Engine) waitForWork(ctx context.Context, d time.Duration, wakeable bool) bool {
+	if wakeable {
+		now := time.Now()
+		if pace := e.rate.delay(now); pace > 0 {
+			if e.pacing.CompareAndSwap(false, true) {
+				defer e.pacing.Store(false)
+				at := time.Unix(0, e.lastClaim.Load()).Add(pace)
+				return e.sleep(ctx, max(at.Sub(now), 0), false)
+			}
+			return e.sleep(ctx, d, false)
+		}
+	}
+	return e.sleep(ctx, d, wakeable)
+}
+
+// sleep waits d, or until a wake-up when wakeable; false when ctx is done.
+func (e *Engine) sleep(ctx context.Context, d time.Duration, wakeable bool) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	var wake <-chan struct{}
+	if wakeable {
+		wake = e.wake
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+	case <-wake:
+	}
+	return true
+}

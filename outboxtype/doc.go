@@ -1,0 +1,10 @@
+// Package outboxtype holds the types that the outbox package's API and the
+// relay's engine share: the Message a Publisher receives, the Backoff that
+// spaces retries, and the ErrorClass that decides what a publish error does.
+//
+// It is a leaf (it imports nothing of pgoutbox), so the engine under
+// internal/ can use the very types users see instead of mirrors of them.
+// Package outbox re-exports each one under its usual name (outbox.Message,
+// outbox.Backoff, outbox.ErrorClass...): applications and publishers use
+// those and never need to import this package.
+package outboxtype
