@@ -4,8 +4,20 @@
 package testnats
 
 import (
+	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -58,4 +70,117 @@ func Stream(t testing.TB, nc *natsgo.Conn) (jetstream.Stream, string) {
 		_ = js.DeleteStream(ctx, prefix)
 	})
 	return s, prefix
+}
+
+// Binary is the nats-server executable the tests start servers of their own
+// with (NATS_SERVER_BIN, default /usr/sbin/nats-server, the Debian package's).
+func Binary() string {
+	if b := os.Getenv("NATS_SERVER_BIN"); b != "" {
+		return b
+	}
+	return "/usr/sbin/nats-server"
+}
+
+// Server starts a nats-server of the test's own with the configuration conf
+// (nats-server's config syntax; "listen" and "jetstream" are added) and
+// returns its client port. The server is stopped when the test ends. Without
+// the binary the test is skipped, or fails when CI=true: CI must run it.
+func Server(t testing.TB, conf string) int {
+	t.Helper()
+	bin := Binary()
+	if _, err := os.Stat(bin); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("testnats: nats-server binary %s: %v (CI=true: install the nats-server package)", bin, err)
+		}
+		t.Skipf("testnats: nats-server binary %s not available: %v", bin, err)
+	}
+	dir := t.TempDir()
+	port := freePort(t)
+	full := fmt.Sprintf("listen: \"127.0.0.1:%d\"\njetstream { store_dir: %q }\n%s\n", port, filepath.Join(dir, "js"), conf)
+	path := filepath.Join(dir, "nats.conf")
+	if err := os.WriteFile(path, []byte(full), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	cmd := exec.Command(bin, "-c", path)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("testnats: start %s: %v", bin, err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
+		if err == nil {
+			c.Close()
+			return port
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("testnats: nats-server did not listen on port %d within 10s: %v\n%s", port, err, out.String())
+		}
+		time.Sleep(20 * time.Millisecond) // poll until it listens
+	}
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Certs writes a fresh CA, a server certificate for 127.0.0.1 and a client
+// certificate, all PEM, into dir: ca.pem, server.pem, server-key.pem,
+// client.pem, client-key.pem.
+func Certs(t testing.TB, dir string) {
+	t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "pgoutbox test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name, typ string, der []byte) {
+		if err := os.WriteFile(filepath.Join(dir, name), pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("ca.pem", "CERTIFICATE", caDER)
+	leaf := func(name string, serial int64, usage x509.ExtKeyUsage) {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl := &x509.Certificate{
+			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
+			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
+			IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keyDER, err := x509.MarshalECPrivateKey(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		write(name+".pem", "CERTIFICATE", der)
+		write(name+"-key.pem", "EC PRIVATE KEY", keyDER)
+	}
+	leaf("server", 2, x509.ExtKeyUsageServerAuth)
+	leaf("client", 3, x509.ExtKeyUsageClientAuth)
 }

@@ -8,9 +8,6 @@ import (
 	"net/url"
 	"sort"
 	"strings"
-	"sync/atomic"
-
-	natsgo "github.com/nats-io/nats.go"
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/jsonl"
@@ -81,51 +78,21 @@ type closerFunc func() error
 
 func (f closerFunc) Close() error { return f() }
 
-// openNATS publishes to NATS JetStream. The URL is passed to nats.go as is
-// (user:password@ and several comma-separated servers included). The
-// connection retries forever: a broker outage makes the relay back off, not
-// exit.
+// openNATS publishes to NATS JetStream; see nats.ParseURL for the URL's
+// options (credentials, TLS files, ensure_stream). --topic is the subject
+// unless the URL sets subject=. The connection retries forever: a broker
+// outage makes the relay back off, not exit.
 func openNATS(_ context.Context, u *url.URL, o BrokerOptions) (outbox.Publisher, io.Closer, error) {
-	if u.Host == "" {
-		return nil, nil, fmt.Errorf("%q: missing host, e.g. nats://127.0.0.1:4222", u.Redacted())
-	}
-	log := o.Logger.With("broker", u.Redacted())
-	// Say why a connection attempt fails (an untrusted certificate, refused
-	// credentials), once per distinct reason, so an operator is not left with
-	// "broker unavailable" alone.
-	var lastReason atomic.Value
-	logReason := func(err error) {
-		if err == nil {
-			return
-		}
-		msg := redactDSN(err.Error())
-		if prev, _ := lastReason.Swap(msg).(string); prev != msg {
-			log.Warn("nats connection attempt failed", "err", msg)
-		}
-	}
-	nc, err := natsgo.Connect(u.String(),
-		natsgo.ReconnectErrHandler(func(_ *natsgo.Conn, err error) { logReason(err) }),
-		natsgo.ErrorHandler(func(_ *natsgo.Conn, _ *natsgo.Subscription, err error) { logReason(err) }),
-		natsgo.Name(o.ClientName),
-		natsgo.MaxReconnects(-1),
-		natsgo.RetryOnFailedConnect(true),
-		natsgo.ConnectHandler(func(*natsgo.Conn) { lastReason.Store(""); log.Info("nats connected") }),
-		natsgo.DisconnectErrHandler(func(_ *natsgo.Conn, err error) {
-			if err != nil {
-				log.Warn("nats disconnected", "err", err)
-			}
-		}),
-		natsgo.ReconnectHandler(func(*natsgo.Conn) { lastReason.Store(""); log.Info("nats reconnected") }),
-	)
+	dc, cfg, err := outboxnats.ParseURL(withTopic(u, "subject", o.Topic))
 	if err != nil {
-		return nil, nil, fmt.Errorf("nats: %w", err)
-	}
-	pub, err := outboxnats.New(nc, outboxnats.Config{Subject: o.Topic})
-	if err != nil {
-		nc.Close()
 		return nil, nil, err
 	}
-	return pub, closerFunc(func() error { nc.Close(); return nil }), nil
+	dc.Name, dc.Logger = o.ClientName, o.Logger
+	pub, err := outboxnats.Dial(dc, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pub, pub, nil
 }
 
 // openStdout writes each event as one JSON line on standard output, for
