@@ -55,13 +55,13 @@ func setupBroker(t *testing.T) *publishertest.Broker {
 		t.Fatal(err)
 	}
 	return &publishertest.Broker{
-		Publisher:  pub,
+		Publisher:      pub,
 		Unroutable:     unroutable,
 		UnroutableName: "nostream." + prefix + ".order.created",
 		RefuseAll:      func(t *testing.T) (outbox.Publisher, func()) { return fullStream(t, nc) },
-		MaxPayload: int(pnc.MaxPayload()) + 1,
-		TopicOf:    func(m *outbox.Message) string { return prefix + "." + m.EventType },
-		Read:       func(ctx context.Context, n int) ([]publishertest.Received, error) { return readStream(ctx, stream, n) },
+		MaxPayload:     int(pnc.MaxPayload()) + 1,
+		TopicOf:        func(m *outbox.Message) string { return prefix + "." + m.EventType },
+		Read:           func(ctx context.Context, n int) ([]publishertest.Received, error) { return readStream(ctx, stream, n) },
 		Disconnect: func(t *testing.T) func() {
 			proxy.Cut()
 			return proxy.Restore

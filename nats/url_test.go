@@ -37,14 +37,14 @@ func TestParseURL(t *testing.T) {
 		t.Errorf("Config = %+v", cfg)
 	}
 	for raw, want := range map[string]string{
-		"nats://h:4222?subjet=x":                         `option subjet="x": unknown option`,
-		"nats://u:canary@h:4222?max_pending=0":           "max_pending",
-		"redis://h:6379":                                 `scheme "redis"`,
-		"nats://h:4222?nkey=/a&nkey=/b":                  "given more than once",
+		"nats://h:4222?subjet=x":                          `option subjet="x": unknown option`,
+		"nats://u:canary@h:4222?max_pending=0":            "max_pending",
+		"redis://h:6379":                                  `scheme "redis"`,
+		"nats://h:4222?nkey=/a&nkey=/b":                   "given more than once",
 		"nats://u:canary@h:4222?creds=/nonexistent.creds": "CredsFile",
-		"nats://h:4222?cert=/c.pem":                      "CertFile and KeyFile go together",
-		"nats://h:4222?ensure_stream=A.B&subject=x.y":    "EnsureStream",
-		"nats://h:4222?ensure_stream=A":                  "StreamSubjects: required",
+		"nats://h:4222?cert=/c.pem":                       "CertFile and KeyFile go together",
+		"nats://h:4222?ensure_stream=A.B&subject=x.y":     "EnsureStream",
+		"nats://h:4222?ensure_stream=A":                   "StreamSubjects: required",
 	} {
 		u, err := url.Parse(raw)
 		if err != nil {
