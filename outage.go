@@ -38,8 +38,9 @@ func NoAnswer(err error) bool {
 //
 // outage nil means NoAnswer. A publisher passes its own predicate to add the
 // answers that, coming for every message, mean the destination refuses
-// everything (HTTP 503 or 401 from every request, throttling). Errors already
-// classified unavailable are left as they are.
+// everything (HTTP 503 or 401 from every request, throttling). Only failures
+// Classify calls transient are considered: a permanent one stays the
+// message's, an unavailable one is one already.
 func ClassifyBatch(errs []error, outage func(error) bool) []error {
 	if outage == nil {
 		outage = NoAnswer
@@ -53,7 +54,7 @@ func ClassifyBatch(errs []error, outage func(error) bool) []error {
 		}
 	}
 	for i, err := range errs {
-		if !errors.Is(err, ErrUnavailable) && outage(err) {
+		if Classify(err) == ClassTransient && outage(err) {
 			errs[i] = Unavailable(err)
 		}
 	}

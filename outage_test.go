@@ -61,6 +61,7 @@ func TestClassifyBatch(t *testing.T) {
 		{"nothing confirmed: no answer is an outage", []error{eof, eof}, nil, []string{"unavailable", "unavailable"}},
 		{"one confirmed: failures stay the message's", []error{eof, nil}, nil, []string{"transient", "ok"}},
 		{"nothing confirmed: a permanent failure stays permanent", []error{eof, bad}, nil, []string{"unavailable", "permanent"}},
+		{"a permanent failure stays permanent whatever the predicate", []error{bad}, func(error) bool { return true }, []string{"permanent"}},
 		{"the publisher's own predicate", []error{refused, refused}, func(err error) bool { return err == refused },
 			[]string{"unavailable", "unavailable"}},
 		{"an answer is not an outage by default", []error{refused}, nil, []string{"transient"}},

@@ -180,7 +180,13 @@ func TestConformance(t *testing.T) {
 				qurl := e.createQueue(queue, nil)
 				b := &publishertest.Broker{
 					Publisher:  e.publisher(sqs.Config{QueueURL: qurl}),
-					Unroutable: e.publisher(sqs.Config{QueueURL: strings.TrimSuffix(qurl, queue) + "missing"}),
+					Unroutable:     e.publisher(sqs.Config{QueueURL: strings.TrimSuffix(qurl, queue) + "missing"}),
+					UnroutableName: "aws sqs create-queue --queue-name missing",
+					RefuseAll: func(t *testing.T) (outbox.Publisher, func()) {
+						// Throttling on every call.
+						e.fake.SetFaults(nil, func([]string) (int, string) { return 400, "RequestThrottled" })
+						return e.publisher(sqs.Config{QueueURL: qurl}), func() { e.fake.SetFaults(nil, nil) }
+					},
 					MaxPayload: 256*1024 + 1,
 					TopicOf:    func(*outbox.Message) string { return queue },
 					Read:       (&reader{e: e, queue: qurl}).conformance,
@@ -479,11 +485,16 @@ func TestCallErrors(t *testing.T) {
 		typ    string
 		want   outbox.ErrorClass
 	}{
-		{400, "AccessDenied", outbox.ClassPermanent},
-		{400, "KmsAccessDenied", outbox.ClassPermanent},
+		// Refusals hitting every message alike are outages.
+		{400, "AccessDenied", outbox.ClassUnavailable},
+		{400, "KmsAccessDenied", outbox.ClassUnavailable},
 		{400, "InvalidClientTokenId", outbox.ClassUnavailable},
 		{400, "SignatureDoesNotMatch", outbox.ClassUnavailable},
-		{400, "RequestThrottled", outbox.ClassTransient},
+		{400, "RequestThrottled", outbox.ClassUnavailable},
+		{400, "ThrottlingException", outbox.ClassUnavailable},
+		{400, "AWS.SimpleQueueService.NonExistentQueue", outbox.ClassUnavailable},
+		// A request the service judged wrong stays the message's.
+		{400, "InvalidParameterValue", outbox.ClassTransient},
 	} {
 		t.Run(tc.typ, func(t *testing.T) {
 			t.Parallel()
