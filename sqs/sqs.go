@@ -412,4 +412,3 @@ func (p *Publisher) send(ctx context.Context, c call, failed map[string]error) [
 	}
 	return out
 }
-

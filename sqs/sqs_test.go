@@ -179,7 +179,7 @@ func TestConformance(t *testing.T) {
 				e := newEnv(t)
 				qurl := e.createQueue(queue, nil)
 				b := &publishertest.Broker{
-					Publisher:  e.publisher(sqs.Config{QueueURL: qurl}),
+					Publisher:      e.publisher(sqs.Config{QueueURL: qurl}),
 					Unroutable:     e.publisher(sqs.Config{QueueURL: strings.TrimSuffix(qurl, queue) + "missing"}),
 					UnroutableName: "aws sqs create-queue --queue-name missing",
 					RefuseAll: func(t *testing.T) (outbox.Publisher, func()) {

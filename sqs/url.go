@@ -118,4 +118,3 @@ func regionOf(queueURL string) string {
 	}
 	return ""
 }
-
