@@ -124,6 +124,8 @@ type Broker struct {
 //   - Unroutable (Unroutable): publishing to a destination that does not
 //     exist fails as unavailable, naming the destination (or, with
 //     UnroutablePerMessage, as permanent or transient).
+//   - Describer: the publisher names its messaging system and each
+//     message's destination (outbox.Describer), for the relay's spans.
 //   - RefusesAll (RefuseAll): a destination refusing everything fails every
 //     publish as unavailable; a real Relay burns no attempt and makes no
 //     dead letter, then drains everything once the refusal ends.
@@ -144,6 +146,7 @@ func Run(t *testing.T, setup func(t *testing.T) *Broker) {
 	sub("CancelledContext", testCancelled)
 	sub("Oversized", testOversized)
 	sub("Unroutable", testUnroutable)
+	sub("Describer", testDescriber)
 	sub("RefusesAll", testRefusesAll)
 	sub("Disconnected", testDisconnected)
 	sub("Outage", testOutage)
@@ -282,5 +285,16 @@ func testCancelled(t *testing.T, b *Broker) {
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("Publish with a cancelled context took %s", d)
+	}
+}
+
+func testDescriber(t *testing.T, b *Broker) {
+	d, ok := b.Publisher.(outbox.Describer)
+	if !ok {
+		t.Fatalf("%T does not implement outbox.Describer: the relay's spans would carry no messaging.system or destination", b.Publisher)
+	}
+	m := NewMessage("42", `{}`)
+	if d.MessagingSystem() == "" || d.Destination(m) == "" {
+		t.Errorf("MessagingSystem() = %q, Destination() = %q; want both set", d.MessagingSystem(), d.Destination(m))
 	}
 }

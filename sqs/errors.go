@@ -105,10 +105,10 @@ func (e MissingQueueError) Error() string {
 
 func (e MissingQueueError) Unwrap() error { return e.Err }
 
-// outageLike reports a failure that, when no message of the batch got
+// serviceDown reports a failure that, when no message of the batch got
 // through, means SQS is not answering: no answer at all, a request that was
 // never answered, or a server fault (5xx).
-func outageLike(err error) bool {
+func serviceDown(err error) bool {
 	if outbox.Classify(err) != outbox.ClassTransient {
 		return false
 	}

@@ -311,7 +311,7 @@ func (p *Publisher) PublishBatch(ctx context.Context, msgs []*outbox.Message) []
 		})
 	}
 	wg.Wait()
-	return outbox.ClassifyBatch(errs, outageLike)
+	return outbox.ClassifyBatch(errs, serviceDown)
 }
 
 type call struct {

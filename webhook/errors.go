@@ -51,12 +51,14 @@ func (e *blockedError) Unwrap() error {
 	return e.prev
 }
 
-func blocked(aggregate string, prev error) error { return &blockedError{aggregate: aggregate, prev: prev} }
+func blocked(aggregate string, prev error) error {
+	return &blockedError{aggregate: aggregate, prev: prev}
+}
 
-// outageLike reports a failure that, from every request of a batch, means
+// endpointDown reports a failure that, from every request of a batch, means
 // the endpoint is down or refuses everything: no answer, a dropped
 // connection, 429/502/503/504, 401/403.
-func outageLike(err error) bool {
+func endpointDown(err error) bool {
 	var auth *authError
 	return outbox.NoAnswer(err) || errors.Is(err, errRefusing) || errors.As(err, &auth)
 }
@@ -65,7 +67,7 @@ func outageLike(err error) bool {
 // were not an outage (other requests got through) permanent: this message's
 // own.
 func classifyBatch(errs []error) []error {
-	errs = outbox.ClassifyBatch(errs, outageLike)
+	errs = outbox.ClassifyBatch(errs, endpointDown)
 	for i, err := range errs {
 		var (
 			auth *authError
@@ -131,4 +133,3 @@ func retryAfter(v string, now time.Time) (time.Duration, bool) {
 	}
 	return 0, false
 }
-

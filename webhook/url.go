@@ -71,4 +71,3 @@ func NewFromURLEnv(u *url.URL, getenv func(string) string) (*Publisher, error) {
 	}
 	return New(cfg)
 }
-

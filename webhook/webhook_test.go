@@ -155,13 +155,13 @@ func TestConformance(t *testing.T) {
 		proxy := tcpproxy.Start(t, rc.srv.Listener.Addr().String())
 		base := "http://" + proxy.Addr()
 		return &publishertest.Broker{
-			Publisher:  newPublisher(t, webhook.Config{URL: base + "/hooks/{event_type}", MaxBodyBytes: maxBody, Timeout: 2 * time.Second}),
+			Publisher:            newPublisher(t, webhook.Config{URL: base + "/hooks/{event_type}", MaxBodyBytes: maxBody, Timeout: 2 * time.Second}),
 			Unroutable:           newPublisher(t, webhook.Config{URL: base + "/missing"}),
 			UnroutablePerMessage: true, // a 404 answers for one URL of a template
 			RefuseAll:            refusingEndpoint,
-			MaxPayload: maxBody + 1,
-			TopicOf:    func(m *outbox.Message) string { return "/hooks/" + m.EventType },
-			Read:       rc.Read,
+			MaxPayload:           maxBody + 1,
+			TopicOf:              func(m *outbox.Message) string { return "/hooks/" + m.EventType },
+			Read:                 rc.Read,
 			Disconnect: func(t *testing.T) func() {
 				proxy.Cut()
 				return proxy.Restore
