@@ -1,6 +1,7 @@
 package outboxcli
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -29,6 +30,18 @@ type BrokerOptions struct {
 	ClientName string
 	// Getenv reads the environment (secrets a broker takes from variables).
 	Getenv func(string) string
+	// CreateTopology asks the publisher to create its destination when it
+	// is missing, opting in: a JetStream stream named StreamName capturing
+	// the subject's first token (nats ensure_stream=), Kafka topics
+	// (create_topics=true), the RabbitMQ exchange named in the URL, as a
+	// durable topic exchange (declare_exchange=topic). Redis creates streams
+	// anyway unless the URL says require_stream=true; SQS queues and webhook
+	// endpoints are never created, and asking for it is an error for sqs.
+	// What the URL says itself wins.
+	CreateTopology bool
+	// StreamName names the JetStream stream CreateTopology creates. Default
+	// "OUTBOX".
+	StreamName string
 }
 
 // BrokerFunc connects to the broker at u and returns its publisher and what
@@ -83,9 +96,12 @@ func (f closerFunc) Close() error { return f() }
 // unless the URL sets subject=. The connection retries forever: a broker
 // outage makes the relay back off, not exit.
 func openNATS(_ context.Context, u *url.URL, o BrokerOptions) (outbox.Publisher, io.Closer, error) {
-	dc, cfg, err := outboxnats.ParseURL(withTopic(u, "subject", o.Topic))
+	dc, cfg, err := outboxnats.ParseURL(withOption(u, "subject", o.Topic))
 	if err != nil {
 		return nil, nil, err
+	}
+	if o.CreateTopology && cfg.EnsureStream == "" {
+		cfg.EnsureStream = cmp.Or(o.StreamName, "OUTBOX")
 	}
 	dc.Name, dc.Logger = o.ClientName, o.Logger
 	pub, err := outboxnats.Dial(dc, cfg)
