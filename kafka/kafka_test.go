@@ -3,11 +3,15 @@ package kafka_test
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -20,6 +24,7 @@ import (
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/tcpproxy"
+	"github.com/pgoutbox/outbox/internal/testcerts"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/publishertest"
 )
@@ -602,4 +607,48 @@ func mustURL(t *testing.T, s string) *kafka.Publisher {
 		t.Fatalf("NewFromURL(%s): %v", s, err)
 	}
 	return p
+}
+
+// Mutual TLS from the URL: tls_ca trusts a private CA, tls_cert and tls_key
+// present a client certificate the cluster requires. Without the client
+// certificate the handshake fails: unavailable, never a dead letter.
+func TestTLSFromURL(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	testcerts.Write(t, dir) // a CA, a server certificate for 127.0.0.1 and a client certificate
+	serverCert, err := tls.LoadX509KeyPair(filepath.Join(dir, "server.pem"), filepath.Join(dir, "server-key.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPEM, err := os.ReadFile(filepath.Join(dir, "ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientCAs := x509.NewCertPool()
+	clientCAs.AppendCertsFromPEM(caPEM)
+	c := newCluster(t, kfake.SeedTopics(1, "order.created"), kfake.TLS(&tls.Config{
+		Certificates: []tls.Certificate{serverCert}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: clientCAs,
+	}))
+	base := "kafka://" + c.addr + "?delivery_timeout=2s&tls_ca=" + filepath.Join(dir, "ca.pem")
+	for _, tc := range []struct {
+		query string
+		ok    bool
+	}{
+		{"&tls_cert=" + filepath.Join(dir, "client.pem") + "&tls_key=" + filepath.Join(dir, "client-key.pem"), true},
+		{"", false},
+	} {
+		u, _ := url.Parse(base + tc.query)
+		p, err := kafka.NewFromURL(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = p.Publish(timeout(t, 30*time.Second), message("1", 1))
+		p.Close()
+		switch {
+		case tc.ok && err != nil:
+			t.Errorf("with the client certificate: %v", err)
+		case !tc.ok && (err == nil || outbox.Classify(err) != outbox.ClassUnavailable):
+			t.Errorf("without the client certificate: %v (%s), want unavailable", err, outbox.Classify(err))
+		}
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/testcerts"
 	"github.com/pgoutbox/outbox/internal/testnats"
 	outboxnats "github.com/pgoutbox/outbox/nats"
 	"github.com/pgoutbox/outbox/publishertest"
@@ -124,7 +125,7 @@ func TestEnsureStream(t *testing.T) {
 func TestTLSClientCertAndNKey(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	testnats.Certs(t, dir)
+	testcerts.Write(t, dir)
 	user, err := nkeys.CreateUser()
 	if err != nil {
 		t.Fatal(err)

@@ -18,8 +18,8 @@ import (
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/tcpproxy"
+	"github.com/pgoutbox/outbox/internal/testcerts"
 	"github.com/pgoutbox/outbox/internal/testdb"
-	"github.com/pgoutbox/outbox/internal/testnats"
 	"github.com/pgoutbox/outbox/publishertest"
 	outboxredis "github.com/pgoutbox/outbox/redis"
 )
@@ -536,7 +536,7 @@ func TestServerRefusalsAreUnavailable(t *testing.T) {
 func TestParseURLTLS(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	testnats.Certs(t, dir) // any CA and client certificate will do
+	testcerts.Write(t, dir) // any CA and client certificate will do
 	u, _ := url.Parse(fmt.Sprintf("rediss://outbox:pw@h:6380/0?tls_ca=%s&tls_cert=%s&tls_key=%s",
 		filepath.Join(dir, "ca.pem"), filepath.Join(dir, "client.pem"), filepath.Join(dir, "client-key.pem")))
 	opts, _, err := outboxredis.ParseURL(u)
