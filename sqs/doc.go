@@ -47,7 +47,7 @@
 //	group id, bad queue URL from the template           → outbox.Permanent
 //	entry failed with SenderFault=true (e.g.
 //	InvalidMessageContents)                             → outbox.Permanent
-//	QueueDoesNotExist                                   → outbox.Unavailable
+//	QueueDoesNotExist (without CreateQueues)            → outbox.Unavailable
 //	                                                      (MissingQueueError,
 //	                                                      naming the queue and
 //	                                                      the create-queue command)
@@ -75,7 +75,10 @@
 //	aws sqs create-queue --queue-name orders
 //	aws sqs create-queue --queue-name orders.fifo --attributes FifoQueue=true
 //
-// The publisher never creates one.
+// The publisher creates none unless Config.CreateQueues (create_queues=true
+// in a URL) asks it to create a queue a send found missing, with SQS's
+// default attributes (FifoQueue=true for a ".fifo" name), opting in; the
+// relay's role then also needs sqs:CreateQueue.
 //
 // # Credentials
 //

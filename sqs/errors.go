@@ -99,8 +99,8 @@ func (e MissingQueueError) Error() string {
 	if strings.HasSuffix(name, ".fifo") {
 		attrs = " --attributes FifoQueue=true"
 	}
-	return fmt.Sprintf("%v: queue %s does not exist; create it, e.g. `aws sqs create-queue --queue-name %s%s`",
-		e.Err, e.QueueURL, name, attrs)
+	return fmt.Sprintf("%v: queue %s does not exist; create it, e.g. `aws sqs create-queue --queue-name %s%s`, "+
+		"or let the publisher do it (create_queues=true in the broker URL, Config.CreateQueues)", e.Err, e.QueueURL, name, attrs)
 }
 
 func (e MissingQueueError) Unwrap() error { return e.Err }

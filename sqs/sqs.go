@@ -65,6 +65,18 @@ type Config struct {
 	// Concurrency is how many SendMessageBatch calls one PublishBatch keeps
 	// in flight. Default 10.
 	Concurrency int
+	// CreateQueues lets the publisher create a queue a send found missing
+	// (a standard queue, or a FIFO queue for a name ending in ".fifo", with
+	// SQS's default attributes), then send again: opt-in topology creation.
+	// Client must then also implement QueueCreator, as *sqs.Client does.
+	// Off (the default): a missing queue is an outage naming the command
+	// that creates it.
+	CreateQueues bool
+}
+
+// QueueCreator is the part of *sqs.Client Config.CreateQueues needs.
+type QueueCreator interface {
+	CreateQueue(ctx context.Context, in *sqs.CreateQueueInput, optFns ...func(*sqs.Options)) (*sqs.CreateQueueOutput, error)
 }
 
 // Publisher is an outbox.BatchPublisher and outbox.HealthChecker for Amazon
@@ -75,6 +87,7 @@ type Publisher struct {
 	static      bool // QueueURL has no placeholder
 	maxBytes    int
 	concurrency int
+	creator     QueueCreator // set with Config.CreateQueues
 }
 
 var (
@@ -118,7 +131,15 @@ func New(cfg Config) (*Publisher, error) {
 	if cfg.Concurrency < 1 || cfg.Concurrency > 100 {
 		return nil, fmt.Errorf("sqs: Config.Concurrency: %d: must be between 1 and 100", cfg.Concurrency)
 	}
-	return &Publisher{api: cfg.Client, queue: tmpl, static: static, maxBytes: cfg.MaxMessageBytes, concurrency: cfg.Concurrency}, nil
+	p := &Publisher{api: cfg.Client, queue: tmpl, static: static, maxBytes: cfg.MaxMessageBytes, concurrency: cfg.Concurrency}
+	if cfg.CreateQueues {
+		creator, ok := cfg.Client.(QueueCreator)
+		if !ok {
+			return nil, fmt.Errorf("sqs: Config.CreateQueues: the Client (%T) has no CreateQueue method", cfg.Client)
+		}
+		p.creator = creator
+	}
+	return p, nil
 }
 
 func checkQueueURL(s string) error {
@@ -377,7 +398,15 @@ func (p *Publisher) send(ctx context.Context, c call, failed map[string]error) [
 		}
 		return out
 	}
-	resp, err := p.api.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(c.queue), Entries: entries})
+	in := &sqs.SendMessageBatchInput{QueueUrl: aws.String(c.queue), Entries: entries}
+	resp, err := p.api.SendMessageBatch(ctx, in)
+	if err != nil && p.creator != nil && p.queueMissing(err) {
+		if cerr := p.createQueue(ctx, c.queue); cerr != nil {
+			err = fmt.Errorf("%w (creating the queue: %w)", err, cerr)
+		} else {
+			resp, err = p.api.SendMessageBatch(ctx, in)
+		}
+	}
 	if err != nil {
 		err = classifyCall(fmt.Errorf("sqs: SendMessageBatch to %s: %w", c.queue, err), c.queue)
 		for _, e := range c.entries {
@@ -411,4 +440,22 @@ func (p *Publisher) send(ctx context.Context, c call, failed map[string]error) [
 		}
 	}
 	return out
+}
+
+// queueMissing reports a SendMessageBatch error meaning the queue does not
+// exist.
+func (p *Publisher) queueMissing(err error) bool {
+	var missing MissingQueueError
+	return errors.As(classifyCall(err, ""), &missing)
+}
+
+// createQueue creates the queue queueURL names (Config.CreateQueues).
+func (p *Publisher) createQueue(ctx context.Context, queueURL string) error {
+	name := queueName(queueURL)
+	in := &sqs.CreateQueueInput{QueueName: aws.String(name)}
+	if strings.HasSuffix(name, ".fifo") {
+		in.Attributes = map[string]string{string(types.QueueAttributeNameFifoQueue): "true"}
+	}
+	_, err := p.creator.CreateQueue(ctx, in)
+	return err
 }

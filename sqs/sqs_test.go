@@ -637,3 +637,35 @@ func TestNewFromURL(t *testing.T) {
 		}
 	}
 }
+
+// With CreateQueues a missing queue is created and the batch sent again;
+// without, it is an outage naming the create-queue command.
+func TestCreateQueues(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"made", "made.fifo"} {
+		e := newEnv(t)
+		qurl := strings.TrimSuffix(e.createQueue("exists", nil), "exists") + name
+		err := e.publisher(sqs.Config{QueueURL: qurl}).Publish(timeout(t, 10*time.Second), message("a", 1))
+		var missing sqs.MissingQueueError
+		if !errors.As(err, &missing) || outbox.Classify(err) != outbox.ClassUnavailable || !strings.Contains(err.Error(), "--queue-name "+name) {
+			t.Fatalf("%s without CreateQueues: %v (%s), want an unavailable MissingQueueError", name, err, outbox.Classify(err))
+		}
+		pub := e.publisher(sqs.Config{QueueURL: qurl, CreateQueues: true})
+		msgs := []*outbox.Message{message("a", 1), message("a", 2)}
+		for i, err := range pub.PublishBatch(timeout(t, 10*time.Second), msgs) {
+			if err != nil {
+				t.Fatalf("%s with CreateQueues, message %d: %v", name, i, err)
+			}
+		}
+		got, err := (&reader{e: e, queue: qurl}).Read(timeout(t, 10*time.Second), 2)
+		if err != nil || len(got) != 2 {
+			t.Fatalf("%s: read %d messages: %v", name, len(got), err)
+		}
+	}
+	if _, err := sqs.New(sqs.Config{Client: apiOnly{}, QueueURL: "https://sqs.eu-west-1.amazonaws.com/1/q", CreateQueues: true}); err == nil {
+		t.Error("CreateQueues with a client that cannot create queues: accepted")
+	}
+}
+
+// apiOnly implements sqs.API and nothing more.
+type apiOnly struct{ sqs.API }

@@ -20,7 +20,8 @@ import (
 // Query options: queue_url (required; may be a template, URL-encoded),
 // region (default: from queue_url's host, else the AWS environment),
 // endpoint (a custom endpoint, e.g. LocalStack or a VPC endpoint),
-// max_message_bytes, concurrency. Credentials come from the AWS default
+// max_message_bytes, concurrency, create_queues (true: Config.CreateQueues).
+// Credentials come from the AWS default
 // chain (environment, shared config and credentials files, SSO, web
 // identity, container or instance role), never from the URL: see the
 // package documentation.
@@ -47,7 +48,7 @@ func ParseURL(u *url.URL) (Config, error) {
 	q := u.Query()
 	for key := range q {
 		switch key {
-		case "queue_url", "region", "endpoint", "max_message_bytes", "concurrency":
+		case "queue_url", "region", "endpoint", "max_message_bytes", "concurrency", "create_queues":
 		default:
 			return Config{}, fmt.Errorf("sqs: URL %s: unknown option %q", u.Redacted(), key)
 		}
@@ -65,6 +66,11 @@ func ParseURL(u *url.URL) (Config, error) {
 	if s := q.Get("concurrency"); s != "" {
 		if cfg.Concurrency, err = strconv.Atoi(s); err != nil {
 			return Config{}, fmt.Errorf("sqs: URL %s: concurrency: %w", u.Redacted(), err)
+		}
+	}
+	if s := q.Get("create_queues"); s != "" {
+		if cfg.CreateQueues, err = strconv.ParseBool(s); err != nil {
+			return Config{}, fmt.Errorf("sqs: URL %s: create_queues: %w", u.Redacted(), err)
 		}
 	}
 	region := q.Get("region")

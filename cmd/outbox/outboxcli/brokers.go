@@ -34,10 +34,10 @@ type BrokerOptions struct {
 	// is missing, opting in: a JetStream stream named StreamName capturing
 	// the subject's first token (nats ensure_stream=), Kafka topics
 	// (create_topics=true), the RabbitMQ exchange named in the URL, as a
-	// durable topic exchange (declare_exchange=topic). Redis creates streams
-	// anyway unless the URL says require_stream=true; SQS queues and webhook
-	// endpoints are never created, and asking for it is an error for sqs.
-	// What the URL says itself wins.
+	// durable topic exchange (declare_exchange=topic), SQS queues
+	// (create_queues=true). Redis creates streams anyway unless the URL says
+	// require_stream=true; webhook endpoints are not created. What the URL
+	// says itself wins.
 	CreateTopology bool
 	// StreamName names the JetStream stream CreateTopology creates. Default
 	// "OUTBOX".

@@ -2,7 +2,6 @@ package outboxcli
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net/url"
 
@@ -80,7 +79,7 @@ func openRedis(_ context.Context, u *url.URL, o BrokerOptions) (outbox.Publisher
 // destination, so --topic does not apply. See package sqs.
 func openSQS(_ context.Context, u *url.URL, o BrokerOptions) (outbox.Publisher, io.Closer, error) {
 	if o.CreateTopology {
-		return nil, nil, errors.New("sqs queues are not created by the relay: create it, e.g. `aws sqs create-queue --queue-name NAME`, and drop the topology option")
+		u = withOption(u, "create_queues", "true")
 	}
 	pub, err := sqs.NewFromURL(u)
 	if err != nil {
