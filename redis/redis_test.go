@@ -473,7 +473,7 @@ func TestConfigValidation(t *testing.T) {
 // the cases that change server settings (maxmemory, ACL users), which the
 // shared server must never see. Without the binary the test is skipped, or
 // fails under CI=true.
-func ownServer(t *testing.T) *goredis.Client {
+func ownServer(t *testing.T, args ...string) *goredis.Client {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -484,7 +484,7 @@ func ownServer(t *testing.T) *goredis.Client {
 	}
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "redis.sock")
-	cmd := exec.Command(bin, "--port", "0", "--unixsocket", sock, "--save", "", "--appendonly", "no", "--dir", dir)
+	cmd := exec.Command(bin, append([]string{"--port", "0", "--unixsocket", sock, "--save", "", "--appendonly", "no", "--dir", dir}, args...)...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -557,5 +557,46 @@ func TestParseURLTLS(t *testing.T) {
 		if err == nil || strings.Contains(err.Error(), "canary") {
 			t.Errorf("ParseURL(%s): %v, want an error without the password", bad, err)
 		}
+	}
+}
+
+// rediss:// with an ACL user, a private CA and a client certificate, against
+// a redis-server of the test's own that requires them; without the client
+// certificate, publishing is unavailable.
+func TestTLSAndACLUserFromURL(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	testcerts.Write(t, dir)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	own := ownServer(t, "--tls-port", strconv.Itoa(port), "--tls-cert-file", filepath.Join(dir, "server.pem"),
+		"--tls-key-file", filepath.Join(dir, "server-key.pem"), "--tls-ca-cert-file", filepath.Join(dir, "ca.pem"),
+		"--tls-auth-clients", "yes")
+	ctx := ctxFor(t, 30*time.Second)
+	if err := own.Do(ctx, "ACL", "SETUSER", "outbox", "on", ">s3cret", "~*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	base := fmt.Sprintf("rediss://outbox:s3cret@127.0.0.1:%d/0?stream=tls&dial_timeout=2s&tls_ca=%s", port, filepath.Join(dir, "ca.pem"))
+	publish := func(raw string) error {
+		u, _ := url.Parse(raw)
+		p, err := outboxredis.NewFromURL(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		return p.Publish(ctx, publishertest.NewMessage("1", `{}`))
+	}
+	if err := publish(base + "&tls_cert=" + filepath.Join(dir, "client.pem") + "&tls_key=" + filepath.Join(dir, "client-key.pem")); err != nil {
+		t.Fatalf("publish over TLS with a client certificate as an ACL user: %v", err)
+	}
+	if n := own.XLen(ctx, "tls").Val(); n != 1 {
+		t.Fatalf("stream holds %d entries, want 1", n)
+	}
+	if err := publish(base); outbox.Classify(err) != outbox.ClassUnavailable {
+		t.Errorf("publish without the client certificate: %v (%s), want unavailable", err, outbox.Classify(err))
 	}
 }
