@@ -1,6 +1,3 @@
-// Package jsonl is an outbox.Publisher that writes each message as one JSON
-// line, for debugging a relay and piping events into scripts. It offers no
-// durability: a successful write to the io.Writer counts as confirmation.
 package jsonl
 
 import (
@@ -71,7 +68,15 @@ func (p *Publisher) Publish(ctx context.Context, msg *outbox.Message) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if _, err := p.w.Write(b); err != nil {
-		return fmt.Errorf("jsonl: write: %w", err)
+		return outbox.Unavailable(fmt.Errorf("jsonl: write: %w", err))
 	}
 	return nil
 }
+
+var _ outbox.Describer = (*Publisher)(nil)
+
+// MessagingSystem implements outbox.Describer.
+func (p *Publisher) MessagingSystem() string { return "jsonl" }
+
+// Destination implements outbox.Describer: the rendered Topic template.
+func (p *Publisher) Destination(msg *outbox.Message) string { return p.topic.Render(msg) }

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/jsonl"
 	"github.com/pgoutbox/outbox/publishertest"
 )
@@ -46,5 +48,24 @@ func TestLines(t *testing.T) {
 	cancel()
 	if err := pub.Publish(ctx, m); err == nil {
 		t.Error("Publish with a cancelled context succeeded")
+	}
+}
+
+type brokenWriter struct{}
+
+func (brokenWriter) Write([]byte) (int, error) { return 0, errors.New("broken pipe") }
+
+// A writer that fails, fails every message alike: unavailable, no attempt.
+func TestWriteFailureIsUnavailable(t *testing.T) {
+	p, err := jsonl.New(brokenWriter{}, jsonl.Config{Topic: "orders.{event_type}"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &outbox.Message{EventType: "created", Payload: []byte(`{}`)}
+	if err := p.Publish(context.Background(), m); outbox.Classify(err) != outbox.ClassUnavailable {
+		t.Errorf("write failure: %v (%s), want unavailable", err, outbox.Classify(err))
+	}
+	if p.MessagingSystem() != "jsonl" || p.Destination(m) != "orders.created" {
+		t.Errorf("Describer: %q %q", p.MessagingSystem(), p.Destination(m))
 	}
 }

@@ -36,14 +36,19 @@
 // # Errors
 //
 //	message too large (MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE),
-//	unknown topic (after the client's metadata retries),
-//	invalid topic, topic or cluster authorization failure,
-//	invalid record, policy violation                  → outbox.Permanent
-//	dial refused or reset, DNS failure, SASL or TLS
-//	failure, client closed                            → outbox.Unavailable
+//	invalid topic, invalid record, policy violation   → outbox.Permanent
+//	unknown topic (after the client's metadata
+//	retries)                                          → outbox.Unavailable
+//	                                                    (MissingTopicError,
+//	                                                    naming the topic and
+//	                                                    the command creating it)
+//	topic or cluster authorization failure, SASL or
+//	TLS failure, NOT_ENOUGH_REPLICAS, not leader, no
+//	leader, broker not available, storage error,
+//	throttling quota                                  → outbox.Unavailable
+//	dial refused or reset, DNS failure, client closed → outbox.Unavailable
 //	delivery or request timeout, ctx deadline,
-//	no leader, not enough replicas, dropped
-//	connection                                        → outbox.Unavailable
+//	dropped connection                                → outbox.Unavailable
 //	anything else (retriable Kafka errors once
 //	franz-go gave up, a cancelled ctx)                → transient
 //
@@ -54,9 +59,31 @@
 // attempt for it would dead-letter healthy events during a partial outage.
 // The relay then backs off as a whole while those partitions recover.
 //
-// Authentication failures count as unavailable rather than permanent: they
-// fail every event alike, and dead-lettering the whole table over a rotated
-// password would be worse than a relay that backs off and logs.
+// Refusals that hit every record alike (credentials, ACLs, too few in-sync
+// replicas, a missing topic) count as unavailable rather than permanent:
+// dead-lettering the whole table over a rotated password or a topic not yet
+// created would be worse than a relay that backs off, reports not ready and
+// logs the reason.
+//
+// # Topics
+//
+// Topics are the operator's to create:
+//
+//	kafka-topics.sh --bootstrap-server kafka-1:9092 --create --topic order.created \
+//		--partitions 6 --replication-factor 3 --config min.insync.replicas=2
+//
+// The client never asks brokers to auto-create a topic. Opting in,
+// Config.CreateTopics (create_topics=true in a URL) makes the publisher
+// create a topic a record was refused for as unknown, with TopicPartitions
+// and TopicReplicationFactor (default: the brokers' defaults), and produce
+// the refused records again.
+//
+// # Credentials
+//
+// Through ClientOpts (kgo.SASL, kgo.DialTLSConfig), or from a URL: sasl=plain,
+// scram-sha-256 or scram-sha-512 with the user and password in the URL's user
+// info; tls=true for TLS with the system roots, tls_ca for private CAs,
+// tls_cert and tls_key for a client certificate (mutual TLS).
 //
 // # Timeouts
 //
@@ -94,10 +121,7 @@
 //
 // From the command line, NewFromURL takes
 //
-//	kafka://broker1:9092,broker2:9092?topic={event_type}&tls=true
-//
-// Topics are the operator's to create; the publisher never asks the broker
-// to auto-create one.
+//	kafka://user:pass@broker1:9092,broker2:9092?topic={event_type}&sasl=scram-sha-512&tls=true
 //
 // # Tests
 //

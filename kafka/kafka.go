@@ -2,22 +2,15 @@ package kafka
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/url"
 	"slices"
-	"strconv"
-	"strings"
-	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/sasl/plain"
-	"github.com/twmb/franz-go/pkg/sasl/scram"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/pgoutbox/outbox"
 )
@@ -58,6 +51,17 @@ type Config struct {
 	// reject a whole batch, failing every record in it, when the records
 	// together exceed the topic's limit.
 	MaxMessageBytes int32
+	// CreateTopics lets the publisher create a topic a record was refused
+	// for as unknown, then produce the refused records again: opt-in topology
+	// creation. Off (the default): the publisher creates nothing, and an
+	// unknown topic is an outage naming the command that fixes it. The
+	// client never asks brokers to auto-create topics either way.
+	CreateTopics bool
+	// TopicPartitions and TopicReplicationFactor shape the topics
+	// CreateTopics creates. Default -1: the brokers' num.partitions and
+	// default.replication.factor.
+	TopicPartitions        int32
+	TopicReplicationFactor int16
 	// ClientOpts are extra franz-go options (TLS, SASL, client id, ...)
 	// applied after the publisher's own. They must not lower acks below
 	// all, disable idempotent writes, allow cancelling in-flight idempotent
@@ -71,11 +75,16 @@ type Config struct {
 type Publisher struct {
 	cl    *kgo.Client
 	topic *outbox.TopicTemplate
+
+	create      bool  // Config.CreateTopics
+	partitions  int32 // for created topics
+	replication int16
 }
 
 var (
 	_ outbox.BatchPublisher = (*Publisher)(nil)
 	_ outbox.HealthChecker  = (*Publisher)(nil)
+	_ outbox.Describer      = (*Publisher)(nil)
 )
 
 // New validates cfg and returns a Publisher with its own franz-go client.
@@ -102,7 +111,17 @@ func New(cfg Config) (*Publisher, error) {
 	if cfg.MaxMessageBytes == 0 {
 		cfg.MaxMessageBytes = DefaultMaxMessageBytes
 	}
+	if cfg.TopicPartitions == 0 {
+		cfg.TopicPartitions = -1
+	}
+	if cfg.TopicReplicationFactor == 0 {
+		cfg.TopicReplicationFactor = -1
+	}
 	switch {
+	case cfg.TopicPartitions < -1:
+		return nil, fmt.Errorf("kafka: Config.TopicPartitions: %d: must be positive, or -1 for the brokers' default", cfg.TopicPartitions)
+	case cfg.TopicReplicationFactor < -1:
+		return nil, fmt.Errorf("kafka: Config.TopicReplicationFactor: %d: must be positive, or -1 for the brokers' default", cfg.TopicReplicationFactor)
 	case cfg.DeliveryTimeout < 100*time.Millisecond:
 		return nil, fmt.Errorf("kafka: Config.DeliveryTimeout: %s: must be at least 100ms", cfg.DeliveryTimeout)
 	case cfg.RequestTimeout < 100*time.Millisecond:
@@ -128,7 +147,8 @@ func New(cfg Config) (*Publisher, error) {
 		cl.Close()
 		return nil, err
 	}
-	return &Publisher{cl: cl, topic: topic}, nil
+	return &Publisher{cl: cl, topic: topic, create: cfg.CreateTopics, partitions: cfg.TopicPartitions,
+		replication: cfg.TopicReplicationFactor}, nil
 }
 
 // checkDurability refuses a client whose options would let Publish return
@@ -156,103 +176,18 @@ func checkDurability(cl *kgo.Client) error {
 	return nil
 }
 
-// NewFromURL returns a Publisher configured by a URL, for command-line use:
-//
-//	kafka://broker1:9092,broker2:9092?topic={event_type}
-//
-// Query options: topic (topic template), delivery_timeout, request_timeout
-// (Go durations), max_message_bytes, client_id, tls=true (TLS with the
-// system roots), sasl=plain|scram-sha-256|scram-sha-512 with the user and
-// password taken from the URL's user info. Errors never repeat the password.
-func NewFromURL(u *url.URL) (*Publisher, error) {
-	if u == nil {
-		return nil, errors.New("kafka: URL is nil")
-	}
-	if u.Scheme != "kafka" {
-		return nil, fmt.Errorf("kafka: URL %s: scheme must be kafka", u.Redacted())
-	}
-	if u.Host == "" {
-		return nil, fmt.Errorf("kafka: URL %s: no brokers (want kafka://host:9092,host2:9092)", u.Redacted())
-	}
-	cfg := Config{}
-	for _, b := range strings.Split(u.Host, ",") {
-		if b = strings.TrimSpace(b); b != "" {
-			if _, _, err := net.SplitHostPort(b); err != nil {
-				b = net.JoinHostPort(b, "9092")
-			}
-			cfg.Brokers = append(cfg.Brokers, b)
-		}
-	}
-	q := u.Query()
-	bad := func(key string, err error) (*Publisher, error) {
-		return nil, fmt.Errorf("kafka: URL %s: %s=%q: %w", u.Redacted(), key, q.Get(key), err)
-	}
-	for key := range q {
-		switch key {
-		case "topic", "delivery_timeout", "request_timeout", "max_message_bytes", "client_id", "tls", "sasl":
-		default:
-			return nil, fmt.Errorf("kafka: URL %s: unknown option %q", u.Redacted(), key)
-		}
-	}
-	cfg.Topic = q.Get("topic")
-	var err error
-	if s := q.Get("delivery_timeout"); s != "" {
-		if cfg.DeliveryTimeout, err = time.ParseDuration(s); err != nil {
-			return bad("delivery_timeout", err)
-		}
-	}
-	if s := q.Get("request_timeout"); s != "" {
-		if cfg.RequestTimeout, err = time.ParseDuration(s); err != nil {
-			return bad("request_timeout", err)
-		}
-	}
-	if s := q.Get("max_message_bytes"); s != "" {
-		n, err := strconv.ParseInt(s, 10, 32)
-		if err != nil {
-			return bad("max_message_bytes", err)
-		}
-		cfg.MaxMessageBytes = int32(n)
-	}
-	if s := q.Get("client_id"); s != "" {
-		cfg.ClientOpts = append(cfg.ClientOpts, kgo.ClientID(s))
-	}
-	if s := q.Get("tls"); s != "" {
-		on, err := strconv.ParseBool(s)
-		if err != nil {
-			return bad("tls", err)
-		}
-		if on {
-			cfg.ClientOpts = append(cfg.ClientOpts, kgo.DialTLSConfig(&tls.Config{MinVersion: tls.VersionTLS12}))
-		}
-	}
-	if mech := q.Get("sasl"); mech != "" {
-		user := u.User.Username()
-		pass, _ := u.User.Password()
-		if user == "" {
-			return nil, fmt.Errorf("kafka: URL %s: sasl=%s needs a user and password in the URL", u.Redacted(), mech)
-		}
-		switch strings.ToLower(mech) {
-		case "plain":
-			cfg.ClientOpts = append(cfg.ClientOpts, kgo.SASL(plain.Auth{User: user, Pass: pass}.AsMechanism()))
-		case "scram-sha-256":
-			cfg.ClientOpts = append(cfg.ClientOpts, kgo.SASL(scram.Auth{User: user, Pass: pass}.AsSha256Mechanism()))
-		case "scram-sha-512":
-			cfg.ClientOpts = append(cfg.ClientOpts, kgo.SASL(scram.Auth{User: user, Pass: pass}.AsSha512Mechanism()))
-		default:
-			return bad("sasl", errors.New("want plain, scram-sha-256 or scram-sha-512"))
-		}
-	} else if u.User != nil {
-		return nil, fmt.Errorf("kafka: URL %s: user info given without sasl=", u.Redacted())
-	}
-	return New(cfg)
-}
-
 // Client returns the underlying franz-go client, for metrics hooks and
 // administration. Producing through it bypasses the publisher's contract.
 func (p *Publisher) Client() *kgo.Client { return p.cl }
 
 // Topic returns the topic msg is produced to.
 func (p *Publisher) Topic(msg *outbox.Message) string { return p.topic.Render(msg) }
+
+// MessagingSystem implements outbox.Describer.
+func (p *Publisher) MessagingSystem() string { return "kafka" }
+
+// Destination implements outbox.Describer: the topic.
+func (p *Publisher) Destination(msg *outbox.Message) string { return p.topic.Render(msg) }
 
 // Close fails records still buffered (their Publish calls have already
 // returned) and closes the client's connections.
@@ -355,7 +290,8 @@ wait:
 		}
 	}
 	p.retryTooLarge(ctx, msgs, errs)
-	return classifyBatch(errs, topics)
+	p.createMissing(ctx, msgs, errs, topics)
+	return classifyRecords(errs, topics)
 }
 
 // retryTooLarge produces again, one at a time, the records a broker refused
@@ -383,85 +319,6 @@ func (p *Publisher) retryTooLarge(ctx context.Context, msgs []*outbox.Message, e
 	}
 }
 
-// classifyBatch wraps each failure with its class and the record's topic.
-func classifyBatch(errs []error, topics []string) []error {
-	for i, err := range errs {
-		if err == nil || errors.Is(err, outbox.ErrPermanent) {
-			continue
-		}
-		errs[i] = classify(fmt.Errorf("kafka: produce to topic %q: %w", topics[i], err))
-	}
-	return errs
-}
-
-// permanentErrs are broker answers that retrying cannot fix.
-var permanentErrs = []error{
-	kerr.MessageTooLarge,            // larger than max.message.bytes
-	kerr.RecordListTooLarge,         // batch larger than the broker accepts
-	kerr.UnknownTopicOrPartition,    // after the client's metadata retries
-	kerr.UnknownTopicID,             //
-	kerr.InvalidTopicException,      // illegal topic name
-	kerr.TopicAuthorizationFailed,   // no WRITE ACL on the topic
-	kerr.ClusterAuthorizationFailed, // no IDEMPOTENT_WRITE on the cluster
-	kerr.InvalidRecord,              // the broker's record validation (e.g. a compacted topic)
-	kerr.PolicyViolation,            //
-}
-
-func classify(err error) error {
-	for _, pe := range permanentErrs {
-		if errors.Is(err, pe) {
-			return outbox.Permanent(err)
-		}
-	}
-	switch {
-	case errors.Is(err, kgo.ErrClientClosed):
-		// The publisher was closed: nothing to retry against, but the
-		// message is not at fault either.
-		return outbox.Unavailable(err)
-	case errors.Is(err, kerr.SaslAuthenticationFailed), errors.Is(err, kerr.IllegalSaslState),
-		errors.Is(err, kerr.UnsupportedSaslMechanism), isTLSError(err):
-		// Wrong credentials fail every message alike: back off and keep
-		// the events (the relay logs the error) rather than dead-letter
-		// the whole table.
-		return outbox.Unavailable(err)
-	case outbox.Classify(err) == outbox.ClassUnavailable:
-		return outbox.Unavailable(err) // dial errors, refused, reset, DNS
-	case outageLike(err):
-		// The record got no verdict from its partition's leader in time.
-		// Kafka reports what is wrong with a record explicitly (the
-		// permanent errors above), so a record that merely could not get
-		// through is an availability problem even when other partitions'
-		// records were acknowledged: a leader being moved, a cluster
-		// coming back after an outage. Counting an attempt for it would
-		// dead-letter healthy events during a long partial outage.
-		return outbox.Unavailable(err)
-	}
-	return err
-}
-
-// outageLike reports errors meaning the record's leader could not be
-// reached or did not answer in time.
-func outageLike(err error) bool {
-	if errors.Is(err, kgo.ErrRecordTimeout) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, kerr.RequestTimedOut) || errors.Is(err, kerr.BrokerNotAvailable) ||
-		errors.Is(err, kerr.LeaderNotAvailable) || errors.Is(err, kerr.NotEnoughReplicas) ||
-		errors.Is(err, kerr.NotEnoughReplicasAfterAppend) || errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) {
-		return true
-	}
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
-}
-
-func isTLSError(err error) bool {
-	var (
-		rec  tls.RecordHeaderError
-		cert *tls.CertificateVerificationError
-		alrt tls.AlertError
-	)
-	return errors.As(err, &rec) || errors.As(err, &cert) || errors.As(err, &alrt)
-}
-
 // validTopic applies Kafka's topic name rules, so a template rendering an
 // impossible name (an event type with a space) fails at once and clearly.
 func validTopic(t string) error {
@@ -478,5 +335,64 @@ func validTopic(t string) error {
 			return fmt.Errorf("topic name has %q: Kafka allows only [a-zA-Z0-9._-]", c)
 		}
 	}
+	return nil
+}
+
+// createMissing, with Config.CreateTopics, creates the topics records were
+// refused for as unknown and produces those records again, one at a time in
+// their original order, so per-key order holds.
+func (p *Publisher) createMissing(ctx context.Context, msgs []*outbox.Message, errs []error, topics []string) {
+	if !p.create {
+		return
+	}
+	var missing []string
+	for i, err := range errs {
+		if err != nil && (errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, kerr.UnknownTopicID)) &&
+			!slices.Contains(missing, topics[i]) {
+			missing = append(missing, topics[i])
+		}
+	}
+	if len(missing) == 0 {
+		return
+	}
+	created := map[string]error{}
+	for _, t := range missing {
+		created[t] = p.createTopic(ctx, t)
+	}
+	for i, err := range errs {
+		if err == nil || !(errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, kerr.UnknownTopicID)) {
+			continue
+		}
+		if cerr := created[topics[i]]; cerr != nil {
+			errs[i] = fmt.Errorf("%w (creating it: %w)", err, cerr)
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			errs[i] = fmt.Errorf("not produced again after creating its topic: %w", err)
+			continue
+		}
+		errs[i] = p.cl.ProduceSync(ctx, p.Record(msgs[i])).FirstErr()
+	}
+}
+
+// createTopic creates topic; a topic that exists by now is fine.
+func (p *Publisher) createTopic(ctx context.Context, topic string) error {
+	req := kmsg.NewPtrCreateTopicsRequest()
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic = topic
+	rt.NumPartitions = p.partitions
+	rt.ReplicationFactor = p.replication
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, p.cl)
+	if err != nil {
+		return err
+	}
+	for _, t := range resp.Topics {
+		if err := kerr.ErrorForCode(t.ErrorCode); err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+			return err
+		}
+	}
+	// The client learns of the topic at its next metadata refresh.
+	p.cl.ForceMetadataRefresh()
 	return nil
 }

@@ -3,21 +3,28 @@ package kafka_test
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/tcpproxy"
+	"github.com/pgoutbox/outbox/internal/testcerts"
 	"github.com/pgoutbox/outbox/kafka"
 	"github.com/pgoutbox/outbox/publishertest"
 )
@@ -130,8 +137,12 @@ func TestConformance(t *testing.T) {
 		cfg.Topic = "missing.{event_type}"
 		unroutable := newPublisher(t, cfg)
 		return &publishertest.Broker{
-			Publisher:  pub,
-			Unroutable: unroutable,
+			Publisher:      pub,
+			Unroutable:     unroutable,
+			UnroutableName: "missing.order.created",
+			RefuseAll: func(t *testing.T) (outbox.Publisher, func()) {
+				return pub, c.refuse(kerr.NotEnoughReplicas)
+			},
 			MaxPayload: maxMessageBytes + 1,
 			KeyOf:      func(m *outbox.Message) string { return m.AggregateID },
 			Read: func(ctx context.Context, n int) ([]publishertest.Received, error) {
@@ -295,16 +306,124 @@ func TestMessageTooLargeIsPermanent(t *testing.T) {
 	})
 }
 
-func TestUnknownTopicIsPermanent(t *testing.T) {
+// An unknown topic is a missing destination: every event for it would fail
+// alike, so it is an outage naming the topic and the command creating it.
+func TestUnknownTopicIsUnavailable(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, kfake.SeedTopics(1, "order.created")) // auto-create is off
 	p := newPublisher(t, kafka.Config{Brokers: []string{c.addr}, Topic: "nope.{event_type}"})
 	start := time.Now()
 	err := p.Publish(timeout(t, 30*time.Second), message("1", 1))
-	if !errors.Is(err, outbox.ErrPermanent) || !errors.Is(err, kerr.UnknownTopicOrPartition) {
-		t.Fatalf("err = %v, want permanent UNKNOWN_TOPIC_OR_PARTITION", err)
+	var missing kafka.MissingTopicError
+	if outbox.Classify(err) != outbox.ClassUnavailable || !errors.Is(err, kerr.UnknownTopicOrPartition) ||
+		!errors.As(err, &missing) || missing.Topic != "nope.order.created" || !strings.Contains(err.Error(), "kafka-topics.sh") {
+		t.Fatalf("err = %v, want an unavailable MissingTopicError naming nope.order.created and the command", err)
 	}
 	t.Logf("unknown topic reported after %s", time.Since(start).Round(time.Millisecond))
+}
+
+// With CreateTopics the publisher creates the unknown topic and produces the
+// refused records again, in order.
+func TestCreateTopics(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, kfake.SeedTopics(1, "order.created"))
+	u, _ := url.Parse("kafka://" + c.addr + "?topic=made.{event_type}&create_topics=true&topic_partitions=3")
+	p, err := kafka.NewFromURL(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	msgs := []*outbox.Message{message("a", 1), message("a", 2), message("a", 3)}
+	publishOK(t, p, msgs)
+	got, err := c.read(timeout(t, 30*time.Second), "made.order.created", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range got {
+		if r.Headers[outbox.HeaderEventID] != msgs[i].ID.String() {
+			t.Fatalf("record %d is event %s, want %s (order kept)", i, r.Headers[outbox.HeaderEventID], msgs[i].ID)
+		}
+	}
+}
+
+// A cluster that refuses every produce for a reason of its own (too few
+// in-sync replicas, a revoked ACL, leaders moving) is an outage, not a
+// property of the records: no attempt may be counted.
+func TestRefusalsAreUnavailable(t *testing.T) {
+	t.Parallel()
+	for _, code := range []error{kerr.NotEnoughReplicas, kerr.TopicAuthorizationFailed, kerr.ClusterAuthorizationFailed,
+		kerr.NotLeaderForPartition, kerr.KafkaStorageError} {
+		t.Run(code.(*kerr.Error).Message, func(t *testing.T) {
+			t.Parallel()
+			c := newCluster(t, kfake.SeedTopics(1, "order.created"))
+			p := newPublisher(t, kafka.Config{Brokers: []string{c.addr}, DeliveryTimeout: time.Second})
+			defer c.refuse(code)()
+			for i, err := range p.PublishBatch(timeout(t, 30*time.Second), []*outbox.Message{message("a", 1), message("b", 1)}) {
+				if outbox.Classify(err) != outbox.ClassUnavailable {
+					t.Errorf("message %d: %v (%s), want unavailable", i, err, outbox.Classify(err))
+				}
+			}
+		})
+	}
+}
+
+// refuse makes every produce request fail with code, for every partition,
+// until the returned function is called.
+func (c *cluster) refuse(code error) (restore func()) {
+	var done atomic.Bool
+	c.c.ControlKey(kmsg.Produce.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		if done.Load() {
+			c.c.DropControl()
+			return nil, nil, false
+		}
+		c.c.KeepControl()
+		preq := req.(*kmsg.ProduceRequest)
+		resp := preq.ResponseKind().(*kmsg.ProduceResponse)
+		for _, t := range preq.Topics {
+			rt := kmsg.NewProduceResponseTopic()
+			rt.Topic, rt.TopicID = t.Topic, t.TopicID
+			for _, p := range t.Partitions {
+				rp := kmsg.NewProduceResponseTopicPartition()
+				rp.Partition = p.Partition
+				rp.ErrorCode = code.(*kerr.Error).Code
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			resp.Topics = append(resp.Topics, rt)
+		}
+		return resp, nil, true
+	})
+	return func() { done.Store(true) }
+}
+
+// SASL PLAIN and SCRAM credentials from the URL; a wrong password fails
+// every message alike, so it is unavailable, never a dead letter.
+func TestSASL(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, kfake.SeedTopics(1, "order.created"), kfake.EnableSASL(),
+		kfake.Superuser("PLAIN", "outbox", "right"), kfake.Superuser("SCRAM-SHA-256", "scram", "right"))
+	for _, tc := range []struct {
+		url  string
+		want outbox.ErrorClass
+		ok   bool
+	}{
+		{"kafka://outbox:right@" + c.addr + "?sasl=plain&delivery_timeout=2s", 0, true},
+		{"kafka://scram:right@" + c.addr + "?sasl=scram-sha-256&delivery_timeout=2s", 0, true},
+		{"kafka://outbox:wrong@" + c.addr + "?sasl=plain&delivery_timeout=2s", outbox.ClassUnavailable, false},
+	} {
+		u, _ := url.Parse(tc.url)
+		p, err := kafka.NewFromURL(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = p.Publish(timeout(t, 30*time.Second), message("1", 1))
+		p.Close()
+		switch {
+		case tc.ok && err != nil:
+			t.Errorf("%s: %v", u.Redacted(), err)
+		case !tc.ok && (err == nil || outbox.Classify(err) != tc.want):
+			t.Errorf("%s: %v (%s), want %s", u.Redacted(), err, outbox.Classify(err), tc.want)
+		}
+	}
 }
 
 func TestInvalidTopicNameIsPermanent(t *testing.T) {
@@ -456,6 +575,12 @@ func TestNewFromURL(t *testing.T) {
 		"kafka://u:s3cret@h:9092?sasl=plain&delivery_timeout=soon",
 		"kafka://?topic=x",
 		"nats://u:s3cret@h:9092",
+		"kafka://u:s3cret@h:9092?sasl=plain&tls_ca=/nonexistent.pem",
+		"kafka://h:9092?tls_cert=/c.pem",
+		"kafka://h:9092?tls_key=/k.pem",
+		"kafka://h:9092?tls=false&tls_ca=/ca.pem",
+		"kafka://h:9092?create_topics=maybe",
+		"kafka://h:9092?topic_partitions=-5",
 	} {
 		u, _ := url.Parse(s)
 		_, err := kafka.NewFromURL(u)
@@ -482,4 +607,48 @@ func mustURL(t *testing.T, s string) *kafka.Publisher {
 		t.Fatalf("NewFromURL(%s): %v", s, err)
 	}
 	return p
+}
+
+// Mutual TLS from the URL: tls_ca trusts a private CA, tls_cert and tls_key
+// present a client certificate the cluster requires. Without the client
+// certificate the handshake fails: unavailable, never a dead letter.
+func TestTLSFromURL(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	testcerts.Write(t, dir) // a CA, a server certificate for 127.0.0.1 and a client certificate
+	serverCert, err := tls.LoadX509KeyPair(filepath.Join(dir, "server.pem"), filepath.Join(dir, "server-key.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPEM, err := os.ReadFile(filepath.Join(dir, "ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientCAs := x509.NewCertPool()
+	clientCAs.AppendCertsFromPEM(caPEM)
+	c := newCluster(t, kfake.SeedTopics(1, "order.created"), kfake.TLS(&tls.Config{
+		Certificates: []tls.Certificate{serverCert}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: clientCAs,
+	}))
+	base := "kafka://" + c.addr + "?delivery_timeout=2s&tls_ca=" + filepath.Join(dir, "ca.pem")
+	for _, tc := range []struct {
+		query string
+		ok    bool
+	}{
+		{"&tls_cert=" + filepath.Join(dir, "client.pem") + "&tls_key=" + filepath.Join(dir, "client-key.pem"), true},
+		{"", false},
+	} {
+		u, _ := url.Parse(base + tc.query)
+		p, err := kafka.NewFromURL(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = p.Publish(timeout(t, 30*time.Second), message("1", 1))
+		p.Close()
+		switch {
+		case tc.ok && err != nil:
+			t.Errorf("with the client certificate: %v", err)
+		case !tc.ok && (err == nil || outbox.Classify(err) != outbox.ClassUnavailable):
+			t.Errorf("without the client certificate: %v (%s), want unavailable", err, outbox.Classify(err))
+		}
+	}
 }

@@ -1,10 +1,3 @@
-// Package memory is an in-memory outbox.Publisher for tests: it confirms at
-// once, records every message, and can be told to fail.
-//
-//	pub := memory.New()
-//	relay, _ := outbox.NewRelay(pool, pub, outbox.RelayConfig{})
-//	...
-//	msgs := pub.Messages()
 package memory
 
 import (
@@ -123,3 +116,11 @@ func (p *Publisher) wait(ctx context.Context, cond func() bool) error {
 func (p *Publisher) WaitDistinct(ctx context.Context, n int) error {
 	return p.wait(ctx, func() bool { return len(p.counts) >= n })
 }
+
+var _ outbox.Describer = (*Publisher)(nil)
+
+// MessagingSystem implements outbox.Describer.
+func (p *Publisher) MessagingSystem() string { return "memory" }
+
+// Destination implements outbox.Describer: the event type.
+func (p *Publisher) Destination(msg *outbox.Message) string { return msg.EventType }

@@ -1,14 +1,3 @@
-// Package nats publishes outbox events to NATS JetStream.
-//
-// A message counts as published only when JetStream answers with a PubAck,
-// meaning the stream stored it. Every message carries the event id as
-// Nats-Msg-Id, so JetStream's duplicate window drops the re-sends that
-// at-least-once delivery produces. A subject that no stream captures is a
-// failure (JetStream has no responder), never a silent drop.
-//
-// Creating or changing streams is the operator's job; EnsureStream exists for
-// tests, demos and teams that opt in explicitly. The publisher never creates a
-// stream as a side effect of publishing.
 package nats
 
 import (
@@ -16,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	natsgo "github.com/nats-io/nats.go"
@@ -32,14 +23,31 @@ type Config struct {
 	Subject string
 	// MaxPending bounds unacknowledged asynchronous publishes. Default 4000.
 	MaxPending int
+	// EnsureStream, when set, names a stream the publisher creates, or
+	// updates to add StreamSubjects, before its first publish (and again
+	// after a publish finds no stream): opt-in topology creation. Empty
+	// (the default): the publisher creates nothing, and a subject no stream
+	// captures is an outage naming the command that fixes it.
+	EnsureStream string
+	// StreamSubjects are the subjects EnsureStream's stream captures.
+	// Default: the Subject template's literal first token followed by ">"
+	// ("orders.{event_type}" -> "orders.>"); a template starting with a
+	// placeholder needs them set.
+	StreamSubjects []string
 }
 
 // Publisher is an outbox.Publisher and outbox.BatchPublisher for JetStream.
 // It is safe for concurrent use.
 type Publisher struct {
 	nc      *natsgo.Conn
+	owned   bool // connected by Dial: Close closes it
 	js      jetstream.JetStream
 	subject *outbox.TopicTemplate
+
+	stream   string   // Config.EnsureStream
+	subjects []string // its subjects
+	ensureMu sync.Mutex
+	ensured  atomic.Bool
 }
 
 var (
@@ -63,11 +71,54 @@ func New(nc *natsgo.Conn, cfg Config) (*Publisher, error) {
 	if cfg.MaxPending < 1 {
 		return nil, fmt.Errorf("nats: Config.MaxPending: %d must be positive", cfg.MaxPending)
 	}
+	p := &Publisher{nc: nc, subject: subj, stream: cfg.EnsureStream, subjects: cfg.StreamSubjects}
+	if cfg.EnsureStream != "" {
+		if strings.ContainsAny(cfg.EnsureStream, " \t.*>/\\") {
+			return nil, fmt.Errorf("nats: Config.EnsureStream: %q: a stream name cannot contain white space, '.', '*', '>', '/' or '\\'", cfg.EnsureStream)
+		}
+		if len(p.subjects) == 0 {
+			first, _, _ := strings.Cut(cfg.Subject, ".")
+			if first == "" || strings.Contains(first, "{") || first == cfg.Subject {
+				return nil, fmt.Errorf("nats: Config.StreamSubjects: required with EnsureStream when Config.Subject %q has no literal first token", cfg.Subject)
+			}
+			p.subjects = []string{first + ".>"}
+		}
+	} else if len(cfg.StreamSubjects) > 0 {
+		return nil, errors.New("nats: Config.StreamSubjects: set without Config.EnsureStream")
+	}
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(cfg.MaxPending))
 	if err != nil {
 		return nil, fmt.Errorf("nats: jetstream: %w", err)
 	}
-	return &Publisher{nc: nc, js: js, subject: subj}, nil
+	p.js = js
+	return p, nil
+}
+
+// Close closes the connection if Dial (or NewFromURL) opened it; a
+// connection given to New is the caller's to close.
+func (p *Publisher) Close() error {
+	if p.owned {
+		p.nc.Close()
+	}
+	return nil
+}
+
+// ensureStream creates or updates Config.EnsureStream once, and again after
+// a publish found no stream (someone deleted it).
+func (p *Publisher) ensureStream(ctx context.Context) error {
+	if p.stream == "" || p.ensured.Load() {
+		return nil
+	}
+	p.ensureMu.Lock()
+	defer p.ensureMu.Unlock()
+	if p.ensured.Load() {
+		return nil
+	}
+	if err := EnsureStream(ctx, p.nc, p.stream, p.subjects, 0); err != nil {
+		return err
+	}
+	p.ensured.Store(true)
+	return nil
 }
 
 // Subject returns the subject msg is published to.
@@ -105,6 +156,13 @@ func (p *Publisher) PublishBatch(ctx context.Context, msgs []*outbox.Message) []
 		}
 		return errs
 	}
+	if err := p.ensureStream(ctx); err != nil {
+		err = outbox.Unavailable(err)
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
 	futures := make([]jetstream.PubAckFuture, len(msgs))
 	for i, msg := range msgs {
 		if err := ctx.Err(); err != nil {
@@ -124,7 +182,7 @@ func (p *Publisher) PublishBatch(ctx context.Context, msgs []*outbox.Message) []
 		}
 		f, err := p.js.PublishMsgAsync(p.natsMsg(msg), jetstream.WithStallWait(time.Until(deadline(ctx))))
 		if err != nil {
-			errs[i] = classify(err)
+			errs[i] = p.classify(err, msg)
 			continue
 		}
 		futures[i] = f
@@ -136,7 +194,7 @@ func (p *Publisher) PublishBatch(ctx context.Context, msgs []*outbox.Message) []
 		select {
 		case <-f.Ok():
 		case err := <-f.Err():
-			errs[i] = classify(err)
+			errs[i] = p.classify(err, msgs[i])
 		case <-ctx.Done():
 			errs[i] = fmt.Errorf("nats: waiting for PubAck: %w", ctx.Err())
 		}
@@ -169,30 +227,22 @@ func validSubject(subj string) error {
 	return nil
 }
 
+// classify classifies err, and forgets that the stream was ensured when the
+// publish found none, so the next batch creates it again.
+func (p *Publisher) classify(err error, msg *outbox.Message) error {
+	err = classify(err, p.subject.Render(msg))
+	var noStream NoStreamError
+	if errors.As(err, &noStream) {
+		p.ensured.Store(false)
+	}
+	return err
+}
+
 func deadline(ctx context.Context) time.Time {
 	if d, ok := ctx.Deadline(); ok {
 		return d
 	}
 	return time.Now().Add(30 * time.Second)
-}
-
-func classify(err error) error {
-	if !strings.HasPrefix(err.Error(), "nats: ") {
-		err = fmt.Errorf("nats: %w", err)
-	}
-	switch {
-	case errors.Is(err, natsgo.ErrMaxPayload), errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum):
-		return outbox.Permanent(err)
-	case errors.Is(err, natsgo.ErrConnectionClosed), errors.Is(err, natsgo.ErrConnectionDraining),
-		errors.Is(err, natsgo.ErrConnectionReconnecting), errors.Is(err, natsgo.ErrDisconnected),
-		errors.Is(err, natsgo.ErrNoServers):
-		return outbox.Unavailable(err)
-	case errors.Is(err, natsgo.ErrNoResponders), errors.Is(err, jetstream.ErrNoStreamResponse):
-		// No stream captures the subject: an operator must create one. Retried
-		// with backoff, dead-lettered at MaxAttempts, re-queued with retry.
-		return fmt.Errorf("%w (no JetStream stream captures this subject)", err)
-	}
-	return err
 }
 
 // Health reports whether the connection is up.

@@ -55,11 +55,13 @@ func setupBroker(t *testing.T) *publishertest.Broker {
 		t.Fatal(err)
 	}
 	return &publishertest.Broker{
-		Publisher:  pub,
-		Unroutable: unroutable,
-		MaxPayload: int(pnc.MaxPayload()) + 1,
-		TopicOf:    func(m *outbox.Message) string { return prefix + "." + m.EventType },
-		Read:       func(ctx context.Context, n int) ([]publishertest.Received, error) { return readStream(ctx, stream, n) },
+		Publisher:      pub,
+		Unroutable:     unroutable,
+		UnroutableName: "nostream." + prefix + ".order.created",
+		RefuseAll:      func(t *testing.T) (outbox.Publisher, func()) { return fullStream(t, nc) },
+		MaxPayload:     int(pnc.MaxPayload()) + 1,
+		TopicOf:        func(m *outbox.Message) string { return prefix + "." + m.EventType },
+		Read:           func(ctx context.Context, n int) ([]publishertest.Received, error) { return readStream(ctx, stream, n) },
 		Disconnect: func(t *testing.T) func() {
 			proxy.Cut()
 			return proxy.Restore
@@ -146,5 +148,36 @@ func TestNothingSentAfterTheRelayGaveUp(t *testing.T) {
 	}
 	if info.State.Msgs != 0 {
 		t.Errorf("%d messages stored from a batch whose context was done", info.State.Msgs)
+	}
+}
+
+// fullStream returns a publisher to a stream holding its max_msgs with
+// discard new, which refuses every message ("maximum messages exceeded",
+// err_code 10077), and a function lifting the limit.
+func fullStream(t *testing.T, nc *natsgo.Conn) (outbox.Publisher, func()) {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, prefix := testnats.Stream(t, nc)
+	ctx := context.Background()
+	cfg := stream.CachedInfo().Config
+	cfg.MaxMsgs, cfg.Discard = 1, jetstream.DiscardNew
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, prefix+".filler", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	pub, err := outboxnats.New(nc, outboxnats.Config{Subject: prefix + ".{event_type}"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pub, func() {
+		cfg.MaxMsgs = -1
+		if _, err := js.UpdateStream(ctx, cfg); err != nil {
+			t.Errorf("lift the stream's limit: %v", err)
+		}
 	}
 }

@@ -130,12 +130,18 @@ func testUnroutable(t *testing.T, b *Broker) {
 		if err == nil {
 			t.Fatalf("%s to a destination that does not exist succeeded: the message was silently dropped", what)
 		}
-		// The broker answered; calling it unavailable would back the relay off
-		// forever and hide a misconfiguration as an outage.
-		if c := outbox.Classify(err); c == outbox.ClassUnavailable {
-			t.Errorf("%s: error classified %s, want transient or permanent: %v", what, c, err)
+		c := outbox.Classify(err)
+		switch {
+		case b.UnroutablePerMessage && c == outbox.ClassUnavailable:
+			t.Errorf("%s: error classified %s, want transient or permanent (Broker.UnroutablePerMessage): %v", what, c, err)
+		case !b.UnroutablePerMessage && c != outbox.ClassUnavailable:
+			// Every event for a missing destination fails alike: counting
+			// attempts would turn the backlog into dead letters.
+			t.Errorf("%s: error classified %s, want unavailable: %v", what, c, err)
+		case !b.UnroutablePerMessage && !strings.Contains(err.Error(), b.UnroutableName):
+			t.Errorf("%s: error does not name the missing destination %q: %v", what, b.UnroutableName, err)
 		}
-		t.Logf("%s: %s error: %v", what, outbox.Classify(err), err)
+		t.Logf("%s: %s error: %v", what, c, err)
 	}
 	check("Publish", b.Unroutable.Publish(ctxFor(t, 30*time.Second), NewMessage("u1", `{"u":1}`)))
 	msgs := []*outbox.Message{NewMessage("u2", `{"u":2}`), NewMessage("u3", `{"u":3}`), NewMessage("u4", `{"u":4}`)}

@@ -347,3 +347,61 @@ func testOutage(t *testing.T, b *Broker) {
 	t.Logf("%d events relayed through the outage; %d duplicate deliveries at the broker (allowed: at-least-once); %d publish calls, %d entirely unavailable; errors %s",
 		len(e.want), dups, calls, down, classes)
 }
+
+func testRefusesAll(t *testing.T, b *Broker) {
+	if b.RefuseAll == nil {
+		t.Skip("Broker.RefuseAll not set")
+	}
+	ctx := ctxFor(t, 3*time.Minute)
+	refusing, r := b.RefuseAll(t)
+	var once sync.Once
+	restore := func() { once.Do(r) }
+	t.Cleanup(restore)
+
+	if err := refusing.Publish(ctxFor(t, 30*time.Second), NewMessage("r1", `{"r":1}`)); outbox.Classify(err) != outbox.ClassUnavailable {
+		t.Fatalf("Publish to a destination refusing everything: %v (%s), want unavailable", err, outbox.Classify(err))
+	}
+	batch := []*outbox.Message{NewMessage("r2", `{"r":2}`), NewMessage("r3", `{"r":3}`)}
+	for i, err := range publishAll(ctxFor(t, 30*time.Second), refusing, batch) {
+		if outbox.Classify(err) != outbox.ClassUnavailable {
+			t.Fatalf("batch message %d to a destination refusing everything: %v (%s), want unavailable", i, err, outbox.Classify(err))
+		}
+	}
+
+	schema := testdb.Schema(t)
+	e := &outageEnv{t: t, ctx: ctx, pool: testdb.Pool(t, schema), want: map[string][]byte{}}
+	if _, err := outbox.Migrate(ctx, e.pool, outbox.MigrateConfig{Schema: schema}); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	var err error
+	if e.writer, err = outbox.NewWriter(outbox.WriterConfig{Schema: schema}); err != nil {
+		t.Fatal(err)
+	}
+	relay, err := outbox.NewRelay(e.pool, refusing, outbox.RelayConfig{
+		Schema: schema, BatchSize: 10, Workers: 1, MaxAttempts: 1, PublishTimeout: 10 * time.Second,
+		Registerer: prometheus.NewRegistry(),
+	})
+	if err != nil {
+		t.Fatalf("NewRelay: %v", err)
+	}
+	e.write(5, "refused")
+	// MaxAttempts 1: a single counted attempt would make a dead letter.
+	for range 3 {
+		res, err := relay.ProcessBatch(ctx)
+		if err != nil {
+			t.Fatalf("ProcessBatch while the destination refuses everything: %v", err)
+		}
+		if res.Claimed == 0 || res.Unavailable != res.Claimed {
+			t.Fatalf("ProcessBatch while the destination refuses everything: %+v; want every claimed event unavailable", res)
+		}
+	}
+	e.noBurntAttempts("while the destination refused everything")
+
+	restore()
+	waitFor(t, 60*time.Second, "the relay to drain the outbox once the destination accepts again", func() (bool, string) {
+		res, err := relay.ProcessBatch(ctx)
+		pending := e.count("processed_at IS NULL")
+		return err == nil && pending == 0, fmt.Sprintf("%d of 5 events pending; last batch %+v, %v", pending, res, err)
+	})
+	e.noBurntAttempts("after the destination accepted again")
+}

@@ -75,9 +75,29 @@ type Broker struct {
 	// must fail with a permanent error. 0 skips the check.
 	MaxPayload int
 	// Unroutable is a publisher whose destination does not exist (no stream,
-	// no bound queue, unknown topic); publishing must fail, not drop
-	// silently, and not as unavailable (the broker did answer).
+	// no exchange or bound queue, unknown topic, missing queue). Publishing
+	// must fail, not drop silently, and fail as unavailable with an error
+	// naming UnroutableName: every event for that destination would fail
+	// alike, so the relay must back off as a whole rather than burn the
+	// backlog into dead letters over a missing stream.
 	Unroutable outbox.Publisher
+	// UnroutableName is the destination name Unroutable's errors must
+	// contain (the subject, exchange, topic, stream or queue).
+	UnroutableName string
+	// UnroutablePerMessage says the broker's "does not exist" is an answer
+	// about one message, not about the destination (an HTTP 404 from a
+	// templated webhook URL): Unroutable must then fail as permanent or
+	// transient instead.
+	UnroutablePerMessage bool
+	// RefuseAll makes a destination that exists refuse every message for a
+	// reason of its own (a stream full with discard-new, a queue at its
+	// x-max-length with reject-publish, Redis out of memory, throttling, an
+	// endpoint answering 503 to everything) and returns a publisher to it
+	// and a function ending the refusal. While it refuses, publishes must
+	// fail as unavailable and a relay must burn no attempt; once restored,
+	// everything is delivered. The suite calls restore exactly once. nil
+	// skips RefusesAll.
+	RefuseAll func(t *testing.T) (pub outbox.Publisher, restore func())
 	// Disconnect cuts the publisher off from the broker (stopping it, or
 	// through a TCP proxy) and returns a function restoring it. While cut
 	// off, Publish must fail with an error the relay classifies as
@@ -102,7 +122,13 @@ type Broker struct {
 //   - Oversized (MaxPayload): a too-large message fails with a permanent
 //     error, alone and inside a batch, without failing its neighbours.
 //   - Unroutable (Unroutable): publishing to a destination that does not
-//     exist fails, and not as "broker unavailable".
+//     exist fails as unavailable, naming the destination (or, with
+//     UnroutablePerMessage, as permanent or transient).
+//   - Describer: the publisher names its messaging system and each
+//     message's destination (outbox.Describer), for the relay's spans.
+//   - RefusesAll (RefuseAll): a destination refusing everything fails every
+//     publish as unavailable; a real Relay burns no attempt and makes no
+//     dead letter, then drains everything once the refusal ends.
 //   - Disconnected (Disconnect): while cut off, publishes fail as unavailable
 //     (or time out); once restored, the publisher recovers by itself.
 //   - Outage (Disconnect): a real Relay on a real outbox table drains every
@@ -120,6 +146,8 @@ func Run(t *testing.T, setup func(t *testing.T) *Broker) {
 	sub("CancelledContext", testCancelled)
 	sub("Oversized", testOversized)
 	sub("Unroutable", testUnroutable)
+	sub("Describer", testDescriber)
+	sub("RefusesAll", testRefusesAll)
 	sub("Disconnected", testDisconnected)
 	sub("Outage", testOutage)
 }
@@ -257,5 +285,16 @@ func testCancelled(t *testing.T, b *Broker) {
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("Publish with a cancelled context took %s", d)
+	}
+}
+
+func testDescriber(t *testing.T, b *Broker) {
+	d, ok := b.Publisher.(outbox.Describer)
+	if !ok {
+		t.Fatalf("%T does not implement outbox.Describer: the relay's spans would carry no messaging.system or destination", b.Publisher)
+	}
+	m := NewMessage("42", `{}`)
+	if d.MessagingSystem() == "" || d.Destination(m) == "" {
+		t.Errorf("MessagingSystem() = %q, Destination() = %q; want both set", d.MessagingSystem(), d.Destination(m))
 	}
 }

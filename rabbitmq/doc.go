@@ -11,9 +11,11 @@
 //
 // Every message is published with the mandatory flag, so a message that no
 // queue is bound to receive comes back (basic.return) and fails with
-// ErrUnroutable instead of being dropped silently. A nack fails with
-// ErrNacked. Both are transient: the relay retries with backoff and
-// dead-letters the event at its MaxAttempts.
+// ErrUnroutable instead of being dropped silently. A nack (a queue at its
+// x-max-length with x-overflow=reject-publish) fails with ErrNacked. Both
+// are unavailable: a missing queue or a full one refuses every message
+// alike, so the relay backs off as a whole, counts no attempt, and the
+// error names the exchange, the routing key and the command that fixes it.
 //
 // Each AMQP message carries:
 //
@@ -41,17 +43,37 @@
 // before it is sent; one the broker refuses for its size anyway (a lower
 // server limit) fails permanently too.
 //
-// A channel error the broker raises for one message (a missing exchange:
-// 404; access refused: 403, which is permanent) closes the channel: that
+// A channel error the broker raises for one message closes the channel: that
 // message fails with the broker's error and the batch's other unconfirmed
-// messages as unavailable, and the next publish opens a new channel. While
+// messages as unavailable, and the next publish opens a new channel. A
+// missing exchange (404) and access refused (403) are unavailable too: they
+// hit every message alike; the error names the exchange and, for 404, the
+// command declaring it. While
 // the broker blocks publishers (a memory or disk alarm), publishes fail as
 // unavailable without being sent. A connection that goes silent is noticed
 // after three heartbeats; until then publishes time out, which the relay
 // reads as the broker being unavailable.
 //
-// The publisher never declares exchanges, queues or bindings unless
-// Config.DeclareExchange asks it to declare its exchange.
+// # Topology
+//
+// Declaring exchanges, queues and bindings is the operator's job:
+//
+//	rabbitmqadmin declare exchange name=events type=topic durable=true
+//	rabbitmqadmin declare queue name=orders durable=true arguments='{"x-queue-type":"quorum"}'
+//	rabbitmqadmin declare binding source=events destination=orders routing_key='order.#'
+//
+// The publisher declares nothing unless Config.DeclareExchange
+// (declare_exchange= in a URL) asks it to declare its exchange, opting in.
+//
+// # TLS and credentials
+//
+// amqps:// URLs connect with TLS: the system roots, or Config.TLS, or the
+// URL's cacertfile (private CAs), certfile and keyfile (a client
+// certificate, for brokers with ssl_options.verify = verify_peer and
+// fail_if_no_peer_cert = true); server_name_indication overrides the name
+// checked. auth_mechanism=external authenticates by that client certificate
+// (RabbitMQ's rabbitmq_auth_mechanism_ssl plugin) instead of the URL's user
+// and password.
 //
 // # Broker URL
 //

@@ -9,9 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
-	"regexp"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -30,22 +28,6 @@ const (
 	DefaultConnectionName = "pgoutbox"
 	// maxShortString is AMQP's limit on exchange names and routing keys.
 	maxShortString = 255
-)
-
-// Errors a publish can fail with, besides connection errors. Test with
-// errors.Is.
-var (
-	// ErrUnroutable: the broker returned the message (basic.return, 312
-	// NO_ROUTE) because no queue is bound for its routing key. It is
-	// transient: the relay retries with backoff, and dead-letters the event
-	// at MaxAttempts, until an operator binds a queue.
-	ErrUnroutable = errors.New("rabbitmq: message returned unroutable")
-	// ErrNacked: the broker refused the message (basic.nack), for example a
-	// queue at its length limit with x-overflow=reject-publish. Transient.
-	ErrNacked = errors.New("rabbitmq: message nacked by the broker")
-	// ErrClosed: the Publisher was closed. It is wrapped as unavailable so a
-	// relay still running during shutdown burns no attempt.
-	ErrClosed = errors.New("rabbitmq: publisher closed")
 )
 
 // Config configures a Publisher. Zero values mean the documented defaults;
@@ -108,6 +90,7 @@ type Publisher struct {
 var (
 	_ outbox.BatchPublisher = (*Publisher)(nil)
 	_ outbox.HealthChecker  = (*Publisher)(nil)
+	_ outbox.Describer      = (*Publisher)(nil)
 )
 
 // New validates cfg and returns a Publisher. It does not connect: the first
@@ -185,6 +168,18 @@ func checkURL(u string) (string, error) {
 // RoutingKey returns the routing key msg is published with.
 func (p *Publisher) RoutingKey(msg *outbox.Message) string { return p.key.Render(msg) }
 
+// MessagingSystem implements outbox.Describer.
+func (p *Publisher) MessagingSystem() string { return "rabbitmq" }
+
+// Destination implements outbox.Describer: the exchange, or for the default
+// exchange the routing key (the queue it routes to).
+func (p *Publisher) Destination(msg *outbox.Message) string {
+	if p.cfg.Exchange == "" {
+		return p.key.Render(msg)
+	}
+	return p.cfg.Exchange
+}
+
 // Publish sends msg and waits for the broker's confirm.
 func (p *Publisher) Publish(ctx context.Context, msg *outbox.Message) error {
 	return p.PublishBatch(ctx, []*outbox.Message{msg})[0]
@@ -194,13 +189,14 @@ func (p *Publisher) Publish(ctx context.Context, msg *outbox.Message) error {
 // pipelined round. Each message gets its own result:
 //
 //   - nil: the broker acked it (and, being mandatory, routed it to a queue).
-//   - ErrUnroutable (transient): returned, no queue bound for its key.
-//   - ErrNacked (transient): the broker refused it.
-//   - permanent: larger than MaxMessageSize, a routing key over 255 bytes,
-//     or the broker refused access (403) to the exchange.
+//   - permanent: larger than MaxMessageSize, or a routing key over 255 bytes.
 //   - unavailable: the connection could not be made, or closed before the
-//     message was confirmed; or the broker is blocking publishers.
-//   - ctx's error: no confirm in time.
+//     message was confirmed; the broker is blocking publishers (a memory or
+//     disk alarm); ErrUnroutable (returned: no queue bound for its key);
+//     ErrNacked (refused, e.g. a full queue with reject-publish); the
+//     exchange does not exist (404) or the user may not write to it (403).
+//   - ctx's error: no confirm in time; unavailable when no message of the
+//     batch was confirmed (outbox.ClassifyBatch).
 //
 // A channel the broker closes mid-batch (an error caused by one message, such
 // as a missing exchange) fails that message with the broker's error and the
@@ -259,7 +255,7 @@ func (p *Publisher) PublishBatch(ctx context.Context, msgs []*outbox.Message) []
 			errs[i] = fmt.Errorf("rabbitmq: waiting for the broker's confirm: %w", ctx.Err())
 		}
 	}
-	return errs
+	return outbox.ClassifyBatch(errs, nil)
 }
 
 // Health reports whether the broker is reachable: it connects if need be,
@@ -432,9 +428,11 @@ type session struct {
 }
 
 type waiter struct {
-	msgID string
-	size  int
-	res   chan error // buffered: the tracker never blocks on it
+	msgID    string
+	size     int
+	exchange string
+	key      string
+	res      chan error // buffered: the tracker never blocks on it
 }
 
 func newSession(conn *amqp.Connection, ch *amqp.Channel, log *slog.Logger) *session {
@@ -485,7 +483,7 @@ func (s *session) unlockPublish() { <-s.pub }
 // always unavailable: the channel is unusable.
 func (s *session) publish(exchange, key string, m *outbox.Message) (*waiter, error) {
 	id := m.ID.String()
-	w := &waiter{msgID: id, size: len(m.Payload), res: make(chan error, 1)}
+	w := &waiter{msgID: id, size: len(m.Payload), exchange: exchange, key: key, res: make(chan error, 1)}
 	// The caller holds the publish slot, so this is the tag the broker will
 	// confirm. Read it before taking s.mu: amqp091 may hold the lock behind
 	// it while it waits for the tracker, which needs s.mu.
@@ -574,10 +572,9 @@ func (s *session) track(confirms <-chan amqp.Confirmation, returns <-chan amqp.R
 			switch {
 			case w == nil: // its publish was abandoned
 			case !c.Ack:
-				w.res <- ErrNacked
+				w.res <- nacked(w.exchange, w.key)
 			case ret != nil:
-				w.res <- fmt.Errorf("%w: %d %s (exchange %q, routing key %q: no queue bound)",
-					ErrUnroutable, ret.ReplyCode, ret.ReplyText, ret.Exchange, ret.RoutingKey)
+				w.res <- unroutable(ret)
 			default:
 				w.res <- nil
 			}
@@ -629,37 +626,11 @@ func (s *session) fail(reason *amqp.Error) {
 		case sizeErr && w.size > limit:
 			w.res <- outbox.Permanent(fmt.Errorf("rabbitmq: message of %d bytes refused by the broker: %w", w.size, cause))
 		case i == culprit:
-			w.res <- classifyChannelError(reason)
+			w.res <- classifyChannelError(reason, w.exchange)
 		default:
 			w.res <- outbox.Unavailable(fmt.Errorf("rabbitmq: channel closed by another message's error before this one was confirmed: %w", cause))
 		}
 	}
-}
-
-// classifyChannelError maps the error that closed a channel to the relay's
-// classes, for the message that caused it.
-func classifyChannelError(reason *amqp.Error) error {
-	err := fmt.Errorf("rabbitmq: channel closed by the broker: %w", reason)
-	if reason.Code == amqp.AccessRefused {
-		return outbox.Permanent(err)
-	}
-	return err // 404 missing exchange, 406 and the rest: transient
-}
-
-var sizeLimitRe = regexp.MustCompile(`message size (\d+) is larger than (?:configured )?max size (\d+)`)
-
-// sizeLimit recognises RabbitMQ's max_message_size refusal (406
-// PRECONDITION_FAILED) and returns the limit it names.
-func sizeLimit(reason *amqp.Error) (int, bool) {
-	if reason == nil || reason.Code != amqp.PreconditionFailed {
-		return 0, false
-	}
-	m := sizeLimitRe.FindStringSubmatch(reason.Reason)
-	if m == nil {
-		return 0, false
-	}
-	n, err := strconv.Atoi(m[2])
-	return n, err == nil
 }
 
 func (s *session) close() error {

@@ -3,6 +3,7 @@ package rabbitmq
 import (
 	"fmt"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -79,14 +80,35 @@ func ParseURL(u *url.URL) (Config, error) {
 					optExchange, optRoutingKey, optDeclareExchange, optMaxMessageSize, optDialTimeout, optConnectionName,
 				}, amqp091Options...), ", ") + ")")
 			}
+			if name == "certfile" || name == "keyfile" || name == "cacertfile" {
+				if u.Scheme != "amqps" {
+					return bad("TLS files need an amqps:// URL")
+				}
+				if err := readable(v); err != nil {
+					return bad(err.Error())
+				}
+			}
 			rest[name] = vals
 		}
+	}
+	if (rest.Has("certfile")) != (rest.Has("keyfile")) {
+		return Config{}, fmt.Errorf("rabbitmq: URL %s: options certfile and keyfile go together", u.Redacted())
 	}
 	clean := *u
 	clean.RawQuery = rest.Encode()
 	clean.ForceQuery = false
 	cfg.URL = clean.String()
 	return cfg, nil
+}
+
+// readable reports a file that cannot be opened: a typo in a certificate
+// path fails at start, not as an endless outage.
+func readable(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	return f.Close()
 }
 
 // NewFromURL is New(ParseURL(u)).

@@ -41,18 +41,22 @@
 //
 // Config.MaxLen trims each stream to about that many entries on every XADD
 // (MAXLEN ~). By default XADD creates a missing stream; Config.RequireStream
-// makes a missing stream a failure (ErrNoStream) for deployments that create
-// streams and consumer groups up front.
+// makes a missing stream an outage (ErrNoStream, unavailable, naming the
+// stream and the command creating it) for deployments that create streams and
+// consumer groups up front:
+//
+//	redis-cli XGROUP CREATE orders consumers $ MKSTREAM
 //
 // # Errors
 //
 // A batch is one pipelined round trip with a result per message. Connection
-// failures, and replies meaning Redis cannot take writes now (LOADING, OOM,
-// READONLY, MASTERDOWN, NOAUTH, ...), wrap outbox.ErrUnavailable: the relay
+// failures, and replies meaning Redis refuses every write for now (LOADING,
+// OOM under maxmemory with noeviction, READONLY, MASTERDOWN, NOAUTH,
+// WRONGPASS, NOPERM from an ACL, ...), wrap outbox.ErrUnavailable: the relay
 // backs off and counts no attempt. A reply rejecting the entry itself
-// (WRONGTYPE: the key holds another type; NOPERM; other ERR replies) and a
-// payload over MaxValueSize (Redis's proto-max-bulk-len, 512 MiB by default)
-// are permanent.
+// (WRONGTYPE: the key holds another type; other ERR replies) and a payload
+// over MaxValueSize (Redis's proto-max-bulk-len, 512 MiB by default) are
+// permanent.
 //
 // go-redis retries a pipeline that failed on a network error (MaxRetries,
 // 3 by default), re-sending entries that may already have been added: with
@@ -73,11 +77,15 @@
 //	require_stream  true: fail instead of creating a missing stream
 //	wait_replicas   replicas that must acknowledge each batch (WAIT; default 0)
 //	wait_timeout    Go duration for WAIT (default 1s)
+//	tls_ca          rediss:// only: PEM file of private CAs
+//	tls_cert        rediss:// only: client certificate (PEM), with tls_key
+//	tls_key         rediss:// only: the client certificate's key
 //
 // and go-redis's own (dial_timeout, read_timeout, write_timeout, pool_size,
 // max_retries, client_name, protocol, ...; rediss:// for TLS, unix:// for a
 // socket). Any other option is an error. The password never appears in
-// errors.
+// errors. An ACL user and its password go in the user info:
+// rediss://outbox:PASSWORD@redis.internal:6380/0?tls_ca=/etc/redis/ca.pem.
 //
 // # Usage
 //

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -31,19 +30,6 @@ const (
 	DefaultMaxValueSize = 512 << 20
 	// DefaultWaitTimeout bounds WAIT when Config.WaitReplicas is set.
 	DefaultWaitTimeout = time.Second
-)
-
-// Errors a publish can fail with besides the connection's. Test with
-// errors.Is.
-var (
-	// ErrNoStream: Config.RequireStream is set and the stream does not exist
-	// (XADD NOMKSTREAM added nothing). Transient: the relay retries, and
-	// dead-letters at MaxAttempts, until an operator creates the stream.
-	ErrNoStream = errors.New("redis: stream does not exist")
-	// ErrNotReplicated: the entry was added, but fewer than
-	// Config.WaitReplicas replicas acknowledged it in time. Transient: the
-	// relay publishes it again (a duplicate, if the first copy survives).
-	ErrNotReplicated = errors.New("redis: entry not acknowledged by enough replicas")
 )
 
 // Config configures a Publisher. Zero values mean the documented defaults.
@@ -86,6 +72,7 @@ type Publisher struct {
 var (
 	_ outbox.BatchPublisher = (*Publisher)(nil)
 	_ outbox.HealthChecker  = (*Publisher)(nil)
+	_ outbox.Describer      = (*Publisher)(nil)
 )
 
 // New returns a Publisher over client, which the caller owns (and closes).
@@ -123,6 +110,12 @@ func New(client goredis.UniversalClient, cfg Config) (*Publisher, error) {
 // Stream returns the stream msg is added to.
 func (p *Publisher) Stream(msg *outbox.Message) string { return p.stream.Render(msg) }
 
+// MessagingSystem implements outbox.Describer.
+func (p *Publisher) MessagingSystem() string { return "redis" }
+
+// Destination implements outbox.Describer: the stream.
+func (p *Publisher) Destination(msg *outbox.Message) string { return p.stream.Render(msg) }
+
 // Values returns msg's stream entry as XADD field-value pairs.
 func Values(msg *outbox.Message) []any {
 	h := msg.StandardHeaders()
@@ -157,12 +150,13 @@ func (p *Publisher) Publish(ctx context.Context, msg *outbox.Message) error {
 //   - nil: Redis added the entry (see the package doc for what that is
 //     worth) and, with WaitReplicas, enough replicas acknowledged it.
 //   - permanent: a payload over MaxValueSize, or an error reply that
-//     retrying cannot fix (WRONGTYPE: the key is not a stream; NOPERM; other
-//     ERR replies).
+//     retrying cannot fix (WRONGTYPE: the key is not a stream; other ERR
+//     replies).
 //   - unavailable: no connection (refused, reset, closed, timed out), or
-//     Redis cannot serve writes now (LOADING, BUSY, OOM, READONLY,
-//     MASTERDOWN, CLUSTERDOWN, TRYAGAIN, NOAUTH, WRONGPASS, max clients).
-//   - ErrNoStream, ErrNotReplicated: transient.
+//     Redis refuses every write for now (LOADING, BUSY, OOM, READONLY,
+//     MASTERDOWN, CLUSTERDOWN, TRYAGAIN, NOAUTH, WRONGPASS, NOPERM, max
+//     clients), or ErrNoStream (RequireStream and no such stream).
+//   - ErrNotReplicated: transient.
 func (p *Publisher) PublishBatch(ctx context.Context, msgs []*outbox.Message) []error {
 	errs := make([]error, len(msgs))
 	pipe := p.client.Pipeline()
@@ -192,7 +186,7 @@ func (p *Publisher) PublishBatch(ctx context.Context, msgs []*outbox.Message) []
 	if wait != nil {
 		switch n, err := wait.Int64(); {
 		case err != nil:
-			waitErr = classify(fmt.Errorf("WAIT: %w", err))
+			waitErr = classify(fmt.Errorf("WAIT: %w", err), "")
 		case n < int64(p.cfg.WaitReplicas):
 			waitErr = fmt.Errorf("%w: %d of %d within %s", ErrNotReplicated, n, p.cfg.WaitReplicas, p.cfg.WaitTimeout)
 		}
@@ -201,7 +195,7 @@ func (p *Publisher) PublishBatch(ctx context.Context, msgs []*outbox.Message) []
 		if c == nil {
 			continue
 		}
-		errs[i] = classify(c.Err())
+		errs[i] = classify(c.Err(), p.stream.Render(msgs[i]))
 		if errs[i] == nil {
 			errs[i] = waitErr
 		}
@@ -209,45 +203,10 @@ func (p *Publisher) PublishBatch(ctx context.Context, msgs []*outbox.Message) []
 	return errs
 }
 
-// classify wraps an XADD's error with the relay's class.
-func classify(err error) error {
-	if err == nil {
-		return nil
-	}
-	if errors.Is(err, goredis.Nil) { // NOMKSTREAM: no such stream
-		return ErrNoStream
-	}
-	wrapped := fmt.Errorf("redis: %w", err)
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return wrapped
-	}
-	var reply goredis.Error
-	if !errors.As(err, &reply) {
-		// Not an answer from Redis: the connection failed (refused, reset,
-		// EOF, timeout, pool timeout, closed client).
-		return outbox.Unavailable(wrapped)
-	}
-	msg := reply.Error()
-	code, _, _ := strings.Cut(msg, " ")
-	switch code {
-	case "LOADING", "BUSY", "OOM", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN",
-		"NOAUTH", "WRONGPASS", "NOREPLICAS", "MISCONF":
-		return outbox.Unavailable(wrapped)
-	case "WRONGTYPE", "NOPERM":
-		return outbox.Permanent(wrapped)
-	case "ERR":
-		if strings.Contains(msg, "max number of clients") {
-			return outbox.Unavailable(wrapped)
-		}
-		return outbox.Permanent(wrapped)
-	}
-	return wrapped
-}
-
 // Health pings Redis.
 func (p *Publisher) Health(ctx context.Context) error {
 	if err := p.client.Ping(ctx).Err(); err != nil {
-		return classify(fmt.Errorf("PING: %w", err))
+		return classify(fmt.Errorf("PING: %w", err), "")
 	}
 	return nil
 }

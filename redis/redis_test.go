@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/tcpproxy"
+	"github.com/pgoutbox/outbox/internal/testcerts"
 	"github.com/pgoutbox/outbox/internal/testdb"
 	"github.com/pgoutbox/outbox/publishertest"
 	outboxredis "github.com/pgoutbox/outbox/redis"
@@ -144,10 +147,22 @@ func TestConformance(t *testing.T) {
 		unroutable := newPublisher(t, c, outboxredis.Config{Stream: p + ":nostream:{event_type}", RequireStream: true})
 		stream := p + ":order.created" // every message in the suite is an order.created
 		return &publishertest.Broker{
-			Publisher:  pub,
-			TopicOf:    func(m *outbox.Message) string { return p + ":" + m.EventType },
-			MaxPayload: testMaxValueSize + 1,
-			Unroutable: unroutable,
+			Publisher:      pub,
+			TopicOf:        func(m *outbox.Message) string { return p + ":" + m.EventType },
+			MaxPayload:     testMaxValueSize + 1,
+			Unroutable:     unroutable,
+			UnroutableName: p + ":nostream:order.created",
+			RefuseAll: func(t *testing.T) (outbox.Publisher, func()) {
+				own := ownServer(t)
+				if err := own.ConfigSet(ctxFor(t, 5*time.Second), "maxmemory", "1").Err(); err != nil {
+					t.Fatal(err)
+				}
+				return newPublisher(t, own, outboxredis.Config{Stream: "{event_type}"}), func() {
+					if err := own.ConfigSet(ctxFor(t, 5*time.Second), "maxmemory", "0").Err(); err != nil {
+						t.Errorf("lift maxmemory: %v", err)
+					}
+				}
+			},
 			Read: func(ctx context.Context, n int) ([]publishertest.Received, error) {
 				ms, err := readStream(ctx, admin, stream, n)
 				return received(stream, ms), err
@@ -268,8 +283,9 @@ func TestRequireStream(t *testing.T) {
 	p := prefix(t, c)
 	pub := newPublisher(t, c, outboxredis.Config{Stream: p + ":required", RequireStream: true})
 	err := pub.Publish(ctxFor(t, 10*time.Second), publishertest.NewMessage("1", `{}`))
-	if !errors.Is(err, outboxredis.ErrNoStream) || outbox.Classify(err) != outbox.ClassTransient {
-		t.Fatalf("publish to a missing stream: %v (%s), want a transient ErrNoStream", err, outbox.Classify(err))
+	if !errors.Is(err, outboxredis.ErrNoStream) || outbox.Classify(err) != outbox.ClassUnavailable ||
+		!strings.Contains(err.Error(), "XGROUP CREATE "+p+":required") {
+		t.Fatalf("publish to a missing stream: %v (%s), want an unavailable ErrNoStream naming the command", err, outbox.Classify(err))
 	}
 	if n := c.Exists(ctxFor(t, 5*time.Second), p+":required").Val(); n != 0 {
 		t.Fatal("RequireStream created the stream")
@@ -450,5 +466,137 @@ func TestConfigValidation(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.field) {
 			t.Errorf("New(%+v) = %v, want an error naming %s", tc.cfg, err, tc.field)
 		}
+	}
+}
+
+// ownServer starts a redis-server of the test's own on a Unix socket, for
+// the cases that change server settings (maxmemory, ACL users), which the
+// shared server must never see. Without the binary the test is skipped, or
+// fails under CI=true.
+func ownServer(t *testing.T, args ...string) *goredis.Client {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("redis-server binary: %v (CI=true: install the redis-server package)", err)
+		}
+		t.Skipf("needs the redis-server binary for a server of the test's own: %v", err)
+	}
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "redis.sock")
+	cmd := exec.Command(bin, append([]string{"--port", "0", "--unixsocket", sock, "--save", "", "--appendonly", "no", "--dir", dir}, args...)...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	c := goredis.NewClient(&goredis.Options{Network: "unix", Addr: sock, MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	deadline := time.Now().Add(10 * time.Second)
+	for c.Ping(context.Background()).Err() != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("own redis-server did not answer within 10s")
+		}
+		time.Sleep(20 * time.Millisecond) // poll until it listens
+	}
+	return c
+}
+
+// Out of memory and an ACL refusal hit every write alike: unavailable, so
+// the relay backs off instead of dead-lettering the table.
+func TestServerRefusalsAreUnavailable(t *testing.T) {
+	t.Parallel()
+	own := ownServer(t)
+	ctx := ctxFor(t, 10*time.Second)
+	pub := newPublisher(t, own, outboxredis.Config{Stream: "{event_type}"})
+	if err := own.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	err := pub.Publish(ctx, publishertest.NewMessage("1", `{}`))
+	if outbox.Classify(err) != outbox.ClassUnavailable || !strings.Contains(err.Error(), "OOM") {
+		t.Errorf("publish with Redis out of memory: %v (%s), want an unavailable OOM", err, outbox.Classify(err))
+	}
+	if err := own.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := own.Do(ctx, "ACL", "SETUSER", "reader", "on", ">pw", "~*", "+@read").Err(); err != nil {
+		t.Fatal(err)
+	}
+	sock := own.Options().Addr
+	reader := goredis.NewClient(&goredis.Options{Network: "unix", Addr: sock, Username: "reader", Password: "pw", MaxRetries: -1})
+	t.Cleanup(func() { reader.Close() })
+	err = newPublisher(t, reader, outboxredis.Config{}).Publish(ctx, publishertest.NewMessage("1", `{}`))
+	if outbox.Classify(err) != outbox.ClassUnavailable || !strings.Contains(err.Error(), "NOPERM") {
+		t.Errorf("publish as a user without XADD: %v (%s), want an unavailable NOPERM", err, outbox.Classify(err))
+	}
+}
+
+func TestParseURLTLS(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	testcerts.Write(t, dir) // any CA and client certificate will do
+	u, _ := url.Parse(fmt.Sprintf("rediss://outbox:pw@h:6380/0?tls_ca=%s&tls_cert=%s&tls_key=%s",
+		filepath.Join(dir, "ca.pem"), filepath.Join(dir, "client.pem"), filepath.Join(dir, "client-key.pem")))
+	opts, _, err := outboxredis.ParseURL(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.TLSConfig == nil || opts.TLSConfig.RootCAs == nil || len(opts.TLSConfig.Certificates) != 1 ||
+		opts.Username != "outbox" || opts.Password != "pw" {
+		t.Errorf("options: TLS %+v, user %q", opts.TLSConfig, opts.Username)
+	}
+	for _, bad := range []string{
+		"redis://h:6379/0?tls_ca=/ca.pem",
+		"rediss://u:canary@h:6380/0?tls_ca=/nonexistent.pem",
+		"rediss://h:6380/0?tls_cert=" + filepath.Join(dir, "client.pem"),
+	} {
+		u, _ := url.Parse(bad)
+		_, _, err := outboxredis.ParseURL(u)
+		if err == nil || strings.Contains(err.Error(), "canary") {
+			t.Errorf("ParseURL(%s): %v, want an error without the password", bad, err)
+		}
+	}
+}
+
+// rediss:// with an ACL user, a private CA and a client certificate, against
+// a redis-server of the test's own that requires them; without the client
+// certificate, publishing is unavailable.
+func TestTLSAndACLUserFromURL(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	testcerts.Write(t, dir)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	own := ownServer(t, "--tls-port", strconv.Itoa(port), "--tls-cert-file", filepath.Join(dir, "server.pem"),
+		"--tls-key-file", filepath.Join(dir, "server-key.pem"), "--tls-ca-cert-file", filepath.Join(dir, "ca.pem"),
+		"--tls-auth-clients", "yes")
+	ctx := ctxFor(t, 30*time.Second)
+	if err := own.Do(ctx, "ACL", "SETUSER", "outbox", "on", ">s3cret", "~*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	base := fmt.Sprintf("rediss://outbox:s3cret@127.0.0.1:%d/0?stream=tls&dial_timeout=2s&tls_ca=%s", port, filepath.Join(dir, "ca.pem"))
+	publish := func(raw string) error {
+		u, _ := url.Parse(raw)
+		p, err := outboxredis.NewFromURL(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		return p.Publish(ctx, publishertest.NewMessage("1", `{}`))
+	}
+	if err := publish(base + "&tls_cert=" + filepath.Join(dir, "client.pem") + "&tls_key=" + filepath.Join(dir, "client-key.pem")); err != nil {
+		t.Fatalf("publish over TLS with a client certificate as an ACL user: %v", err)
+	}
+	if n := own.XLen(ctx, "tls").Val(); n != 1 {
+		t.Fatalf("stream holds %d entries, want 1", n)
+	}
+	if err := publish(base); outbox.Classify(err) != outbox.ClassUnavailable {
+		t.Errorf("publish without the client certificate: %v (%s), want unavailable", err, outbox.Classify(err))
 	}
 }

@@ -1,9 +1,12 @@
 package redis
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"strconv"
 	"time"
 
@@ -19,12 +22,19 @@ const (
 	optRequireStream = "require_stream"
 	optWaitReplicas  = "wait_replicas"
 	optWaitTimeout   = "wait_timeout"
+	optTLSCA         = "tls_ca"
+	optTLSCert       = "tls_cert"
+	optTLSKey        = "tls_key"
 )
 
 // ParseURL turns a broker URL, as given to the CLI's --broker, into client
 // options and a Config:
 //
 //	redis://user:pass@host:6379/0?stream=events.{aggregate_type}&maxlen=100000
+//
+// For TLS use rediss://; tls_ca (a PEM file of private CAs), tls_cert and
+// tls_key (a client certificate) complete it. An ACL user goes in the user
+// info: rediss://outbox:password@host:6380/0.
 //
 // See the package documentation for the options; go-redis's own options
 // (dial_timeout, pool_size, client_name, ...) are honoured, and anything else
@@ -36,6 +46,7 @@ func ParseURL(u *url.URL) (*goredis.Options, Config, error) {
 	if u == nil {
 		return nil, cfg, errors.New("redis: URL is nil")
 	}
+	var tlsCA, tlsCert, tlsKey string
 	q := u.Query()
 	rest := url.Values{}
 	for name, vals := range q {
@@ -79,6 +90,18 @@ func ParseURL(u *url.URL) (*goredis.Options, Config, error) {
 				return bad("want a positive Go duration such as 500ms")
 			}
 			cfg.WaitTimeout = d
+		case optTLSCA, optTLSCert, optTLSKey:
+			if u.Scheme != "rediss" {
+				return bad("TLS files need a rediss:// URL")
+			}
+			switch name {
+			case optTLSCA:
+				tlsCA = v
+			case optTLSCert:
+				tlsCert = v
+			default:
+				tlsKey = v
+			}
 		default:
 			rest[name] = vals
 		}
@@ -97,7 +120,38 @@ func ParseURL(u *url.URL) (*goredis.Options, Config, error) {
 	if !rest.Has("max_retries") {
 		opts.MaxRetries = -1
 	}
+	if opts.TLSConfig != nil {
+		if err := addTLSFiles(opts.TLSConfig, tlsCA, tlsCert, tlsKey); err != nil {
+			return nil, Config{}, fmt.Errorf("redis: URL %s: %w", u.Redacted(), err)
+		}
+	}
 	return opts, cfg, nil
+}
+
+// addTLSFiles completes tc with private CAs and a client certificate, read
+// now so that a wrong path fails at start rather than as an endless outage.
+func addTLSFiles(tc *tls.Config, caFile, certFile, keyFile string) error {
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return fmt.Errorf("%s: %w", optTLSCA, err)
+		}
+		tc.RootCAs = x509.NewCertPool()
+		if !tc.RootCAs.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("%s: %s holds no PEM certificate", optTLSCA, caFile)
+		}
+	}
+	if (certFile == "") != (keyFile == "") {
+		return fmt.Errorf("%s and %s go together", optTLSCert, optTLSKey)
+	}
+	if certFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return fmt.Errorf("%s, %s: %w", optTLSCert, optTLSKey, err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return nil
 }
 
 // NewFromURL parses u (see ParseURL), creates a client and returns a

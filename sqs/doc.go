@@ -47,19 +47,51 @@
 //	group id, bad queue URL from the template           → outbox.Permanent
 //	entry failed with SenderFault=true (e.g.
 //	InvalidMessageContents)                             → outbox.Permanent
-//	QueueDoesNotExist, AccessDenied, KMS access denied  → outbox.Permanent
+//	QueueDoesNotExist (without CreateQueues)            → outbox.Unavailable
+//	                                                      (MissingQueueError,
+//	                                                      naming the queue and
+//	                                                      the create-queue command)
+//	AccessDenied, KMS access denied or disabled,
+//	throttling (RequestThrottled, ThrottlingException,
+//	KmsThrottled)                                       → outbox.Unavailable
 //	connection refused/reset, DNS failure, no
 //	credentials, invalid or expired credentials         → outbox.Unavailable
 //	timeouts, 5xx, dropped connections — when no entry
-//	of the batch was accepted                           → outbox.Unavailable
-//	entry failed with SenderFault=false, throttling,
-//	anything else                                       → transient
+//	of the batch was accepted (outbox.ClassifyBatch)    → outbox.Unavailable
+//	entry failed with SenderFault=false, anything else  → transient
 //
-// Credential failures are "unavailable" rather than permanent: they fail
-// every event alike, and the relay should back off and log rather than
-// dead-letter the table. The SDK's own retryer (the Client's) retries
-// throttling, 5xx and connection errors before the publisher sees them;
-// the relay's ctx bounds it.
+// A missing queue, credential and permission failures and throttling are
+// "unavailable" rather than permanent: they fail every event alike, and the
+// relay should back off, report not ready and log rather than dead-letter
+// the table. The SDK's own retryer (the Client's) retries throttling, 5xx and
+// connection errors before the publisher sees them; the relay's ctx bounds
+// it.
+//
+// # Queues
+//
+// Queues are the operator's to create (usually with the infrastructure's
+// own tooling):
+//
+//	aws sqs create-queue --queue-name orders
+//	aws sqs create-queue --queue-name orders.fifo --attributes FifoQueue=true
+//
+// The publisher creates none unless Config.CreateQueues (create_queues=true
+// in a URL) asks it to create a queue a send found missing, with SQS's
+// default attributes (FifoQueue=true for a ".fifo" name), opting in; the
+// relay's role then also needs sqs:CreateQueue.
+//
+// # Credentials
+//
+// Credentials come from the AWS SDK's default chain, in this order: the
+// environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN),
+// web identity (AWS_WEB_IDENTITY_TOKEN_FILE and AWS_ROLE_ARN: EKS IRSA), the
+// shared config and credentials files (AWS_PROFILE; SSO and assume-role
+// profiles included), then the container (ECS task role, EKS Pod Identity)
+// or EC2 instance role. The region comes from region=, the queue URL's host,
+// AWS_REGION or the profile. Give the relay's role sqs:SendMessage and
+// sqs:GetQueueAttributes on the queue, and kms:GenerateDataKey and
+// kms:Decrypt on its key when the queue is encrypted with a customer key.
+// Credentials never come from the URL.
 //
 // # Usage
 //

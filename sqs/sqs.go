@@ -6,21 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"io"
-	"net"
 	"net/url"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
-	"github.com/aws/smithy-go"
-	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/pgoutbox/outbox"
 )
@@ -72,6 +65,18 @@ type Config struct {
 	// Concurrency is how many SendMessageBatch calls one PublishBatch keeps
 	// in flight. Default 10.
 	Concurrency int
+	// CreateQueues lets the publisher create a queue a send found missing
+	// (a standard queue, or a FIFO queue for a name ending in ".fifo", with
+	// SQS's default attributes), then send again: opt-in topology creation.
+	// Client must then also implement QueueCreator, as *sqs.Client does.
+	// Off (the default): a missing queue is an outage naming the command
+	// that creates it.
+	CreateQueues bool
+}
+
+// QueueCreator is the part of *sqs.Client Config.CreateQueues needs.
+type QueueCreator interface {
+	CreateQueue(ctx context.Context, in *sqs.CreateQueueInput, optFns ...func(*sqs.Options)) (*sqs.CreateQueueOutput, error)
 }
 
 // Publisher is an outbox.BatchPublisher and outbox.HealthChecker for Amazon
@@ -82,11 +87,13 @@ type Publisher struct {
 	static      bool // QueueURL has no placeholder
 	maxBytes    int
 	concurrency int
+	creator     QueueCreator // set with Config.CreateQueues
 }
 
 var (
 	_ outbox.BatchPublisher = (*Publisher)(nil)
 	_ outbox.HealthChecker  = (*Publisher)(nil)
+	_ outbox.Describer      = (*Publisher)(nil)
 )
 
 // New validates cfg and returns a Publisher. It sends no request.
@@ -124,7 +131,15 @@ func New(cfg Config) (*Publisher, error) {
 	if cfg.Concurrency < 1 || cfg.Concurrency > 100 {
 		return nil, fmt.Errorf("sqs: Config.Concurrency: %d: must be between 1 and 100", cfg.Concurrency)
 	}
-	return &Publisher{api: cfg.Client, queue: tmpl, static: static, maxBytes: cfg.MaxMessageBytes, concurrency: cfg.Concurrency}, nil
+	p := &Publisher{api: cfg.Client, queue: tmpl, static: static, maxBytes: cfg.MaxMessageBytes, concurrency: cfg.Concurrency}
+	if cfg.CreateQueues {
+		creator, ok := cfg.Client.(QueueCreator)
+		if !ok {
+			return nil, fmt.Errorf("sqs: Config.CreateQueues: the Client (%T) has no CreateQueue method", cfg.Client)
+		}
+		p.creator = creator
+	}
+	return p, nil
 }
 
 func checkQueueURL(s string) error {
@@ -138,103 +153,18 @@ func checkQueueURL(s string) error {
 	return nil
 }
 
-// NewFromURL returns a Publisher configured by a URL, for command-line use:
-//
-//	sqs://?queue_url=https://sqs.eu-west-1.amazonaws.com/123456789012/orders.fifo
-//
-// Query options: queue_url (required; may be a template, URL-encoded),
-// region (default: from queue_url's host, else the AWS environment),
-// endpoint (a custom endpoint, e.g. LocalStack or a VPC endpoint),
-// max_message_bytes, concurrency. Credentials come from the AWS default
-// chain (environment, shared config and credentials files, SSO, web
-// identity, container or instance role), never from the URL.
-func NewFromURL(u *url.URL) (*Publisher, error) {
-	if u == nil {
-		return nil, errors.New("sqs: URL is nil")
-	}
-	if u.Scheme != "sqs" {
-		return nil, fmt.Errorf("sqs: URL %s: scheme must be sqs", u.Redacted())
-	}
-	if u.User != nil {
-		return nil, fmt.Errorf("sqs: URL %s: credentials in the URL are not supported; use the AWS environment or profile", u.Redacted())
-	}
-	q := u.Query()
-	for key := range q {
-		switch key {
-		case "queue_url", "region", "endpoint", "max_message_bytes", "concurrency":
-		default:
-			return nil, fmt.Errorf("sqs: URL %s: unknown option %q", u.Redacted(), key)
-		}
-	}
-	cfg := Config{QueueURL: q.Get("queue_url")}
-	if cfg.QueueURL == "" {
-		return nil, fmt.Errorf("sqs: URL %s: queue_url is required", u.Redacted())
-	}
-	var err error
-	if s := q.Get("max_message_bytes"); s != "" {
-		if cfg.MaxMessageBytes, err = strconv.Atoi(s); err != nil {
-			return nil, fmt.Errorf("sqs: URL %s: max_message_bytes: %w", u.Redacted(), err)
-		}
-	}
-	if s := q.Get("concurrency"); s != "" {
-		if cfg.Concurrency, err = strconv.Atoi(s); err != nil {
-			return nil, fmt.Errorf("sqs: URL %s: concurrency: %w", u.Redacted(), err)
-		}
-	}
-	region := q.Get("region")
-	if region == "" {
-		region = regionOf(cfg.QueueURL)
-	}
-	var loadOpts []func(*awsconfig.LoadOptions) error
-	if region != "" {
-		loadOpts = append(loadOpts, awsconfig.WithRegion(region))
-	}
-	// Loading reads the environment and config files; credentials are
-	// resolved lazily, at the first request.
-	awsCfg, err := awsconfig.LoadDefaultConfig(context.Background(), loadOpts...)
-	if err != nil {
-		return nil, fmt.Errorf("sqs: AWS configuration: %w", err)
-	}
-	endpoint := q.Get("endpoint")
-	if endpoint != "" {
-		if err := checkEndpoint(endpoint); err != nil {
-			return nil, fmt.Errorf("sqs: URL %s: endpoint: %w", u.Redacted(), err)
-		}
-	}
-	cfg.Client = sqs.NewFromConfig(awsCfg, func(o *sqs.Options) {
-		if endpoint != "" {
-			o.BaseEndpoint = aws.String(endpoint)
-		}
-	})
-	return New(cfg)
-}
-
-func checkEndpoint(s string) error {
-	u, err := url.Parse(s)
-	if err != nil {
-		return err
-	}
-	if (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-		return fmt.Errorf("%q: want http(s)://host[:port]", s)
-	}
-	return nil
-}
-
-// regionOf returns REGION from https://sqs.REGION.amazonaws.com/..., or "".
-func regionOf(queueURL string) string {
-	u, err := url.Parse(queueURL)
-	if err != nil {
-		return ""
-	}
-	parts := strings.Split(u.Hostname(), ".")
-	if len(parts) >= 4 && parts[0] == "sqs" && parts[2] == "amazonaws" {
-		return parts[1]
-	}
-	return ""
-}
-
 // QueueURL returns the queue msg is sent to.
 func (p *Publisher) QueueURL(msg *outbox.Message) string { return p.queue.Render(msg) }
+
+// MessagingSystem implements outbox.Describer.
+func (p *Publisher) MessagingSystem() string { return "aws_sqs" }
+
+// Destination implements outbox.Describer: the queue's name, the last
+// segment of its URL.
+func (p *Publisher) Destination(msg *outbox.Message) string { return queueName(p.queue.Render(msg)) }
+
+// queueName returns NAME from https://sqs.REGION.amazonaws.com/ACCOUNT/NAME.
+func queueName(queueURL string) string { return queueURL[strings.LastIndex(queueURL, "/")+1:] }
 
 // Health asks SQS for the queue's ARN when QueueURL is a static URL; for a
 // templated QueueURL there is no single queue to ask, and Health returns nil.
@@ -402,7 +332,7 @@ func (p *Publisher) PublishBatch(ctx context.Context, msgs []*outbox.Message) []
 		})
 	}
 	wg.Wait()
-	return classifyBatch(errs)
+	return outbox.ClassifyBatch(errs, serviceDown)
 }
 
 type call struct {
@@ -468,9 +398,17 @@ func (p *Publisher) send(ctx context.Context, c call, failed map[string]error) [
 		}
 		return out
 	}
-	resp, err := p.api.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(c.queue), Entries: entries})
+	in := &sqs.SendMessageBatchInput{QueueUrl: aws.String(c.queue), Entries: entries}
+	resp, err := p.api.SendMessageBatch(ctx, in)
+	if err != nil && p.creator != nil && p.queueMissing(err) {
+		if cerr := p.createQueue(ctx, c.queue); cerr != nil {
+			err = fmt.Errorf("%w (creating the queue: %w)", err, cerr)
+		} else {
+			resp, err = p.api.SendMessageBatch(ctx, in)
+		}
+	}
 	if err != nil {
-		err = classifyCall(fmt.Errorf("sqs: SendMessageBatch to %s: %w", c.queue, err))
+		err = classifyCall(fmt.Errorf("sqs: SendMessageBatch to %s: %w", c.queue, err), c.queue)
 		for _, e := range c.entries {
 			if _, sent := byID[*e.e.Id]; sent {
 				fail(e, err)
@@ -504,103 +442,20 @@ func (p *Publisher) send(ctx context.Context, c call, failed map[string]error) [
 	return out
 }
 
-// blocked is the error of a FIFO message not sent because an earlier one of
-// its group failed: an outage stays an outage, anything else is transient
-// (the message itself was never judged).
-func blocked(group string, prev error) error {
-	const format = "sqs: not sent: an earlier event of message group %q failed in this batch: %"
-	if outbox.Classify(prev) == outbox.ClassPermanent {
-		// That message is bad, this one was never judged: transient.
-		return fmt.Errorf(format+"v", group, prev)
-	}
-	return fmt.Errorf(format+"w", group, prev)
+// queueMissing reports a SendMessageBatch error meaning the queue does not
+// exist.
+func (p *Publisher) queueMissing(err error) bool {
+	var missing MissingQueueError
+	return errors.As(classifyCall(err, ""), &missing)
 }
 
-// Authentication failures: every message fails alike, so the relay backs off
-// (and logs) rather than dead-lettering the table.
-var authCodes = map[string]bool{
-	"InvalidClientTokenId": true, "SignatureDoesNotMatch": true, "ExpiredToken": true, "ExpiredTokenException": true,
-	"UnrecognizedClientException": true, "MissingAuthenticationToken": true, "MissingAuthenticationTokenException": true,
-	"IncompleteSignature": true, "IncompleteSignatureException": true, "InvalidSecurity": true,
-	"AWS.SimpleQueueService.InvalidSecurity": true, "RequestExpired": true,
-}
-
-// classifyCall classifies an error of a whole SendMessageBatch call.
-func classifyCall(err error) error {
-	var (
-		noQueue *types.QueueDoesNotExist
-		apiErr  smithy.APIError
-	)
-	switch {
-	case errors.As(err, &noQueue):
-		return outbox.Permanent(err)
-	case errors.As(err, &apiErr):
-		code := apiErr.ErrorCode()
-		switch {
-		case code == "AWS.SimpleQueueService.NonExistentQueue" || code == "QueueDoesNotExist":
-			return outbox.Permanent(err)
-		case code == "AccessDenied" || code == "AccessDeniedException" || strings.HasPrefix(code, "KmsAccessDenied") ||
-			code == "KMS.AccessDeniedException":
-			// Authorization for this queue (or its KMS key), like Kafka's
-			// topic authorization: the message cannot go there.
-			return outbox.Permanent(err)
-		case authCodes[code]:
-			return outbox.Unavailable(err)
-		}
+// createQueue creates the queue queueURL names (Config.CreateQueues).
+func (p *Publisher) createQueue(ctx context.Context, queueURL string) error {
+	name := queueName(queueURL)
+	in := &sqs.CreateQueueInput{QueueName: aws.String(name)}
+	if strings.HasSuffix(name, ".fifo") {
+		in.Attributes = map[string]string{string(types.QueueAttributeNameFifoQueue): "true"}
 	}
-	if msg := err.Error(); strings.Contains(msg, "get identity: ") || strings.Contains(msg, "failed to retrieve credentials") {
-		// No credentials could be had (the SDK has no error type for it,
-		// only this text; TestUnavailable pins it): like a bad password,
-		// it fails every message alike.
-		return outbox.Unavailable(err)
-	}
-	var quota *ratelimit.QuotaExceededError
-	if errors.As(err, &quota) {
-		// The SDK's client-side retry budget ran out: the endpoint has been
-		// failing call after call, an outage, not this message's fault.
-		return outbox.Unavailable(err)
-	}
-	if outbox.Classify(err) == outbox.ClassUnavailable {
-		return outbox.Unavailable(err) // refused, reset, DNS, dial
-	}
+	_, err := p.creator.CreateQueue(ctx, in)
 	return err
-}
-
-// classifyBatch turns outage-looking failures (timeouts, server errors, a
-// connection dropped mid-request) into outbox.Unavailable when no message of
-// the batch got through; with some accepted, SQS is up and the failure is
-// the message's.
-func classifyBatch(errs []error) []error {
-	for _, err := range errs {
-		if err == nil {
-			return errs
-		}
-	}
-	for i, err := range errs {
-		if outbox.Classify(err) == outbox.ClassTransient && outageLike(err) {
-			errs[i] = outbox.Unavailable(err)
-		}
-	}
-	return errs
-}
-
-func outageLike(err error) bool {
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, net.ErrClosed) {
-		return true
-	}
-	var sendErr *smithyhttp.RequestSendError // the request never got an answer
-	if errors.As(err, &sendErr) {
-		return true
-	}
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		return true
-	}
-	var apiErr smithy.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorFault() == smithy.FaultServer {
-		return true
-	}
-	var re interface{ HTTPStatusCode() int }
-	return errors.As(err, &re) && re.HTTPStatusCode() >= 500
 }

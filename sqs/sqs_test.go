@@ -179,8 +179,14 @@ func TestConformance(t *testing.T) {
 				e := newEnv(t)
 				qurl := e.createQueue(queue, nil)
 				b := &publishertest.Broker{
-					Publisher:  e.publisher(sqs.Config{QueueURL: qurl}),
-					Unroutable: e.publisher(sqs.Config{QueueURL: strings.TrimSuffix(qurl, queue) + "missing"}),
+					Publisher:      e.publisher(sqs.Config{QueueURL: qurl}),
+					Unroutable:     e.publisher(sqs.Config{QueueURL: strings.TrimSuffix(qurl, queue) + "missing"}),
+					UnroutableName: "aws sqs create-queue --queue-name missing",
+					RefuseAll: func(t *testing.T) (outbox.Publisher, func()) {
+						// Throttling on every call.
+						e.fake.SetFaults(nil, func([]string) (int, string) { return 400, "RequestThrottled" })
+						return e.publisher(sqs.Config{QueueURL: qurl}), func() { e.fake.SetFaults(nil, nil) }
+					},
 					MaxPayload: 256*1024 + 1,
 					TopicOf:    func(*outbox.Message) string { return queue },
 					Read:       (&reader{e: e, queue: qurl}).conformance,
@@ -479,11 +485,16 @@ func TestCallErrors(t *testing.T) {
 		typ    string
 		want   outbox.ErrorClass
 	}{
-		{400, "AccessDenied", outbox.ClassPermanent},
-		{400, "KmsAccessDenied", outbox.ClassPermanent},
+		// Refusals hitting every message alike are outages.
+		{400, "AccessDenied", outbox.ClassUnavailable},
+		{400, "KmsAccessDenied", outbox.ClassUnavailable},
 		{400, "InvalidClientTokenId", outbox.ClassUnavailable},
 		{400, "SignatureDoesNotMatch", outbox.ClassUnavailable},
-		{400, "RequestThrottled", outbox.ClassTransient},
+		{400, "RequestThrottled", outbox.ClassUnavailable},
+		{400, "ThrottlingException", outbox.ClassUnavailable},
+		{400, "AWS.SimpleQueueService.NonExistentQueue", outbox.ClassUnavailable},
+		// A request the service judged wrong stays the message's.
+		{400, "InvalidParameterValue", outbox.ClassTransient},
 	} {
 		t.Run(tc.typ, func(t *testing.T) {
 			t.Parallel()
@@ -626,3 +637,35 @@ func TestNewFromURL(t *testing.T) {
 		}
 	}
 }
+
+// With CreateQueues a missing queue is created and the batch sent again;
+// without, it is an outage naming the create-queue command.
+func TestCreateQueues(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"made", "made.fifo"} {
+		e := newEnv(t)
+		qurl := strings.TrimSuffix(e.createQueue("exists", nil), "exists") + name
+		err := e.publisher(sqs.Config{QueueURL: qurl}).Publish(timeout(t, 10*time.Second), message("a", 1))
+		var missing sqs.MissingQueueError
+		if !errors.As(err, &missing) || outbox.Classify(err) != outbox.ClassUnavailable || !strings.Contains(err.Error(), "--queue-name "+name) {
+			t.Fatalf("%s without CreateQueues: %v (%s), want an unavailable MissingQueueError", name, err, outbox.Classify(err))
+		}
+		pub := e.publisher(sqs.Config{QueueURL: qurl, CreateQueues: true})
+		msgs := []*outbox.Message{message("a", 1), message("a", 2)}
+		for i, err := range pub.PublishBatch(timeout(t, 10*time.Second), msgs) {
+			if err != nil {
+				t.Fatalf("%s with CreateQueues, message %d: %v", name, i, err)
+			}
+		}
+		got, err := (&reader{e: e, queue: qurl}).Read(timeout(t, 10*time.Second), 2)
+		if err != nil || len(got) != 2 {
+			t.Fatalf("%s: read %d messages: %v", name, len(got), err)
+		}
+	}
+	if _, err := sqs.New(sqs.Config{Client: apiOnly{}, QueueURL: "https://sqs.eu-west-1.amazonaws.com/1/q", CreateQueues: true}); err == nil {
+		t.Error("CreateQueues with a client that cannot create queues: accepted")
+	}
+}
+
+// apiOnly implements sqs.API and nothing more.
+type apiOnly struct{ sqs.API }

@@ -44,19 +44,31 @@
 //
 //	2xx                                              → published
 //	3xx (never followed; the error names Location)   → outbox.Permanent
-//	other 4xx (400, 401, 403, 404, 410, 413, 422…)   → outbox.Permanent
-//	408, 429, 5xx                                    → transient; with a
-//	                                                   Retry-After (seconds or
-//	                                                   HTTP date) the error is
-//	                                                   an *outbox.RetryAfterError
-//	                                                   and the relay waits at
-//	                                                   least that long
+//	other 4xx (400, 404, 410, 413, 422…)             → outbox.Permanent
+//	401, 403                                         → outbox.Unavailable when no
+//	                                                   request of the batch got
+//	                                                   through (a skewed clock, a
+//	                                                   rotated secret: every
+//	                                                   request fails alike);
+//	                                                   permanent otherwise
+//	429, 502, 503, 504                               → outbox.Unavailable when no
+//	                                                   request of the batch got
+//	                                                   through; transient otherwise
+//	408, 500, other 5xx                              → transient
 //	payload over MaxBodyBytes, bad rendered URL,
 //	target refused by the SSRF policy                → outbox.Permanent
 //	connection refused or reset, DNS failure         → outbox.Unavailable
 //	timeouts and dropped connections, when no
 //	request of the batch got an answer               → outbox.Unavailable
 //	a timeout while other requests succeeded         → transient
+//
+// A transient or refusing answer with a Retry-After (seconds or an HTTP
+// date) is an *outbox.RetryAfterError: the relay waits at least that long.
+// An event not sent because an earlier event of its aggregate failed in the
+// batch takes that failure's class, except permanent (it was never judged):
+// then it is transient. "No request of the batch got through" is
+// outbox.ClassifyBatch's rule: one accepted request shows the endpoint is
+// answering, and the failures are the messages' own.
 //
 // Error texts name the endpoint by scheme and host only: webhook URL paths
 // and queries often carry tokens. Config.Header values and secrets never

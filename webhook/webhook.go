@@ -12,11 +12,9 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/pgoutbox/outbox"
@@ -90,7 +88,10 @@ type Publisher struct {
 	dialGuard func(netip.AddrPort) error
 }
 
-var _ outbox.BatchPublisher = (*Publisher)(nil)
+var (
+	_ outbox.BatchPublisher = (*Publisher)(nil)
+	_ outbox.Describer      = (*Publisher)(nil)
+)
 
 // New validates cfg and returns a Publisher. It sends no request.
 func New(cfg Config) (*Publisher, error) {
@@ -198,70 +199,21 @@ func checkURL(s string) (*url.URL, error) {
 	return u, nil
 }
 
-// NewFromURL returns a Publisher for the endpoint u, for command-line use:
-//
-//	https://hooks.example.com/outbox/{event_type}?outbox_timeout=5s
-//
-// Options are query parameters prefixed "outbox_", removed from the target
-// URL: outbox_timeout, outbox_max_body_bytes, outbox_concurrency,
-// outbox_allow_private_networks (true/false) and outbox_secret_env, the
-// name of the environment variable holding the secrets, space-separated
-// (default OUTBOX_WEBHOOK_SECRET). Secrets never come from the URL.
-func NewFromURL(u *url.URL) (*Publisher, error) { return NewFromURLEnv(u, os.Getenv) }
-
-// NewFromURLEnv is NewFromURL reading the secrets' variable through getenv.
-func NewFromURLEnv(u *url.URL, getenv func(string) string) (*Publisher, error) {
-	if u == nil {
-		return nil, errors.New("webhook: URL is nil")
-	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("webhook: URL scheme %q: want http or https", u.Scheme)
-	}
-	target := *u
-	q := target.Query()
-	cfg := Config{}
-	secretEnv := "OUTBOX_WEBHOOK_SECRET"
-	var err error
-	for key := range q {
-		name, ok := strings.CutPrefix(key, "outbox_")
-		if !ok {
-			continue
-		}
-		v := q.Get(key)
-		switch name {
-		case "timeout":
-			cfg.Timeout, err = time.ParseDuration(v)
-		case "max_body_bytes":
-			cfg.MaxBodyBytes, err = strconv.Atoi(v)
-		case "concurrency":
-			cfg.Concurrency, err = strconv.Atoi(v)
-		case "allow_private_networks":
-			cfg.AllowPrivateNetworks, err = strconv.ParseBool(v)
-		case "secret_env":
-			secretEnv = v
-		default:
-			return nil, fmt.Errorf("webhook: URL option %q is unknown", key)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("webhook: URL option %s: %w", key, err)
-		}
-		q.Del(key)
-	}
-	target.RawQuery = q.Encode()
-	if len(q) == 0 {
-		target.RawQuery = ""
-	}
-	// Put back the template's braces, which String percent-encodes.
-	cfg.URL = strings.NewReplacer("%7B", "{", "%7D", "}", "%7b", "{", "%7d", "}").Replace(target.String())
-	cfg.Secrets = strings.Fields(getenv(secretEnv))
-	if len(cfg.Secrets) == 0 {
-		return nil, fmt.Errorf("webhook: environment variable %s holds no secret", secretEnv)
-	}
-	return New(cfg)
-}
-
 // Close closes idle connections.
 func (p *Publisher) Close() { p.transport.CloseIdleConnections() }
+
+// MessagingSystem implements outbox.Describer.
+func (p *Publisher) MessagingSystem() string { return "webhook" }
+
+// Destination implements outbox.Describer: the endpoint's scheme and host
+// (its path and query often carry tokens, which spans must not record).
+func (p *Publisher) Destination(msg *outbox.Message) string {
+	u, err := url.Parse(p.URL(msg))
+	if err != nil {
+		return ""
+	}
+	return u.Scheme + "://" + u.Host
+}
 
 // URL returns the endpoint msg is posted to.
 func (p *Publisher) URL(msg *outbox.Message) string {
@@ -383,14 +335,6 @@ func (p *Publisher) PublishBatch(ctx context.Context, msgs []*outbox.Message) []
 	return classifyBatch(errs)
 }
 
-func blocked(aggregate string, prev error) error {
-	const format = "webhook: not sent: an earlier event of aggregate %q failed in this batch: %"
-	if outbox.Classify(prev) == outbox.ClassPermanent {
-		return fmt.Errorf(format+"v", aggregate, prev) // that event is bad; this one was never judged
-	}
-	return fmt.Errorf(format+"w", aggregate, prev)
-}
-
 // post sends one request and classifies its outcome.
 func (p *Publisher) post(ctx context.Context, msg *outbox.Message) error {
 	if err := ctx.Err(); err != nil {
@@ -432,52 +376,6 @@ func scrub(err error) error {
 	return err
 }
 
-// statusError classifies an HTTP answer: nil for 2xx.
-func statusError(resp *http.Response, target string, snippet []byte, now time.Time) error {
-	code := resp.StatusCode
-	if code >= 200 && code < 300 {
-		return nil
-	}
-	msg := fmt.Sprintf("webhook: POST %s: %s", target, resp.Status)
-	if s := printable(snippet); s != "" {
-		msg += ": " + s
-	}
-	switch {
-	case code >= 300 && code < 400:
-		loc := resp.Header.Get("Location")
-		if u, err := resp.Request.URL.Parse(loc); err == nil && loc != "" {
-			loc = u.Redacted()
-		}
-		return outbox.Permanent(fmt.Errorf("%s: redirect to %q not followed; configure the final URL", msg, loc))
-	case code == http.StatusRequestTimeout, code == http.StatusTooManyRequests, code >= 500:
-		err := errors.New(msg)
-		if d, ok := retryAfter(resp.Header.Get("Retry-After"), now); ok {
-			return outbox.RetryAfter(fmt.Errorf("%w (Retry-After %s)", err, d), d)
-		}
-		return err
-	default:
-		return outbox.Permanent(errors.New(msg))
-	}
-}
-
-// retryAfter parses a Retry-After value: delay-seconds or an HTTP date.
-func retryAfter(v string, now time.Time) (time.Duration, bool) {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0, false
-	}
-	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if n < 0 {
-			return 0, false
-		}
-		return time.Duration(min(n, int64(365*24*time.Hour/time.Second))) * time.Second, true
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return max(t.Sub(now), 0), true
-	}
-	return 0, false
-}
-
 // printable returns s's first line-ish text, for an error message.
 func printable(b []byte) string {
 	s := strings.Map(func(r rune) rune {
@@ -491,35 +389,6 @@ func printable(b []byte) string {
 		s = s[:200] + "…"
 	}
 	return s
-}
-
-// classifyBatch makes timeouts and dropped connections an outage when no
-// message of the batch was accepted: the endpoint is not answering at all.
-func classifyBatch(errs []error) []error {
-	for _, err := range errs {
-		if err == nil {
-			return errs
-		}
-	}
-	for i, err := range errs {
-		if outbox.Classify(err) == outbox.ClassTransient && outageLike(err) {
-			errs[i] = outbox.Unavailable(err)
-		}
-	}
-	return errs
-}
-
-func outageLike(err error) bool {
-	var ra *outbox.RetryAfterError
-	if errors.As(err, &ra) {
-		return false // the endpoint answered, and said when to come back
-	}
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, net.ErrClosed) {
-		return true
-	}
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // validHeaderName reports an RFC 9110 token.

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -154,11 +155,13 @@ func TestConformance(t *testing.T) {
 		proxy := tcpproxy.Start(t, rc.srv.Listener.Addr().String())
 		base := "http://" + proxy.Addr()
 		return &publishertest.Broker{
-			Publisher:  newPublisher(t, webhook.Config{URL: base + "/hooks/{event_type}", MaxBodyBytes: maxBody, Timeout: 2 * time.Second}),
-			Unroutable: newPublisher(t, webhook.Config{URL: base + "/missing"}),
-			MaxPayload: maxBody + 1,
-			TopicOf:    func(m *outbox.Message) string { return "/hooks/" + m.EventType },
-			Read:       rc.Read,
+			Publisher:            newPublisher(t, webhook.Config{URL: base + "/hooks/{event_type}", MaxBodyBytes: maxBody, Timeout: 2 * time.Second}),
+			Unroutable:           newPublisher(t, webhook.Config{URL: base + "/missing"}),
+			UnroutablePerMessage: true, // a 404 answers for one URL of a template
+			RefuseAll:            refusingEndpoint,
+			MaxPayload:           maxBody + 1,
+			TopicOf:              func(m *outbox.Message) string { return "/hooks/" + m.EventType },
+			Read:                 rc.Read,
 			Disconnect: func(t *testing.T) func() {
 				proxy.Cut()
 				return proxy.Restore
@@ -343,23 +346,24 @@ func TestStatusClassification(t *testing.T) {
 		{path: "/status/307", class: outbox.ClassPermanent, inMessage: "/moved-here"},
 		{path: "/status/308", class: outbox.ClassPermanent, inMessage: "/moved-here"},
 		{path: "/status/400", class: outbox.ClassPermanent, inMessage: "reason from the receiver"},
-		{path: "/status/401", class: outbox.ClassPermanent, inMessage: "401"},
-		{path: "/status/403", class: outbox.ClassPermanent},
+		{path: "/status/401", class: outbox.ClassUnavailable, inMessage: "401"},
+		{path: "/status/403", class: outbox.ClassUnavailable},
 		{path: "/status/404", class: outbox.ClassPermanent},
 		{path: "/status/410", class: outbox.ClassPermanent},
 		{path: "/status/413", class: outbox.ClassPermanent},
 		{path: "/status/422", class: outbox.ClassPermanent},
 		{path: "/status/408", class: outbox.ClassTransient},
-		{path: "/status/429", class: outbox.ClassTransient},
-		{path: "/status/429?retry=seconds", class: outbox.ClassTransient, delay: 7 * time.Second},
-		{path: "/status/503?retry=date", class: outbox.ClassTransient, delay: 90 * time.Second},
-		{path: "/status/503?retry=junk", class: outbox.ClassTransient},
+		{path: "/status/429", class: outbox.ClassUnavailable},
+		{path: "/status/429?retry=seconds", class: outbox.ClassUnavailable, delay: 7 * time.Second},
+		{path: "/status/503?retry=date", class: outbox.ClassUnavailable, delay: 90 * time.Second},
+		{path: "/status/503?retry=junk", class: outbox.ClassUnavailable},
 		{path: "/status/500", class: outbox.ClassTransient},
-		{path: "/status/502", class: outbox.ClassTransient},
+		{path: "/status/502", class: outbox.ClassUnavailable},
 	} {
 		p := newPublisher(t, webhook.Config{URL: rc.srv.URL + tc.path})
-		// Two messages, one accepted elsewhere: a batch the endpoint
-		// answered, so nothing counts as an outage.
+		// One request alone: an answer refusing everything (401, 403,
+		// 429, 502, 503) is an outage. TestRefusalsBesideASuccess has them
+		// beside a request that got through.
 		err := p.Publish(timeout(t, 10*time.Second), message("a", 1))
 		if tc.ok {
 			if err != nil {
@@ -581,6 +585,51 @@ func TestNewFromURL(t *testing.T) {
 			t.Errorf("NewFromURL(%s) = nil error", s)
 		} else if strings.Contains(err.Error(), "cGdvdXRib3gt") {
 			t.Errorf("error repeats a secret: %v", err)
+		}
+	}
+}
+
+// refusingEndpoint is an endpoint answering 503 to every request until
+// restored.
+func refusingEndpoint(t *testing.T) (outbox.Publisher, func()) {
+	var ok atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if !ok.Load() {
+			http.Error(w, "maintenance", http.StatusServiceUnavailable)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return newPublisher(t, webhook.Config{URL: srv.URL + "/hooks"}), func() { ok.Store(true) }
+}
+
+// Beside a request that got through, the endpoint is answering: a 401 or
+// 403 is that message's permanent failure, a 503 or 429 a transient one.
+func TestRefusalsBesideASuccess(t *testing.T) {
+	t.Parallel()
+	rc := newReceiver(t)
+	rc.respond = func(w http.ResponseWriter, r *http.Request, _ []byte) int {
+		var code int
+		fmt.Sscan(strings.TrimPrefix(r.URL.Path, "/status/"), &code)
+		if code >= 400 {
+			w.WriteHeader(code)
+			return -1
+		}
+		return code
+	}
+	p := newPublisher(t, webhook.Config{URL: rc.srv.URL + "/status/{aggregate_id}"})
+	for code, want := range map[string]outbox.ErrorClass{
+		"401": outbox.ClassPermanent, "403": outbox.ClassPermanent, "503": outbox.ClassTransient, "429": outbox.ClassTransient,
+	} {
+		errs := p.PublishBatch(timeout(t, 10*time.Second), []*outbox.Message{message("200", 1), message(code, 1), message(code, 2)})
+		if errs[0] != nil {
+			t.Fatalf("%s: the accepted request: %v", code, errs[0])
+		}
+		if c := outbox.Classify(errs[1]); errs[1] == nil || c != want {
+			t.Errorf("%s beside a success: %v (%s), want %s", code, errs[1], c, want)
+		}
+		// Its successor in the aggregate was never sent: never permanent.
+		if c := outbox.Classify(errs[2]); errs[2] == nil || c != outbox.ClassTransient {
+			t.Errorf("%s: the aggregate's next event, not sent: %v (%s), want transient", code, errs[2], c)
 		}
 	}
 }

@@ -4,8 +4,13 @@
 package testnats
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -58,4 +63,67 @@ func Stream(t testing.TB, nc *natsgo.Conn) (jetstream.Stream, string) {
 		_ = js.DeleteStream(ctx, prefix)
 	})
 	return s, prefix
+}
+
+// Binary is the nats-server executable the tests start servers of their own
+// with (NATS_SERVER_BIN, default /usr/sbin/nats-server, the Debian package's).
+func Binary() string {
+	if b := os.Getenv("NATS_SERVER_BIN"); b != "" {
+		return b
+	}
+	return "/usr/sbin/nats-server"
+}
+
+// Server starts a nats-server of the test's own with the configuration conf
+// (nats-server's config syntax; "listen" and "jetstream" are added) and
+// returns its client port. The server is stopped when the test ends. Without
+// the binary the test is skipped, or fails when CI=true: CI must run it.
+func Server(t testing.TB, conf string) int {
+	t.Helper()
+	bin := Binary()
+	if _, err := os.Stat(bin); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("testnats: nats-server binary %s: %v (CI=true: install the nats-server package)", bin, err)
+		}
+		t.Skipf("testnats: nats-server binary %s not available: %v", bin, err)
+	}
+	dir := t.TempDir()
+	port := freePort(t)
+	full := fmt.Sprintf("listen: \"127.0.0.1:%d\"\njetstream { store_dir: %q }\n%s\n", port, filepath.Join(dir, "js"), conf)
+	path := filepath.Join(dir, "nats.conf")
+	if err := os.WriteFile(path, []byte(full), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	cmd := exec.Command(bin, "-c", path)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("testnats: start %s: %v", bin, err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
+		if err == nil {
+			c.Close()
+			return port
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("testnats: nats-server did not listen on port %d within 10s: %v\n%s", port, err, out.String())
+		}
+		time.Sleep(20 * time.Millisecond) // poll until it listens
+	}
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }

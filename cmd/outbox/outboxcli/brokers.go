@@ -1,6 +1,7 @@
 package outboxcli
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -8,9 +9,6 @@ import (
 	"net/url"
 	"sort"
 	"strings"
-	"sync/atomic"
-
-	natsgo "github.com/nats-io/nats.go"
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/jsonl"
@@ -32,6 +30,18 @@ type BrokerOptions struct {
 	ClientName string
 	// Getenv reads the environment (secrets a broker takes from variables).
 	Getenv func(string) string
+	// CreateTopology asks the publisher to create its destination when it
+	// is missing, opting in: a JetStream stream named StreamName capturing
+	// the subject's first token (nats ensure_stream=), Kafka topics
+	// (create_topics=true), the RabbitMQ exchange named in the URL, as a
+	// durable topic exchange (declare_exchange=topic), SQS queues
+	// (create_queues=true). Redis creates streams anyway unless the URL says
+	// require_stream=true; webhook endpoints are not created. What the URL
+	// says itself wins.
+	CreateTopology bool
+	// StreamName names the JetStream stream CreateTopology creates. Default
+	// "OUTBOX".
+	StreamName string
 }
 
 // BrokerFunc connects to the broker at u and returns its publisher and what
@@ -81,51 +91,24 @@ type closerFunc func() error
 
 func (f closerFunc) Close() error { return f() }
 
-// openNATS publishes to NATS JetStream. The URL is passed to nats.go as is
-// (user:password@ and several comma-separated servers included). The
-// connection retries forever: a broker outage makes the relay back off, not
-// exit.
+// openNATS publishes to NATS JetStream; see nats.ParseURL for the URL's
+// options (credentials, TLS files, ensure_stream). --topic is the subject
+// unless the URL sets subject=. The connection retries forever: a broker
+// outage makes the relay back off, not exit.
 func openNATS(_ context.Context, u *url.URL, o BrokerOptions) (outbox.Publisher, io.Closer, error) {
-	if u.Host == "" {
-		return nil, nil, fmt.Errorf("%q: missing host, e.g. nats://127.0.0.1:4222", u.Redacted())
-	}
-	log := o.Logger.With("broker", u.Redacted())
-	// Say why a connection attempt fails (an untrusted certificate, refused
-	// credentials), once per distinct reason, so an operator is not left with
-	// "broker unavailable" alone.
-	var lastReason atomic.Value
-	logReason := func(err error) {
-		if err == nil {
-			return
-		}
-		msg := redactDSN(err.Error())
-		if prev, _ := lastReason.Swap(msg).(string); prev != msg {
-			log.Warn("nats connection attempt failed", "err", msg)
-		}
-	}
-	nc, err := natsgo.Connect(u.String(),
-		natsgo.ReconnectErrHandler(func(_ *natsgo.Conn, err error) { logReason(err) }),
-		natsgo.ErrorHandler(func(_ *natsgo.Conn, _ *natsgo.Subscription, err error) { logReason(err) }),
-		natsgo.Name(o.ClientName),
-		natsgo.MaxReconnects(-1),
-		natsgo.RetryOnFailedConnect(true),
-		natsgo.ConnectHandler(func(*natsgo.Conn) { lastReason.Store(""); log.Info("nats connected") }),
-		natsgo.DisconnectErrHandler(func(_ *natsgo.Conn, err error) {
-			if err != nil {
-				log.Warn("nats disconnected", "err", err)
-			}
-		}),
-		natsgo.ReconnectHandler(func(*natsgo.Conn) { lastReason.Store(""); log.Info("nats reconnected") }),
-	)
+	dc, cfg, err := outboxnats.ParseURL(withOption(u, "subject", o.Topic))
 	if err != nil {
-		return nil, nil, fmt.Errorf("nats: %w", err)
-	}
-	pub, err := outboxnats.New(nc, outboxnats.Config{Subject: o.Topic})
-	if err != nil {
-		nc.Close()
 		return nil, nil, err
 	}
-	return pub, closerFunc(func() error { nc.Close(); return nil }), nil
+	if o.CreateTopology && cfg.EnsureStream == "" {
+		cfg.EnsureStream = cmp.Or(o.StreamName, "OUTBOX")
+	}
+	dc.Name, dc.Logger = o.ClientName, o.Logger
+	pub, err := outboxnats.Dial(dc, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pub, pub, nil
 }
 
 // openStdout writes each event as one JSON line on standard output, for

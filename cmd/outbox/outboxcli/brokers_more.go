@@ -24,22 +24,27 @@ func init() {
 	brokers["https"] = openWebhook
 }
 
-// withTopic returns u with its destination option set to --topic, unless the
-// URL sets that option itself (the URL wins: it is the more specific).
-func withTopic(u *url.URL, param, topic string) *url.URL {
+// withOption returns u with the query option param set to value (--topic,
+// a topology option), unless the URL sets that option itself (the URL wins:
+// it is the more specific) or value is empty.
+func withOption(u *url.URL, param, value string) *url.URL {
 	q := u.Query()
-	if q.Has(param) || topic == "" {
+	if q.Has(param) || value == "" {
 		return u
 	}
 	c := *u
-	q.Set(param, topic)
+	q.Set(param, value)
 	c.RawQuery = q.Encode()
 	return &c
 }
 
 // openKafka: kafka://host:9092,host2:9092?topic=...; see package kafka.
 func openKafka(_ context.Context, u *url.URL, o BrokerOptions) (outbox.Publisher, io.Closer, error) {
-	pub, err := kafka.NewFromURL(withTopic(u, "topic", o.Topic))
+	u = withOption(u, "topic", o.Topic)
+	if o.CreateTopology {
+		u = withOption(u, "create_topics", "true")
+	}
+	pub, err := kafka.NewFromURL(u)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -49,7 +54,11 @@ func openKafka(_ context.Context, u *url.URL, o BrokerOptions) (outbox.Publisher
 // openRabbitMQ: amqp://user:pw@host:5672/vhost?exchange=...&routing_key=...;
 // --topic is the routing key. See package rabbitmq.
 func openRabbitMQ(_ context.Context, u *url.URL, o BrokerOptions) (outbox.Publisher, io.Closer, error) {
-	pub, err := rabbitmq.NewFromURL(withTopic(u, "routing_key", o.Topic))
+	u = withOption(u, "routing_key", o.Topic)
+	if o.CreateTopology && u.Query().Get("exchange") != "" {
+		u = withOption(u, "declare_exchange", "topic")
+	}
+	pub, err := rabbitmq.NewFromURL(u)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -59,7 +68,7 @@ func openRabbitMQ(_ context.Context, u *url.URL, o BrokerOptions) (outbox.Publis
 // openRedis: redis://host:6379/0?stream=...&maxlen=...; --topic is the
 // stream name. See package redis.
 func openRedis(_ context.Context, u *url.URL, o BrokerOptions) (outbox.Publisher, io.Closer, error) {
-	pub, err := redis.NewFromURL(withTopic(u, "stream", o.Topic))
+	pub, err := redis.NewFromURL(withOption(u, "stream", o.Topic))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -68,7 +77,10 @@ func openRedis(_ context.Context, u *url.URL, o BrokerOptions) (outbox.Publisher
 
 // openSQS: sqs://?queue_url=...&region=...; the queue URL (a template) is the
 // destination, so --topic does not apply. See package sqs.
-func openSQS(_ context.Context, u *url.URL, _ BrokerOptions) (outbox.Publisher, io.Closer, error) {
+func openSQS(_ context.Context, u *url.URL, o BrokerOptions) (outbox.Publisher, io.Closer, error) {
+	if o.CreateTopology {
+		u = withOption(u, "create_queues", "true")
+	}
 	pub, err := sqs.NewFromURL(u)
 	if err != nil {
 		return nil, nil, err

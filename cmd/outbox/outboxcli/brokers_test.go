@@ -4,16 +4,24 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
 	amqp "github.com/rabbitmq/amqp091-go"
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/testdb"
+	"github.com/pgoutbox/outbox/internal/testnats"
+	"github.com/pgoutbox/outbox/sqs"
 )
 
 // TestRelayBrokersByScheme drives `outbox relay --broker URL` against the
@@ -92,4 +100,65 @@ func TestRelayBrokersByScheme(t *testing.T) {
 			t.Fatalf("exit %d: %s", code, r.stderr)
 		}
 	})
+}
+
+// With CreateTopology (the relay's topology flag) the NATS publisher
+// creates its stream; without it, a subject no stream captures is an outage
+// whose error names the subject and the command creating a stream.
+func TestBrokerCreateTopology(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	subject := strings.ToLower(testdb.NewSchemaName("topo"))
+	stream := strings.ToUpper(subject)
+	u, err := url.Parse(testnats.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := func(create bool) outbox.Publisher {
+		pub, closer, err := openNATS(ctx, u, BrokerOptions{Topic: subject + ".{event_type}", Logger: slog.New(slog.DiscardHandler),
+			CreateTopology: create, StreamName: stream})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { closer.Close() })
+		return pub
+	}
+	msg := &outbox.Message{ID: uuid.New(), EventType: "created", Payload: []byte(`{}`)}
+	publish := func(pub outbox.Publisher) error {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			err := pub.Publish(ctx, msg)
+			if err == nil || !strings.Contains(err.Error(), "not connected") || time.Now().After(deadline) {
+				return err
+			}
+			time.Sleep(20 * time.Millisecond) // still connecting
+		}
+	}
+	err = publish(open(false))
+	if outbox.Classify(err) != outbox.ClassUnavailable || !strings.Contains(err.Error(), subject+".created") ||
+		!strings.Contains(err.Error(), "nats stream add") {
+		t.Fatalf("without a stream: %v (%s), want unavailable naming the subject and the command", err, outbox.Classify(err))
+	}
+	nc := testnats.Conn(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), stream) })
+	if err := publish(open(true)); err != nil {
+		t.Fatalf("with CreateTopology: %v", err)
+	}
+	if _, err := js.Stream(ctx, stream); err != nil {
+		t.Fatalf("stream %s not created: %v", stream, err)
+	}
+
+	pub, closer, err := openSQS(ctx, &url.URL{Scheme: "sqs", RawQuery: "queue_url=https://sqs.eu-west-1.amazonaws.com/1/q&region=eu-west-1"},
+		BrokerOptions{CreateTopology: true})
+	if err != nil {
+		t.Fatalf("sqs with CreateTopology: %v", err)
+	}
+	closer.Close()
+	if _, ok := pub.(*sqs.Publisher); !ok {
+		t.Errorf("sqs publisher is %T", pub)
+	}
 }
