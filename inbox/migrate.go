@@ -132,7 +132,8 @@ func MigrationSQL(cfg MigrateConfig) (string, error) {
 		return "", err
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "-- pgoutbox inbox migrations for %s\n", n.QTable)
+	// No configured name goes into a comment: a comment ends at a newline.
+	b.WriteString("-- pgoutbox inbox migrations\n")
 	if n.QSchema != "" {
 		fmt.Fprintf(&b, "CREATE SCHEMA IF NOT EXISTS %s;\n", n.QSchema)
 	}

@@ -6,6 +6,8 @@ package ident
 import (
 	"fmt"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -40,22 +42,26 @@ type Names struct {
 	Channel string
 }
 
-// Validate checks one configured identifier.
+// Validate checks one configured identifier. Quoting makes any other
+// character safe inside a statement, but names also reach places quoting does
+// not protect: a line of a printed script, a log line, a terminal. A newline
+// there ends the line, so control characters are refused outright.
 func Validate(field, name string) error {
 	switch {
 	case name == "":
 		return fmt.Errorf("%s: must not be empty", field)
 	case len(name) > maxLen:
 		return fmt.Errorf("%s: %q is %d bytes long, PostgreSQL identifiers are at most %d", field, name, len(name), maxLen)
-	case strings.ContainsRune(name, 0):
-		return fmt.Errorf("%s: contains a NUL byte", field)
-	case !isUTF8(name):
-		return fmt.Errorf("%s: not valid UTF-8", field)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("%s: %q is not valid UTF-8", field, name)
+	}
+	for i, r := range name {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("%s: %q contains the control character %U at byte %d (newlines, tabs and other control characters are not allowed in names)", field, name, r, i)
+		}
 	}
 	return nil
 }
-
-func isUTF8(s string) bool { return strings.ToValidUTF8(s, "\uFFFD") == s }
 
 // Quote returns name as a quoted SQL identifier.
 func Quote(name string) string { return pgx.Identifier{name}.Sanitize() }

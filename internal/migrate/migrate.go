@@ -93,7 +93,9 @@ func Script(n ident.Names) (string, error) {
 		return "", err
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "-- pgoutbox migrations for %s\n", n.QTable)
+	// No configured name goes into a comment: a comment ends at a newline,
+	// and the names appear only as quoted identifiers in statements.
+	b.WriteString("-- pgoutbox migrations\n")
 	if n.QSchema != "" {
 		fmt.Fprintf(&b, "CREATE SCHEMA IF NOT EXISTS %s;\n", n.QSchema)
 	}
