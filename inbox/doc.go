@@ -81,7 +81,9 @@
 //
 // Message carries the event id, type, aggregate, creation time and every
 // header; MessageFromHeaders builds it from the standard headers every
-// pgoutbox publisher sets (outbox.HeaderEventID and the others). A message
+// pgoutbox publisher sets (outbox.HeaderEventID and the others). httpinbox
+// is the exception: it fills only what the webhook signature covers (the id
+// and the payload), since the other headers arrive unsigned. A message
 // whose id is missing or invalid wraps ErrInvalidMessage: it can never be
 // processed, and adapters terminate it instead of redelivering it forever.
 //

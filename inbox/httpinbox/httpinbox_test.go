@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/inbox"
@@ -40,7 +41,7 @@ type env struct {
 	mu      sync.Mutex
 	results map[uuid.UUID][]string
 	calls   atomic.Int32
-	fail    func(inbox.Message) error
+	fail    func(context.Context, inbox.Message) error
 	// wrap, when set, stands between the server and the Handler.
 	wrap func(w http.ResponseWriter, r *http.Request, next http.Handler)
 }
@@ -96,7 +97,7 @@ func (e *env) proc() inbox.Processor {
 		fail := e.fail
 		e.mu.Unlock()
 		if fail != nil {
-			if err := fail(m); err != nil {
+			if err := fail(ctx, m); err != nil {
 				return err
 			}
 		}
@@ -164,7 +165,11 @@ func (e *env) serve(req *http.Request) *httptest.ResponseRecorder {
 func TestDeliveredAndRetriedOnce(t *testing.T) {
 	e := setup(t)
 	var got inbox.Message
-	e.fail = func(m inbox.Message) error { got = m; return nil }
+	var unsigned http.Header
+	e.fail = func(ctx context.Context, m inbox.Message) error {
+		got, unsigned = m, httpinbox.UnsignedHeader(ctx)
+		return nil
+	}
 	m := event()
 	for i := range 3 { // the relay's retries send the same event again
 		if err := e.pub.Publish(ctx(t), m); err != nil {
@@ -177,10 +182,16 @@ func TestDeliveredAndRetriedOnce(t *testing.T) {
 	if n := e.effects(m.ID); n != 1 {
 		t.Errorf("effects = %d, want 1", n)
 	}
-	if got.ID != m.ID || got.EventType != "order.created" || got.AggregateType != "order" || got.AggregateID != "42" ||
-		!got.CreatedAt.Equal(m.CreatedAt) || string(got.Payload) != string(m.Payload) ||
-		got.Header(webhook.HeaderRowPrefix+"tenant") != "acme" {
-		t.Errorf("handler got %+v", got)
+	// The message holds what the signature covers; the rest is apart.
+	if got.ID != m.ID || string(got.Payload) != string(m.Payload) || got.Header(webhook.HeaderID) != m.ID.String() {
+		t.Errorf("handler got %+v, want the signed id and body", got)
+	}
+	if got.EventType != "" || got.AggregateType != "" || got.AggregateID != "" || !got.CreatedAt.IsZero() || len(got.Headers) != 2 {
+		t.Errorf("handler got unsigned metadata in the message: %+v", got)
+	}
+	if unsigned.Get(outbox.HeaderAggregateID) != "42" || unsigned.Get(webhook.HeaderRowPrefix+"tenant") != "acme" ||
+		unsigned.Get(webhook.HeaderSignature) != "" {
+		t.Errorf("UnsignedHeader = %v, want the outbox-* and row headers without the signature ones", unsigned)
 	}
 }
 
@@ -188,7 +199,7 @@ func TestDeliveredAndRetriedOnce(t *testing.T) {
 // transient error for the relay) processes it.
 func TestHandlerErrorAnswers500AndRetrySucceeds(t *testing.T) {
 	e := setup(t)
-	e.fail = func(inbox.Message) error { return errors.New("ledger locked") }
+	e.fail = func(context.Context, inbox.Message) error { return errors.New("ledger locked") }
 	m := event()
 	err := e.pub.Publish(ctx(t), m)
 	if err == nil || outbox.Classify(err) != outbox.ClassTransient || !strings.Contains(err.Error(), "500") {
@@ -285,11 +296,6 @@ func TestRefusals(t *testing.T) {
 			r.Header.Set(outbox.HeaderEventID, uuid.NewString())
 			return r
 		}, http.StatusBadRequest},
-		{"signed, bad created-at", func() *http.Request {
-			r := signed(t, url, uuid.NewString(), now, body, secret)
-			r.Header.Set(outbox.HeaderCreatedAt, "yesterday")
-			return r
-		}, http.StatusBadRequest},
 		{"GET", func() *http.Request { return httptest.NewRequest(http.MethodGet, url, nil) }, http.StatusMethodNotAllowed},
 		{"too large", func() *http.Request {
 			big := []byte(`"` + strings.Repeat("x", httpinbox.DefaultMaxBodyBytes) + `"`)
@@ -331,16 +337,68 @@ func TestConfigValidation(t *testing.T) {
 	}
 }
 
-func TestToMessageRowHeaders(t *testing.T) {
-	h := http.Header{}
-	h.Set("webhook-id", "0190a5d1-ac96-774b-bcce-b302099a8057")
-	h.Set("Outbox-Header-Traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
-	h.Set("Outbox-Event-Type", "order.created")
-	m, err := httpinbox.ToMessage(h, []byte(`{}`))
-	if err != nil {
-		t.Fatal(err)
+// A party on the path rewrites every unsigned header of a genuine signed
+// request (the signature still verifies): nothing it wrote reaches the
+// Message the handler sees.
+func TestTamperedHeadersNeverReachTheMessage(t *testing.T) {
+	e := setup(t)
+	e.wrap = func(w http.ResponseWriter, r *http.Request, next http.Handler) {
+		r.Header.Set(outbox.HeaderEventType, "order.refunded")
+		r.Header.Set(outbox.HeaderAggregateType, "account")
+		r.Header.Set(outbox.HeaderAggregateID, "tampered")
+		r.Header.Set(outbox.HeaderCreatedAt, "2001-01-01T00:00:00Z")
+		r.Header.Set(webhook.HeaderRowPrefix+"tenant", "evil")
+		r.Header.Set("tenant", "evil")
+		next.ServeHTTP(w, r)
 	}
-	if m.Headers["traceparent"] != "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01" {
-		t.Errorf("traceparent not restored from Outbox-Header-Traceparent: %v", m.Headers)
+	var got inbox.Message
+	var unsigned http.Header
+	e.fail = func(ctx context.Context, m inbox.Message) error {
+		got, unsigned = m, httpinbox.UnsignedHeader(ctx)
+		return nil
+	}
+	m := event()
+	if err := e.pub.Publish(ctx(t), m); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	if e.calls.Load() != 1 {
+		t.Fatalf("handler calls = %d, want 1", e.calls.Load())
+	}
+	for field, v := range map[string]string{
+		"EventType": got.EventType, "AggregateType": got.AggregateType, "AggregateID": got.AggregateID,
+		"CreatedAt": got.CreatedAt.Format(time.RFC3339), "header tenant": got.Header("tenant"),
+		"header outbox-header-tenant": got.Header(webhook.HeaderRowPrefix + "tenant"),
+	} {
+		if strings.Contains(v, "evil") || strings.Contains(v, "tampered") || strings.Contains(v, "refunded") ||
+			strings.Contains(v, "account") || strings.HasPrefix(v, "2001") {
+			t.Errorf("the handler's message carries a tampered %s: %q", field, v)
+		}
+	}
+	if got.ID != m.ID || string(got.Payload) != string(m.Payload) {
+		t.Errorf("handler got id %s body %s, want the signed %s %s", got.ID, got.Payload, m.ID, m.Payload)
+	}
+	// Still visible, apart, as what they are.
+	if unsigned.Get(outbox.HeaderAggregateID) != "tampered" {
+		t.Errorf("UnsignedHeader lost the request's headers: %v", unsigned)
+	}
+}
+
+// The trace context the publisher sends among the row's headers is the
+// parent of the handler's span, although it is not part of the message.
+func TestTraceContextContinues(t *testing.T) {
+	e := setup(t)
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	var got trace.TraceID
+	e.fail = func(ctx context.Context, m inbox.Message) error {
+		got = trace.SpanContextFromContext(ctx).TraceID()
+		return nil
+	}
+	m := event()
+	m.Headers["traceparent"] = "00-" + traceID + "-00f067aa0ba902b7-01"
+	if err := e.pub.Publish(ctx(t), m); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	if got.String() != traceID {
+		t.Errorf("handler's trace id = %s, want %s from Outbox-Header-Traceparent", got, traceID)
 	}
 }
