@@ -15,9 +15,9 @@ import (
 // DefaultTable is the article's table name.
 const DefaultTable = "outbox_events"
 
-// maxLen is PostgreSQL's NAMEDATALEN-1: longer identifiers are silently
+// MaxLen is PostgreSQL's NAMEDATALEN-1: longer identifiers are silently
 // truncated by the server, which could make two configured names collide.
-const maxLen = 63
+const MaxLen = 63
 
 // Names holds the quoted, ready-to-splice names of every object that belongs to
 // one outbox table.
@@ -50,8 +50,8 @@ func Validate(field, name string) error {
 	switch {
 	case name == "":
 		return fmt.Errorf("%s: must not be empty", field)
-	case len(name) > maxLen:
-		return fmt.Errorf("%s: %q is %d bytes long, PostgreSQL identifiers are at most %d", field, name, len(name), maxLen)
+	case len(name) > MaxLen:
+		return fmt.Errorf("%s: %q is %d bytes long, PostgreSQL identifiers are at most %d", field, name, len(name), MaxLen)
 	case !utf8.ValidString(name):
 		return fmt.Errorf("%s: %q is not valid UTF-8", field, name)
 	}
@@ -87,8 +87,8 @@ func New(schema, table string) (Names, error) {
 		"dead-letter view": view,
 		"aggregate index":  table + "_aggregate_idx",
 	} {
-		if len(derived) > maxLen {
-			return Names{}, fmt.Errorf("table: %q is too long: the derived %s name %q exceeds %d bytes", table, field, derived, maxLen)
+		if len(derived) > MaxLen {
+			return Names{}, fmt.Errorf("table: %q is too long: the derived %s name %q exceeds %d bytes", table, field, derived, MaxLen)
 		}
 	}
 	q := func(n string) string {
@@ -115,8 +115,8 @@ func New(schema, table string) (Names, error) {
 		n.Target = schema + "." + table
 		n.Channel = "pgoutbox_" + schema + "." + table
 	}
-	if len(n.Channel) > maxLen {
-		n.Channel = strings.ToValidUTF8(n.Channel[:maxLen], "")
+	if len(n.Channel) > MaxLen {
+		n.Channel = strings.ToValidUTF8(n.Channel[:MaxLen], "")
 	}
 	return n, nil
 }
