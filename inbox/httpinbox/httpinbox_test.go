@@ -15,54 +15,36 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/inbox"
 	"github.com/pgoutbox/outbox/inbox/httpinbox"
-	"github.com/pgoutbox/outbox/internal/testdb"
+	"github.com/pgoutbox/outbox/inbox/inboxtest"
 	"github.com/pgoutbox/outbox/webhook"
 )
 
 const secret = "whsec_c2VjcmV0LWtleS1mb3ItdGVzdHM=" // base64("secret-key-for-tests")
 
-// env is one test's database schema (inbox + effects), a receiving server
-// running the Handler, and the outbox's own webhook publisher sending to it.
+// env is one test's consumer (inboxtest.Env), a receiving server running the
+// Handler, and the outbox's own webhook publisher sending to it.
 type env struct {
-	t    *testing.T
-	pool *pgxpool.Pool
-	in   *inbox.Inbox
-	srv  *httptest.Server
-	h    *httpinbox.Handler
-	pub  *webhook.Publisher
+	*inboxtest.Env
+	t   *testing.T
+	srv *httptest.Server
+	h   *httpinbox.Handler
+	pub *webhook.Publisher
 
-	mu      sync.Mutex
-	results map[uuid.UUID][]string
-	calls   atomic.Int32
-	fail    func(context.Context, inbox.Message) error
+	mu sync.Mutex
 	// wrap, when set, stands between the server and the Handler.
 	wrap func(w http.ResponseWriter, r *http.Request, next http.Handler)
 }
 
 func setup(t *testing.T) *env {
 	t.Helper()
-	t.Parallel()
-	schema := testdb.Schema(t)
-	pool := testdb.Pool(t, schema)
-	if _, err := inbox.Migrate(ctx(t), pool, inbox.MigrateConfig{Schema: schema}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx(t), `CREATE TABLE effects (event_id UUID NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
-	in, err := inbox.New(pool, inbox.Config{Schema: schema, Consumer: "billing.webhooks"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{t: t, pool: pool, in: in, results: map[uuid.UUID][]string{}}
-	e.h, err = httpinbox.New(e.proc(), httpinbox.Config{Secrets: []string{"old-raw-secret", secret}})
+	e := &env{Env: inboxtest.Setup(t), t: t}
+	var err error
+	e.h, err = httpinbox.New(e.Processor(), httpinbox.Config{Secrets: []string{"old-raw-secret", secret}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,56 +66,7 @@ func setup(t *testing.T) *env {
 	return e
 }
 
-func ctx(t *testing.T) context.Context {
-	c, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
-	return c
-}
-
-func (e *env) proc() inbox.Processor {
-	handle := e.in.Processor(func(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
-		e.calls.Add(1)
-		e.mu.Lock()
-		fail := e.fail
-		e.mu.Unlock()
-		if fail != nil {
-			if err := fail(ctx, m); err != nil {
-				return err
-			}
-		}
-		_, err := tx.Exec(ctx, `INSERT INTO effects (event_id) VALUES ($1)`, m.ID)
-		return err
-	})
-	return func(ctx context.Context, m inbox.Message) (inbox.Result, error) {
-		res, err := handle(ctx, m)
-		outcome := "processed"
-		switch {
-		case err != nil:
-			outcome = "error"
-		case res.Duplicate:
-			outcome = "duplicate"
-		}
-		e.mu.Lock()
-		e.results[m.ID] = append(e.results[m.ID], outcome)
-		e.mu.Unlock()
-		return res, err
-	}
-}
-
-func (e *env) outcomes(id uuid.UUID) []string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return append([]string(nil), e.results[id]...)
-}
-
-func (e *env) effects(id uuid.UUID) int {
-	e.t.Helper()
-	var n int
-	if err := e.pool.QueryRow(ctx(e.t), `SELECT count(*) FROM effects WHERE event_id = $1`, id).Scan(&n); err != nil {
-		e.t.Fatal(err)
-	}
-	return n
-}
+var ctx = inboxtest.Ctx
 
 func event() *outbox.Message {
 	return &outbox.Message{ID: uuid.Must(uuid.NewV7()), AggregateType: "order", AggregateID: "42",
@@ -166,20 +99,20 @@ func TestDeliveredAndRetriedOnce(t *testing.T) {
 	e := setup(t)
 	var got inbox.Message
 	var unsigned http.Header
-	e.fail = func(ctx context.Context, m inbox.Message) error {
+	e.SetFail(func(ctx context.Context, m inbox.Message) error {
 		got, unsigned = m, httpinbox.UnsignedHeader(ctx)
 		return nil
-	}
+	})
 	m := event()
 	for i := range 3 { // the relay's retries send the same event again
 		if err := e.pub.Publish(ctx(t), m); err != nil {
 			t.Fatalf("publish %d: %v", i, err)
 		}
 	}
-	if o := e.outcomes(m.ID); strings.Join(o, " ") != "processed duplicate duplicate" {
+	if o := e.Outcomes(m.ID); strings.Join(o, " ") != "processed duplicate duplicate" {
 		t.Errorf("outcomes %v, want [processed duplicate duplicate]", o)
 	}
-	if n := e.effects(m.ID); n != 1 {
+	if n := e.Effects(m.ID); n != 1 {
 		t.Errorf("effects = %d, want 1", n)
 	}
 	// The message holds what the signature covers; the rest is apart.
@@ -199,25 +132,23 @@ func TestDeliveredAndRetriedOnce(t *testing.T) {
 // transient error for the relay) processes it.
 func TestHandlerErrorAnswers500AndRetrySucceeds(t *testing.T) {
 	e := setup(t)
-	e.fail = func(context.Context, inbox.Message) error { return errors.New("ledger locked") }
+	e.SetFail(func(context.Context, inbox.Message) error { return errors.New("ledger locked") })
 	m := event()
 	err := e.pub.Publish(ctx(t), m)
 	if err == nil || outbox.Classify(err) != outbox.ClassTransient || !strings.Contains(err.Error(), "500") {
 		t.Fatalf("publish = %v (%s), want a transient 500", err, outbox.Classify(err))
 	}
-	if n := e.effects(m.ID); n != 0 {
+	if n := e.Effects(m.ID); n != 0 {
 		t.Fatalf("effects after a failed handler = %d", n)
 	}
-	e.mu.Lock()
-	e.fail = nil
-	e.mu.Unlock()
+	e.SetFail(nil)
 	if err := e.pub.Publish(ctx(t), m); err != nil {
 		t.Fatalf("retry: %v", err)
 	}
-	if o := e.outcomes(m.ID); strings.Join(o, " ") != "error processed" {
+	if o := e.Outcomes(m.ID); strings.Join(o, " ") != "error processed" {
 		t.Errorf("outcomes %v", o)
 	}
-	if n := e.effects(m.ID); n != 1 {
+	if n := e.Effects(m.ID); n != 1 {
 		t.Errorf("effects = %d, want 1", n)
 	}
 }
@@ -252,10 +183,10 @@ func TestCrashBetweenCommitAndResponse(t *testing.T) {
 	if err := e.pub.Publish(ctx(t), m); err != nil {
 		t.Fatalf("retry: %v", err)
 	}
-	if o := e.outcomes(m.ID); strings.Join(o, " ") != "processed duplicate" {
+	if o := e.Outcomes(m.ID); strings.Join(o, " ") != "processed duplicate" {
 		t.Errorf("outcomes %v, want [processed duplicate]", o)
 	}
-	if n := e.effects(m.ID); n != 1 {
+	if n := e.Effects(m.ID); n != 1 {
 		t.Errorf("effects = %d, want 1", n)
 	}
 }
@@ -306,7 +237,7 @@ func TestRefusals(t *testing.T) {
 			t.Errorf("%s: %d %s, want %d", tc.name, rec.Code, strings.TrimSpace(rec.Body.String()), tc.want)
 		}
 	}
-	if n := e.calls.Load(); n != 1 {
+	if n := e.Calls(); n != 1 {
 		t.Errorf("handler calls = %d, want 1 (only the first valid request)", n)
 	}
 }
@@ -353,16 +284,16 @@ func TestTamperedHeadersNeverReachTheMessage(t *testing.T) {
 	}
 	var got inbox.Message
 	var unsigned http.Header
-	e.fail = func(ctx context.Context, m inbox.Message) error {
+	e.SetFail(func(ctx context.Context, m inbox.Message) error {
 		got, unsigned = m, httpinbox.UnsignedHeader(ctx)
 		return nil
-	}
+	})
 	m := event()
 	if err := e.pub.Publish(ctx(t), m); err != nil {
 		t.Fatalf("publish: %v", err)
 	}
-	if e.calls.Load() != 1 {
-		t.Fatalf("handler calls = %d, want 1", e.calls.Load())
+	if e.Calls() != 1 {
+		t.Fatalf("handler calls = %d, want 1", e.Calls())
 	}
 	for field, v := range map[string]string{
 		"EventType": got.EventType, "AggregateType": got.AggregateType, "AggregateID": got.AggregateID,
@@ -389,10 +320,10 @@ func TestTraceContextContinues(t *testing.T) {
 	e := setup(t)
 	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
 	var got trace.TraceID
-	e.fail = func(ctx context.Context, m inbox.Message) error {
+	e.SetFail(func(ctx context.Context, m inbox.Message) error {
 		got = trace.SpanContextFromContext(ctx).TraceID()
 		return nil
-	}
+	})
 	m := event()
 	m.Headers["traceparent"] = "00-" + traceID + "-00f067aa0ba902b7-01"
 	if err := e.pub.Publish(ctx(t), m); err != nil {
