@@ -118,19 +118,26 @@ SELECT 'order', g::text, 'order.created', jsonb_build_object('n', g) FROM genera
 	}
 }
 
-// TestExportedMigrationsUpToDate keeps migrations/ (plain SQL for goose,
-// golang-migrate, atlas...) identical to what the binary applies. Run with
-// UPDATE_MIGRATIONS=1 to rewrite them.
+// TestExportedMigrationsUpToDate keeps migrations/ identical to what the
+// binary applies, in the one form both goose and golang-migrate read:
+// NNN_name.up.sql (golang-migrate's naming; goose takes the number before the
+// first underscore) starting with goose's "-- +goose Up" annotation (a plain
+// comment to golang-migrate and psql). internal/migratetools runs both tools
+// on these files. Run with UPDATE_MIGRATIONS=1 to rewrite them.
 func TestExportedMigrationsUpToDate(t *testing.T) {
 	t.Parallel()
 	ms, err := outbox.Migrations(outbox.MigrateConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	want := map[string]bool{}
 	for _, m := range ms {
-		path := filepath.Join("migrations", fmt.Sprintf("%03d_%s.sql", m.Version, m.Name))
+		name := fmt.Sprintf("%03d_%s.up.sql", m.Version, m.Name)
+		want[name] = true
+		path := filepath.Join("migrations", name)
+		content := "-- +goose Up\n" + m.SQL
 		if os.Getenv("UPDATE_MIGRATIONS") != "" {
-			if err := os.WriteFile(path, []byte(m.SQL), 0o644); err != nil {
+			if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 				t.Fatal(err)
 			}
 			continue
@@ -140,8 +147,18 @@ func TestExportedMigrationsUpToDate(t *testing.T) {
 			t.Errorf("%s: %v (run UPDATE_MIGRATIONS=1 go test -run TestExportedMigrationsUpToDate)", path, err)
 			continue
 		}
-		if string(got) != m.SQL {
+		if string(got) != content {
 			t.Errorf("%s differs from embedded migration %d (run UPDATE_MIGRATIONS=1 go test -run TestExportedMigrationsUpToDate)", path, m.Version)
+		}
+	}
+	// No stray .sql file a tool would apply too.
+	files, err := filepath.Glob(filepath.Join("migrations", "*.sql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if !want[filepath.Base(f)] {
+			t.Errorf("%s is not an embedded migration: goose would apply it", f)
 		}
 	}
 }

@@ -1,3 +1,4 @@
+-- +goose Up
 -- pgoutbox migration 2: what a production relay needs on top of the article.
 --   seq          insertion order, assigned by the table (stable ordering;
 --                created_at ties and clock skew make it unfit for that)

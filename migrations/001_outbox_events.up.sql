@@ -1,3 +1,4 @@
+-- +goose Up
 -- pgoutbox migration 1: the article's outbox table, columns, types and
 -- defaults unchanged, so the article's plain INSERT keeps working.
 -- IF NOT EXISTS lets a team that already created the article's table adopt
