@@ -11,7 +11,7 @@ import (
 	"github.com/google/uuid"
 )
 
-// Column limits of the article's schema (VARCHAR(100)), checked before the
+// Column limits of the outbox table (VARCHAR(100)), checked before the
 // database is touched so a bad event fails with the field's name instead of a
 // PostgreSQL error that aborts the caller's transaction.
 const (
@@ -36,8 +36,8 @@ type Event struct {
 	AggregateID   string
 	// EventType is the name consumers expect ("order.created"). Required.
 	EventType string
-	// Payload is the event body: valid JSON, stored as jsonb (the article's
-	// column type, so it can be queried). jsonb keeps the value, not the text:
+	// Payload is the event body: valid JSON, stored as jsonb (so it can be
+	// queried in the table). jsonb keeps the value, not the text:
 	// the relay publishes PostgreSQL's normalized form, where object keys are
 	// reordered, insignificant whitespace is dropped and only the last of
 	// duplicate keys is kept. Use JSONPayload to marshal a value.
@@ -57,7 +57,7 @@ func JSONPayload(v any) ([]byte, error) {
 }
 
 // ValidationError reports an event that cannot be written. Field names the
-// offending field in the article's column naming (aggregate_type, payload, ...).
+// offending field by its column name (aggregate_type, payload, ...).
 type ValidationError struct {
 	Index  int // position in the events passed to Write
 	Field  string

@@ -80,10 +80,10 @@ func TestMigrationStatusOnFreshSchema(t *testing.T) {
 	}
 }
 
-// TestMigrateAdoptsArticleTable: a team that created the article's table by
-// hand, with rows in it, migrates without losing them, and the relay then
-// publishes those rows.
-func TestMigrateAdoptsArticleTable(t *testing.T) {
+// TestMigrateAdoptsHandMadeTable: a team that created the minimal outbox
+// table by hand (the eight columns of migration 1), with rows in it,
+// migrates without losing them, and the relay then publishes those rows.
+func TestMigrateAdoptsHandMadeTable(t *testing.T) {
 	t.Parallel()
 	schema := testdb.Schema(t)
 	pool := testdb.Pool(t, schema)
@@ -105,7 +105,7 @@ SELECT 'order', g::text, 'order.created', jsonb_build_object('n', g) FROM genera
 		t.Fatal(err)
 	}
 	if _, err := outbox.Migrate(ctx(t), pool, outbox.MigrateConfig{Schema: schema}); err != nil {
-		t.Fatalf("migrating the article's table: %v", err)
+		t.Fatalf("migrating a hand-made table: %v", err)
 	}
 	pub := memory.New()
 	r, err := outbox.NewRelay(pool, pub, outbox.RelayConfig{Schema: schema})

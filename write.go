@@ -15,14 +15,14 @@ import (
 	"github.com/pgoutbox/outbox/internal/ident"
 )
 
-// DefaultTable is the outbox table's default name, the article's.
+// DefaultTable is the outbox table's default name.
 const DefaultTable = ident.DefaultTable
 
-// WriterConfig configures a Writer. The zero value writes to the article's
+// WriterConfig configures a Writer. The zero value writes to the
 // outbox_events table resolved through the connection's search_path.
 type WriterConfig struct {
-	// Schema holding the outbox table. Empty: the search_path decides, as in
-	// the article's unqualified INSERT.
+	// Schema holding the outbox table. Empty: the search_path decides, as
+	// for an unqualified INSERT written by hand.
 	Schema string
 	// Table is the outbox table's name. Default "outbox_events".
 	Table string

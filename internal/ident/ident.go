@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// DefaultTable is the article's table name.
+// DefaultTable is the outbox table's default name.
 const DefaultTable = "outbox_events"
 
 // MaxLen is PostgreSQL's NAMEDATALEN-1: longer identifiers are silently
@@ -67,8 +67,8 @@ func Validate(field, name string) error {
 func Quote(name string) string { return pgx.Identifier{name}.Sanitize() }
 
 // New validates schema and table and derives every name. An empty table means
-// DefaultTable; an empty schema means "resolve through search_path", as the
-// article's unqualified statements do.
+// DefaultTable; an empty schema means "resolve through search_path", as a
+// hand-written unqualified INSERT INTO outbox_events does.
 func New(schema, table string) (Names, error) {
 	if table == "" {
 		table = DefaultTable
