@@ -1,7 +1,9 @@
 package outbox_test
 
 import (
+	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -326,4 +328,31 @@ func TestWriteRejectsTextPostgreSQLCannotStore(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzPayloadValidationAgreesWithJSONB: for any text json.Valid accepts,
+// Event.Validate accepts the payload exactly when PostgreSQL's jsonb does, so
+// what validation lets through never aborts the caller's transaction. The
+// seeds run with every go test; go test -fuzz explores further.
+func FuzzPayloadValidationAgreesWithJSONB(f *testing.F) {
+	for _, s := range []string{
+		`{}`, `{"a":"\ud83d\ude00"}`, `{"a":"\ud800"}`, `{"a":"\udc00x"}`, `["\ud800\u0041"]`,
+		`{"a":"\\ud800"}`, `{"a":"x\u0000"}`, `{"a":"\\u0000"}`, "{\"a\":\"\xff\"}", "[\"\xed\xa0\x80\"]",
+		`"\uDBFF\uDFFF"`, `"\u00e9\t\n"`, `[1e400]`, `{"a":1,"a":2}`,
+	} {
+		f.Add([]byte(s))
+	}
+	pool := testdb.Pool(f, "")
+	f.Fuzz(func(t *testing.T, payload []byte) {
+		if !json.Valid(payload) {
+			return
+		}
+		ev := outbox.Event{AggregateType: "o", AggregateID: "1", EventType: "e", Payload: payload}
+		verr := ev.Validate()
+		var dummy string
+		dberr := pool.QueryRow(context.Background(), `SELECT $1::jsonb::text`, string(payload)).Scan(&dummy)
+		if (verr == nil) != (dberr == nil) {
+			t.Errorf("payload %q: Validate = %v, jsonb = %v", payload, verr, dberr)
+		}
+	})
 }
