@@ -1,17 +1,17 @@
 package outbox
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"time"
 	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
 )
 
-// Column limits of the article's schema (VARCHAR(100)), checked before the
+// Column limits of the outbox table (VARCHAR(100)), checked before the
 // database is touched so a bad event fails with the field's name instead of a
 // PostgreSQL error that aborts the caller's transaction.
 const (
@@ -36,8 +36,8 @@ type Event struct {
 	AggregateID   string
 	// EventType is the name consumers expect ("order.created"). Required.
 	EventType string
-	// Payload is the event body: valid JSON, stored as jsonb (the article's
-	// column type, so it can be queried). jsonb keeps the value, not the text:
+	// Payload is the event body: valid JSON, stored as jsonb (so it can be
+	// queried in the table). jsonb keeps the value, not the text:
 	// the relay publishes PostgreSQL's normalized form, where object keys are
 	// reordered, insignificant whitespace is dropped and only the last of
 	// duplicate keys is kept. Use JSONPayload to marshal a value.
@@ -57,7 +57,7 @@ func JSONPayload(v any) ([]byte, error) {
 }
 
 // ValidationError reports an event that cannot be written. Field names the
-// offending field in the article's column naming (aggregate_type, payload, ...).
+// offending field by its column name (aggregate_type, payload, ...).
 type ValidationError struct {
 	Index  int // position in the events passed to Write
 	Field  string
@@ -100,9 +100,10 @@ func (e *Event) validate(i int) error {
 	if !json.Valid(e.Payload) {
 		return bad("payload", "not valid JSON")
 	}
-	// jsonb rejects the \u0000 escape: "unsupported Unicode escape sequence".
-	if bytes.Contains(e.Payload, []byte(`\u0000`)) && hasNULEscape(e.Payload) {
-		return bad("payload", `contains \u0000, which PostgreSQL jsonb cannot store`)
+	// json.Valid accepts text that jsonb refuses, and a refused INSERT
+	// aborts the caller's transaction.
+	if reason := unstorableJSON(e.Payload); reason != "" {
+		return bad("payload", "%s", reason)
 	}
 	for k, v := range e.Headers {
 		switch {
@@ -132,19 +133,65 @@ func hasControl(s string) bool {
 	return false
 }
 
-// hasNULEscape reports whether a JSON text holds the escape \u0000 in a string
-// (as opposed to an escaped backslash followed by "u0000").
-func hasNULEscape(b []byte) bool {
+// unstorableJSON says why PostgreSQL's jsonb would refuse a JSON text that
+// json.Valid accepted, or returns "". jsonb stores UTF-8 text: it refuses
+// invalid UTF-8, the \u0000 escape, and a UTF-16 surrogate escape that is not
+// half of a pair. b must be valid JSON, so a backslash only appears inside a
+// string, starting an escape.
+func unstorableJSON(b []byte) string {
+	if !utf8.Valid(b) {
+		for i := 0; i < len(b); {
+			r, size := utf8.DecodeRune(b[i:])
+			if r == utf8.RuneError && size == 1 {
+				return fmt.Sprintf("not valid UTF-8 (byte %d: %#x)", i, b[i])
+			}
+			i += size
+		}
+	}
 	for i := 0; i < len(b); i++ {
 		if b[i] != '\\' {
 			continue
 		}
-		if i+1 < len(b) && b[i+1] == 'u' && i+5 < len(b) && string(b[i+2:i+6]) == "0000" {
-			return true
+		if b[i+1] != 'u' {
+			i++ // a one-character escape: skip the escaped character
+			continue
 		}
-		i++ // skip the escaped character
+		r := hex4(b[i+2 : i+6])
+		switch {
+		case r == 0:
+			return `contains \u0000, which PostgreSQL jsonb cannot store`
+		case utf16.IsSurrogate(r) && r < 0xDC00:
+			if i+12 > len(b) || b[i+6] != '\\' || b[i+7] != 'u' || !isLowSurrogate(hex4(b[i+8:i+12])) {
+				return fmt.Sprintf(`%s at byte %d is a high surrogate not followed by a low one, which PostgreSQL jsonb cannot store`, b[i:i+6], i)
+			}
+			i += 11
+		case utf16.IsSurrogate(r):
+			return fmt.Sprintf(`%s at byte %d is a low surrogate without a high one before it, which PostgreSQL jsonb cannot store`, b[i:i+6], i)
+		default:
+			i += 5
+		}
 	}
-	return false
+	return ""
+}
+
+func isLowSurrogate(r rune) bool { return r >= 0xDC00 && r <= 0xDFFF }
+
+// hex4 decodes the four hex digits of a \uXXXX escape that json.Valid
+// already checked.
+func hex4(b []byte) rune {
+	var r rune
+	for _, c := range b {
+		r <<= 4
+		switch {
+		case c >= '0' && c <= '9':
+			r |= rune(c - '0')
+		case c >= 'a' && c <= 'f':
+			r |= rune(c - 'a' + 10)
+		default:
+			r |= rune(c - 'A' + 10)
+		}
+	}
+	return r
 }
 
 // newID returns a time-ordered UUIDv7: consecutive inserts land next to each

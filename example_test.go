@@ -19,8 +19,8 @@ type Order struct {
 	Total      float64
 }
 
-// OrderService is the reference article's service, with the outbox write
-// done by pgoutbox.
+// OrderService is an order service on database/sql whose CreateOrder writes
+// the order and its order.created event in one transaction.
 type OrderService struct {
 	db     *sql.DB
 	outbox *outbox.Writer
@@ -61,7 +61,7 @@ func (s *OrderService) CreateOrder(ctx context.Context, order Order) error {
 	return tx.Commit()
 }
 
-// Example_createOrder runs the article's CreateOrder against the local
+// Example_createOrder runs CreateOrder against the local
 // PostgreSQL, then one relay batch that delivers the event.
 func Example_createOrder() {
 	ctx := context.Background()

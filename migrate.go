@@ -66,7 +66,9 @@ func MigrationStatus(ctx context.Context, pool *pgxpool.Pool, cfg MigrateConfig)
 // MigrationSQL returns every migration as one plain SQL script for the
 // configured table, for teams that apply migrations with goose,
 // golang-migrate, atlas or by hand. The files under migrations/ in the
-// repository are this script for the default table, one file per version.
+// repository are these migrations for the default table, one file per
+// version, in the form goose and golang-migrate both read
+// (NNN_name.up.sql starting with "-- +goose Up").
 func MigrationSQL(cfg MigrateConfig) (string, error) {
 	n, err := ident.New(cfg.Schema, cfg.Table)
 	if err != nil {

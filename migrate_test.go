@@ -1,6 +1,7 @@
 package outbox_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -79,10 +80,10 @@ func TestMigrationStatusOnFreshSchema(t *testing.T) {
 	}
 }
 
-// TestMigrateAdoptsArticleTable: a team that created the article's table by
-// hand, with rows in it, migrates without losing them, and the relay then
-// publishes those rows.
-func TestMigrateAdoptsArticleTable(t *testing.T) {
+// TestMigrateAdoptsHandMadeTable: a team that created the minimal outbox
+// table by hand (the eight columns of migration 1), with rows in it,
+// migrates without losing them, and the relay then publishes those rows.
+func TestMigrateAdoptsHandMadeTable(t *testing.T) {
 	t.Parallel()
 	schema := testdb.Schema(t)
 	pool := testdb.Pool(t, schema)
@@ -104,7 +105,7 @@ SELECT 'order', g::text, 'order.created', jsonb_build_object('n', g) FROM genera
 		t.Fatal(err)
 	}
 	if _, err := outbox.Migrate(ctx(t), pool, outbox.MigrateConfig{Schema: schema}); err != nil {
-		t.Fatalf("migrating the article's table: %v", err)
+		t.Fatalf("migrating a hand-made table: %v", err)
 	}
 	pub := memory.New()
 	r, err := outbox.NewRelay(pool, pub, outbox.RelayConfig{Schema: schema})
@@ -117,19 +118,26 @@ SELECT 'order', g::text, 'order.created', jsonb_build_object('n', g) FROM genera
 	}
 }
 
-// TestExportedMigrationsUpToDate keeps migrations/ (plain SQL for goose,
-// golang-migrate, atlas...) identical to what the binary applies. Run with
-// UPDATE_MIGRATIONS=1 to rewrite them.
+// TestExportedMigrationsUpToDate keeps migrations/ identical to what the
+// binary applies, in the one form both goose and golang-migrate read:
+// NNN_name.up.sql (golang-migrate's naming; goose takes the number before the
+// first underscore) starting with goose's "-- +goose Up" annotation (a plain
+// comment to golang-migrate and psql). internal/migratetools runs both tools
+// on these files. Run with UPDATE_MIGRATIONS=1 to rewrite them.
 func TestExportedMigrationsUpToDate(t *testing.T) {
 	t.Parallel()
 	ms, err := outbox.Migrations(outbox.MigrateConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	want := map[string]bool{}
 	for _, m := range ms {
-		path := filepath.Join("migrations", fmt.Sprintf("%03d_%s.sql", m.Version, m.Name))
+		name := fmt.Sprintf("%03d_%s.up.sql", m.Version, m.Name)
+		want[name] = true
+		path := filepath.Join("migrations", name)
+		content := "-- +goose Up\n" + m.SQL
 		if os.Getenv("UPDATE_MIGRATIONS") != "" {
-			if err := os.WriteFile(path, []byte(m.SQL), 0o644); err != nil {
+			if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 				t.Fatal(err)
 			}
 			continue
@@ -139,8 +147,18 @@ func TestExportedMigrationsUpToDate(t *testing.T) {
 			t.Errorf("%s: %v (run UPDATE_MIGRATIONS=1 go test -run TestExportedMigrationsUpToDate)", path, err)
 			continue
 		}
-		if string(got) != m.SQL {
+		if string(got) != content {
 			t.Errorf("%s differs from embedded migration %d (run UPDATE_MIGRATIONS=1 go test -run TestExportedMigrationsUpToDate)", path, m.Version)
+		}
+	}
+	// No stray .sql file a tool would apply too.
+	files, err := filepath.Glob(filepath.Join("migrations", "*.sql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if !want[filepath.Base(f)] {
+			t.Errorf("%s is not an embedded migration: goose would apply it", f)
 		}
 	}
 }
@@ -270,4 +288,103 @@ ORDER BY seq LIMIT 100 FOR UPDATE SKIP LOCKED`)
 		t.Errorf("claim does not read the pending index:\n%s", full)
 	}
 	t.Logf("claim plan with 50k processed rows retained:\n%s", full)
+}
+
+// TestMigrationSQLRejectsControlCharacters: a name with a newline once broke
+// out of a comment line of the printed script, so applying the script ran
+// the SQL after the newline. Such names are refused with the field named, and
+// a canary table survives whatever script was printed.
+func TestMigrationSQLRejectsControlCharacters(t *testing.T) {
+	t.Parallel()
+	schema := testdb.Schema(t)
+	pool := testdb.Pool(t, schema)
+	if _, err := pool.Exec(ctx(t), "CREATE TABLE canary (id int)"); err != nil {
+		t.Fatal(err)
+	}
+	hostile := "ev\nDROP TABLE canary; --"
+	for _, cfg := range []outbox.MigrateConfig{{Table: hostile}, {Schema: hostile}} {
+		script, err := outbox.MigrationSQL(cfg)
+		if err == nil {
+			// Show what the old behaviour did with it.
+			if _, err := pool.Exec(ctx(t), script); err != nil {
+				t.Logf("script failed: %v", err)
+			}
+			var exists bool
+			_ = pool.QueryRow(ctx(t), "SELECT to_regclass('canary') IS NOT NULL").Scan(&exists)
+			t.Errorf("MigrationSQL(%+q) accepted the name; applying its script left the canary table existing=%v", cfg, exists)
+			continue
+		}
+		want := "MigrateConfig.table"
+		if cfg.Schema != "" {
+			want = "MigrateConfig.schema"
+		}
+		if !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "control character") {
+			t.Errorf("MigrationSQL(%+q) error = %q, want it to name %s and the control character", cfg, err, want)
+		}
+		if _, err := outbox.Migrate(ctx(t), pool, cfg); err == nil {
+			t.Errorf("Migrate(%+q) accepted the name", cfg)
+		}
+	}
+}
+
+// TestMigrationSQLOddNames: a legal name full of quotes, spaces and non-ASCII
+// letters survives the printed script as one quoted identifier: applying the
+// script with PostgreSQL creates exactly the table, its view, indexes and
+// identity sequence under those names, in that schema, and nothing else.
+func TestMigrationSQLOddNames(t *testing.T) {
+	t.Parallel()
+	pool := testdb.Pool(t, "")
+	schema := `Odd "sch" é ` + testdb.NewSchemaName("s")
+	t.Cleanup(func() { testdb.Drop(t, schema) })
+	table := `Ordres "été"; x_events`
+	script, err := outbox.MigrationSQL(outbox.MigrateConfig{Schema: schema, Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(script, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "--") && strings.Contains(line, "été") {
+			t.Errorf("a name is written into a comment line: %q", line)
+		}
+	}
+	if _, err := pool.Exec(ctx(t), script); err != nil {
+		t.Fatalf("script: %v\n%s", err, script)
+	}
+	got := relationsIn(t, pool, schema)
+	want := []string{
+		`Ordres "été"; x_dead_letters v`,
+		`Ordres "été"; x_events r`,
+		`Ordres "été"; x_events_aggregate_idx i`,
+		`Ordres "été"; x_events_dead_idx i`,
+		`Ordres "été"; x_events_pending_idx i`,
+		`Ordres "été"; x_events_pkey i`,
+		`Ordres "été"; x_events_processed_idx i`,
+		`Ordres "été"; x_events_seq_seq S`,
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("objects in %q:\n%s\nwant:\n%s", schema, strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	r, err := outbox.NewRelay(pool, memory.New(), outbox.RelayConfig{Schema: schema, Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.CheckSchema(ctx(t)); err != nil {
+		t.Errorf("relay rejects the table the script made: %v", err)
+	}
+}
+
+// relationsIn lists "name relkind" of every relation in schema, sorted.
+func relationsIn(t *testing.T, pool interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, schema string) []string {
+	t.Helper()
+	rows, err := pool.Query(ctx(t), `SELECT c.relname || ' ' || c.relkind::text FROM pg_class c
+		JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 ORDER BY 1`, schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
 }

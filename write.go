@@ -11,17 +11,18 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgoutbox/outbox/internal/dbtx"
 	"github.com/pgoutbox/outbox/internal/ident"
 )
 
-// DefaultTable is the outbox table's default name, the article's.
+// DefaultTable is the outbox table's default name.
 const DefaultTable = ident.DefaultTable
 
-// WriterConfig configures a Writer. The zero value writes to the article's
+// WriterConfig configures a Writer. The zero value writes to the
 // outbox_events table resolved through the connection's search_path.
 type WriterConfig struct {
-	// Schema holding the outbox table. Empty: the search_path decides, as in
-	// the article's unqualified INSERT.
+	// Schema holding the outbox table. Empty: the search_path decides, as
+	// for an unqualified INSERT written by hand.
 	Schema string
 	// Table is the outbox table's name. Default "outbox_events".
 	Table string
@@ -69,19 +70,13 @@ func must[T any](v T, err error) T {
 // validated first; an invalid one fails the whole call before the database is
 // touched, so the caller's transaction is not aborted.
 func (w *Writer) Write(ctx context.Context, tx pgx.Tx, events ...Event) ([]uuid.UUID, error) {
-	return w.write(ctx, func(ctx context.Context, sql string, args []any) error {
-		_, err := tx.Exec(ctx, sql, args...)
-		return err
-	}, events)
+	return w.write(ctx, dbtx.Pgx(tx), events)
 }
 
 // WriteSQL is Write for a database/sql transaction, with any PostgreSQL driver
 // (pgx's stdlib, lib/pq).
 func (w *Writer) WriteSQL(ctx context.Context, tx *sql.Tx, events ...Event) ([]uuid.UUID, error) {
-	return w.write(ctx, func(ctx context.Context, sql string, args []any) error {
-		_, err := tx.ExecContext(ctx, sql, args...)
-		return err
-	}, events)
+	return w.write(ctx, dbtx.SQL(tx), events)
 }
 
 // Write inserts events into the default table (outbox_events on the
@@ -96,7 +91,7 @@ func WriteSQL(ctx context.Context, tx *sql.Tx, events ...Event) ([]uuid.UUID, er
 	return defaultWriter.WriteSQL(ctx, tx, events...)
 }
 
-func (w *Writer) write(ctx context.Context, exec func(context.Context, string, []any) error, events []Event) ([]uuid.UUID, error) {
+func (w *Writer) write(ctx context.Context, tx dbtx.Querier, events []Event) ([]uuid.UUID, error) {
 	if len(events) == 0 {
 		return nil, nil
 	}
@@ -120,7 +115,7 @@ func (w *Writer) write(ctx context.Context, exec func(context.Context, string, [
 		if err != nil {
 			return nil, err
 		}
-		if err := exec(ctx, query, args); err != nil {
+		if _, err := tx.Exec(ctx, query, args...); err != nil {
 			return nil, fmt.Errorf("outbox: insert %d event(s) into %s: %w", end-start, w.names.QTable, err)
 		}
 	}

@@ -1,7 +1,9 @@
 package outbox_test
 
 import (
+	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -242,4 +244,115 @@ func TestWriteCallerSetIDIsIdempotencyKey(t *testing.T) {
 			t.Fatal("second insert of the same id succeeded")
 		}
 	}
+}
+
+// TestWriteRejectsTextPostgreSQLCannotStore: Go's json.Valid accepts invalid
+// UTF-8 and lone UTF-16 surrogate escapes, which jsonb refuses with an error
+// that aborts the caller's transaction. Validation refuses them first, naming
+// the field, and the caller's transaction (pgx or database/sql) goes on.
+func TestWriteRejectsTextPostgreSQLCannotStore(t *testing.T) {
+	e := setup(t)
+	db, err := sql.Open("pgx", testdb.URL()+"&search_path="+e.schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	ev := func(payload string, headers map[string]string) outbox.Event {
+		return outbox.Event{AggregateType: "o", AggregateID: "1", EventType: "e", Payload: []byte(payload), Headers: headers}
+	}
+	bad := []struct {
+		name  string
+		ev    outbox.Event
+		field string
+	}{
+		{"invalid UTF-8 in a string", ev(`{"a":"`+"\xff"+`"}`, nil), "payload"},
+		{"UTF-8-encoded surrogate", ev(`{"a":"`+"\xed\xa0\x80"+`"}`, nil), "payload"},
+		{"invalid UTF-8 in a key", ev(`{"`+"\xc3"+`":1}`, nil), "payload"},
+		{"lone high surrogate escape", ev(`{"a":"\ud800"}`, nil), "payload"},
+		{"lone high surrogate escape at the end", ev(`["x\uD800"]`, nil), "payload"},
+		{"lone low surrogate escape", ev(`{"a":"\udc00"}`, nil), "payload"},
+		{"high surrogate before a non-surrogate", ev(`{"a":"\ud800\u0041"}`, nil), "payload"},
+		{"two high surrogates", ev(`{"a":"\ud800\ud800"}`, nil), "payload"},
+		{"surrogate escape in a key", ev(`{"\ud800":1}`, nil), "payload"},
+		{"invalid UTF-8 in a header value", ev(`{}`, map[string]string{"k": "\xff"}), "headers"},
+		{"invalid UTF-8 in a header key", ev(`{}`, map[string]string{"k\xff": "v"}), "headers"},
+	}
+	good := []outbox.Event{
+		ev(`{"smile":"\ud83d\ude00","SMILE":"\uD83D\uDE00"}`, nil),
+		ev(`{"not an escape":"\\ud800"}`, nil),
+		ev(`{"é":"日本"}`, map[string]string{"clé": "valeur ☃"}),
+	}
+	drivers := map[string]func(t *testing.T, events ...outbox.Event) (first, second error){
+		"pgx": func(t *testing.T, events ...outbox.Event) (error, error) {
+			var first error
+			second := pgx.BeginFunc(ctx(t), e.pool, func(tx pgx.Tx) error {
+				_, first = e.writer.Write(ctx(t), tx, events...)
+				_, err := e.writer.Write(ctx(t), tx, event("after", 1))
+				return err
+			})
+			return first, second
+		},
+		"database/sql": func(t *testing.T, events ...outbox.Event) (error, error) {
+			tx, err := db.BeginTx(ctx(t), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback() //nolint:errcheck // no-op after commit
+			_, first := e.writer.WriteSQL(ctx(t), tx, events...)
+			if _, err := e.writer.WriteSQL(ctx(t), tx, event("after", 1)); err != nil {
+				return first, err
+			}
+			return first, tx.Commit()
+		},
+	}
+	for driver, write := range drivers {
+		for _, c := range bad {
+			t.Run(driver+"/"+c.name, func(t *testing.T) {
+				first, second := write(t, event("ok", 0), c.ev)
+				var ve *outbox.ValidationError
+				if !errors.As(first, &ve) {
+					t.Fatalf("err = %v, want a *ValidationError", first)
+				}
+				if ve.Field != c.field || ve.Index != 1 {
+					t.Errorf("error names field %q at index %d, want %q at 1: %v", ve.Field, ve.Index, c.field, first)
+				}
+				if second != nil {
+					t.Errorf("the caller's transaction is unusable after the refused write: %v", second)
+				}
+			})
+		}
+		t.Run(driver+"/storable text", func(t *testing.T) {
+			first, second := write(t, good...)
+			if first != nil || second != nil {
+				t.Errorf("write = %v, then %v; want text PostgreSQL stores accepted", first, second)
+			}
+		})
+	}
+}
+
+// FuzzPayloadValidationAgreesWithJSONB: for any text json.Valid accepts,
+// Event.Validate accepts the payload exactly when PostgreSQL's jsonb does, so
+// what validation lets through never aborts the caller's transaction. The
+// seeds run with every go test; go test -fuzz explores further.
+func FuzzPayloadValidationAgreesWithJSONB(f *testing.F) {
+	for _, s := range []string{
+		`{}`, `{"a":"\ud83d\ude00"}`, `{"a":"\ud800"}`, `{"a":"\udc00x"}`, `["\ud800\u0041"]`,
+		`{"a":"\\ud800"}`, `{"a":"x\u0000"}`, `{"a":"\\u0000"}`, "{\"a\":\"\xff\"}", "[\"\xed\xa0\x80\"]",
+		`"\uDBFF\uDFFF"`, `"\u00e9\t\n"`, `[1e400]`, `{"a":1,"a":2}`,
+	} {
+		f.Add([]byte(s))
+	}
+	pool := testdb.Pool(f, "")
+	f.Fuzz(func(t *testing.T, payload []byte) {
+		if !json.Valid(payload) {
+			return
+		}
+		ev := outbox.Event{AggregateType: "o", AggregateID: "1", EventType: "e", Payload: payload}
+		verr := ev.Validate()
+		var dummy string
+		dberr := pool.QueryRow(context.Background(), `SELECT $1::jsonb::text`, string(payload)).Scan(&dummy)
+		if (verr == nil) != (dberr == nil) {
+			t.Errorf("payload %q: Validate = %v, jsonb = %v", payload, verr, dberr)
+		}
+	})
 }

@@ -6,9 +6,11 @@
 //
 // The outbox relay publishes at least once: a crash between the broker's
 // confirmation and marking the row sends the event again, and brokers
-// redeliver whatever was not acknowledged. The reference article ends with
-// "make consumers idempotent" and a processed_events table, and leaves its
-// HandleOrderCreated unfinished. This package finishes it.
+// redeliver whatever was not acknowledged. So a consumer must be idempotent:
+// it records the ids of the events it processed (a processed_events table)
+// and skips those it sees again. This package is that record, kept in the
+// same transaction as the consumer's own writes, which is what makes it
+// exact.
 //
 // # The guarantee
 //
@@ -81,7 +83,9 @@
 //
 // Message carries the event id, type, aggregate, creation time and every
 // header; MessageFromHeaders builds it from the standard headers every
-// pgoutbox publisher sets (outbox.HeaderEventID and the others). A message
+// pgoutbox publisher sets (outbox.HeaderEventID and the others). httpinbox
+// is the exception: it fills only what the webhook signature covers (the id
+// and the payload), since the other headers arrive unsigned. A message
 // whose id is missing or invalid wraps ErrInvalidMessage: it can never be
 // processed, and adapters terminate it instead of redelivering it forever.
 //
@@ -95,8 +99,8 @@
 //	);
 //	CREATE INDEX processed_events_processed_at_idx ON processed_events (consumer, processed_at);
 //
-// The article's table with the consumer's name added to the key, so several
-// consumers of one database share it and keep separate records. Schema and
+// The consumer's name is part of the key, so several consumers of one
+// database share the table and keep separate records. Schema and
 // table are configurable and always quoted. Migrations are recorded in the
 // same pgoutbox_migrations table as the outbox's, under the target
 // "inbox:<schema>.<table>", and take the same advisory lock.

@@ -12,9 +12,9 @@ import (
 	"github.com/pgoutbox/outbox/internal/testdb"
 )
 
-// The reference article's unfinished HandleOrderCreated, finished: the
-// shipment and the inbox record commit together, so however often the broker
-// delivers order.created, one shipment exists.
+// A shipping service's HandleOrderCreated: the shipment and the inbox record
+// commit together, so however often the broker delivers order.created, one
+// shipment exists.
 func Example_handleOrderCreated() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, testdb.URL())

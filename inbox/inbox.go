@@ -16,6 +16,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/pgoutbox/outbox/internal/dbtx"
 )
 
 // ErrNotMigrated is returned when the inbox table does not exist: run Migrate
@@ -135,13 +137,14 @@ func (in *Inbox) Handle(ctx context.Context, msg Message, fn func(ctx context.Co
 	if fn == nil {
 		return Result{}, errors.New("inbox: Handle: fn is nil")
 	}
-	return in.handle(ctx, msg, func(ctx context.Context) (txn, error) {
-		tx, err := in.pool.Begin(ctx)
-		if err != nil {
+	var tx pgx.Tx
+	return in.handle(ctx, msg, func(ctx context.Context) (dbtx.Tx, error) {
+		var err error
+		if tx, err = in.pool.Begin(ctx); err != nil {
 			return nil, err
 		}
-		return pgxTx{tx}, nil
-	}, func(ctx context.Context, t txn) error { return fn(ctx, t.(pgxTx).tx) })
+		return dbtx.PgxTx(tx), nil
+	}, func(ctx context.Context) error { return fn(ctx, tx) })
 }
 
 // Processor returns a Processor that handles each message with fn, the
@@ -162,10 +165,7 @@ func (in *Inbox) Processor(fn func(ctx context.Context, tx pgx.Tx, msg Message) 
 // consumer may be down and then replay, how long the outbox relay may retry a
 // publish) plus a safety margin: days, not minutes.
 func (in *Inbox) Cleanup(ctx context.Context, olderThan time.Duration, batch int) (int64, error) {
-	return in.cleanup(ctx, olderThan, batch, func(ctx context.Context, q string, args ...any) (int64, error) {
-		tag, err := in.pool.Exec(ctx, q, args...)
-		return tag.RowsAffected(), err
-	})
+	return in.cleanup(ctx, olderThan, batch, dbtx.Pgx(in.pool))
 }
 
 // SQLInbox is Inbox for database/sql with any PostgreSQL driver (pgx's
@@ -194,13 +194,14 @@ func (in *SQLInbox) Handle(ctx context.Context, msg Message, fn func(ctx context
 	if fn == nil {
 		return Result{}, errors.New("inbox: Handle: fn is nil")
 	}
-	return in.handle(ctx, msg, func(ctx context.Context) (txn, error) {
-		tx, err := in.db.BeginTx(ctx, nil)
-		if err != nil {
+	var tx *sql.Tx
+	return in.handle(ctx, msg, func(ctx context.Context) (dbtx.Tx, error) {
+		var err error
+		if tx, err = in.db.BeginTx(ctx, nil); err != nil {
 			return nil, err
 		}
-		return sqlTx{tx}, nil
-	}, func(ctx context.Context, t txn) error { return fn(ctx, t.(sqlTx).tx) })
+		return dbtx.SQLTx(tx), nil
+	}, func(ctx context.Context) error { return fn(ctx, tx) })
 }
 
 // Processor returns a Processor that handles each message with fn, for broker
@@ -213,16 +214,12 @@ func (in *SQLInbox) Processor(fn func(ctx context.Context, tx *sql.Tx, msg Messa
 
 // Cleanup is Inbox.Cleanup; the same retention rule applies.
 func (in *SQLInbox) Cleanup(ctx context.Context, olderThan time.Duration, batch int) (int64, error) {
-	return in.cleanup(ctx, olderThan, batch, func(ctx context.Context, q string, args ...any) (int64, error) {
-		res, err := in.db.ExecContext(ctx, q, args...)
-		if err != nil {
-			return 0, err
-		}
-		return res.RowsAffected()
-	})
+	return in.cleanup(ctx, olderThan, batch, dbtx.SQL(in.db))
 }
 
-func (c *core) handle(ctx context.Context, msg Message, begin func(context.Context) (txn, error), fn func(context.Context, txn) error) (res Result, err error) {
+// handle is Handle written once for both drivers: begin opens the
+// driver's transaction, fn runs the user's handler on it.
+func (c *core) handle(ctx context.Context, msg Message, begin func(context.Context) (dbtx.Tx, error), fn func(context.Context) error) (res Result, err error) {
 	if msg.ID == uuid.Nil {
 		return Result{}, fmt.Errorf("inbox: message has no event id: %w", ErrInvalidMessage)
 	}
@@ -235,9 +232,9 @@ func (c *core) handle(ctx context.Context, msg Message, begin func(context.Conte
 	// Runs on every path but a successful commit, panics included; a no-op
 	// after commit. WithoutCancel: a cancelled ctx must not leave the
 	// transaction open on a pooled connection.
-	defer tx.rollback(context.WithoutCancel(ctx)) //nolint:errcheck
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
 
-	n, err := tx.exec(ctx, c.q.record, c.consumer, msg.ID.String())
+	n, err := tx.Exec(ctx, c.q.record, c.consumer, msg.ID.String())
 	if err != nil {
 		if isUndefinedTable(err) {
 			return Result{}, fmt.Errorf("inbox: table %s: %w (run inbox.Migrate): %v", c.names.QTable, ErrNotMigrated, err)
@@ -250,16 +247,16 @@ func (c *core) handle(ctx context.Context, msg Message, begin func(context.Conte
 			slog.String("event_type", msg.EventType), slog.String("aggregate_id", msg.AggregateID))
 		return Result{Duplicate: true}, nil
 	}
-	if err := fn(ctx, tx); err != nil {
+	if err := fn(ctx); err != nil {
 		return Result{}, fmt.Errorf("inbox: event %s: handler: %w", msg.ID, err)
 	}
-	if err := tx.commit(ctx); err != nil {
+	if err := tx.Commit(ctx); err != nil {
 		return Result{}, fmt.Errorf("inbox: event %s: commit: %w", msg.ID, err)
 	}
 	return Result{}, nil
 }
 
-func (c *core) cleanup(ctx context.Context, olderThan time.Duration, batch int, exec func(context.Context, string, ...any) (int64, error)) (int64, error) {
+func (c *core) cleanup(ctx context.Context, olderThan time.Duration, batch int, db dbtx.Querier) (int64, error) {
 	if olderThan <= 0 {
 		return 0, fmt.Errorf("inbox: Cleanup: olderThan %s must be positive", olderThan)
 	}
@@ -268,7 +265,7 @@ func (c *core) cleanup(ctx context.Context, olderThan time.Duration, batch int, 
 	}
 	var total int64
 	for {
-		n, err := exec(ctx, c.q.cleanup, c.consumer, olderThan.Seconds(), batch)
+		n, err := db.Exec(ctx, c.q.cleanup, c.consumer, olderThan.Seconds(), batch)
 		total += n
 		if err != nil {
 			if isUndefinedTable(err) {

@@ -198,3 +198,63 @@ func TestMigrateConfigValidation(t *testing.T) {
 		}
 	}
 }
+
+// TestMigrationSQLNames: a name with a newline once escaped a comment line of
+// the printed script; it is refused with the field named. A legal odd name
+// (quotes, spaces, non-ASCII) yields a script that creates exactly the table
+// and its indexes under that name.
+func TestMigrationSQLNames(t *testing.T) {
+	t.Parallel()
+	schema := testdb.Schema(t)
+	pool := testdb.Pool(t, schema)
+	if _, err := pool.Exec(ctx(t), "CREATE TABLE canary (id int)"); err != nil {
+		t.Fatal(err)
+	}
+	hostile := "ev\nDROP TABLE canary; --"
+	for _, cfg := range []inbox.MigrateConfig{{Table: hostile}, {Schema: hostile}} {
+		script, err := inbox.MigrationSQL(cfg)
+		if err == nil {
+			_, _ = pool.Exec(ctx(t), script)
+			var exists bool
+			_ = pool.QueryRow(ctx(t), "SELECT to_regclass('canary') IS NOT NULL").Scan(&exists)
+			t.Errorf("MigrationSQL(%+q) accepted the name; after applying its script the canary exists=%v", cfg, exists)
+			continue
+		}
+		want := "MigrateConfig.Table"
+		if cfg.Schema != "" {
+			want = "MigrateConfig.Schema"
+		}
+		if !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "control character") {
+			t.Errorf("MigrationSQL(%+q) error = %q, want it to name %s and the control character", cfg, err, want)
+		}
+	}
+	for _, cfg := range []inbox.Config{{Table: hostile, Consumer: "c"}, {Schema: hostile, Consumer: "c"}} {
+		if _, err := inbox.New(pool, cfg); err == nil {
+			t.Errorf("inbox.New(schema %q, table %q) accepted the name", cfg.Schema, cfg.Table)
+		}
+	}
+
+	odd := `Odd "sch" é ` + testdb.NewSchemaName("s")
+	t.Cleanup(func() { testdb.Drop(t, odd) })
+	table := `Reçus "vus"; x`
+	script, err := inbox.MigrationSQL(inbox.MigrateConfig{Schema: odd, Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx(t), script); err != nil {
+		t.Fatalf("script: %v\n%s", err, script)
+	}
+	rows, err := pool.Query(ctx(t), `SELECT c.relname || ' ' || c.relkind::text FROM pg_class c
+		JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 ORDER BY 1`, odd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{table + " r", table + "_pkey i", table + "_processed_at_idx i"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("objects in %q:\n%s\nwant:\n%s", odd, strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

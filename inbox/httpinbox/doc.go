@@ -6,7 +6,11 @@
 //
 //	in, _ := inbox.New(pool, inbox.Config{Consumer: "billing.webhooks"})
 //	proc := in.Processor(func(ctx context.Context, tx pgx.Tx, msg inbox.Message) error {
-//		_, err := tx.Exec(ctx, `INSERT INTO invoices (order_id) VALUES ($1)`, msg.AggregateID)
+//		var order struct{ OrderID string `json:"order_id"` }
+//		if err := json.Unmarshal(msg.Payload, &order); err != nil { // the signed body
+//			return err
+//		}
+//		_, err := tx.Exec(ctx, `INSERT INTO invoices (order_id) VALUES ($1)`, order.OrderID)
 //		return err
 //	})
 //	h, _ := httpinbox.New(proc, httpinbox.Config{Secrets: []string{os.Getenv("WEBHOOK_SECRET")}})
@@ -25,9 +29,20 @@
 // connection, a timeout) sends it again; the inbox recognises it and answers
 // 204 without running the handler.
 //
-// The event id is the signed webhook-id header (the webhook publisher sets it
-// to the outbox event id, as does outbox-event-id). The signature covers
-// webhook-id, webhook-timestamp and the body, and nothing else: the other
-// headers (outbox-event-type, outbox-aggregate-id, ...) are unsigned, so a
-// handler that must trust them should read them from the payload instead.
+// # What the handler can trust
+//
+// The Standard Webhooks signature covers webhook-id, webhook-timestamp and the
+// body, and nothing else. So the Message a handler gets holds only those: ID
+// is webhook-id (the webhook publisher sets it to the outbox event id),
+// Payload is the body byte for byte, Headers holds webhook-id and
+// webhook-timestamp. EventType, AggregateType, AggregateID and CreatedAt are
+// left zero: the webhook publisher sends them as outbox-* headers, unsigned,
+// and anyone on the path could rewrite them with the signature still valid.
+// Put what the handler decides on in the payload (the outbox row's payload
+// is what arrives as the body).
+//
+// The unsigned headers are kept apart, in UnsignedHeader(ctx), for logs and
+// metrics. The W3C trace context among them (Outbox-Header-Traceparent) is
+// honoured as the parent of the inbox's consumer span: it links spans and
+// decides nothing.
 package httpinbox

@@ -2,6 +2,7 @@ package httpinbox_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http/httptest"
 	"time"
@@ -47,7 +48,14 @@ func Example() {
 		return
 	}
 	h, err := httpinbox.New(in.Processor(func(ctx context.Context, tx pgx.Tx, msg inbox.Message) error {
-		_, err := tx.Exec(ctx, `INSERT INTO `+invoices+` (order_id) VALUES ($1)`, msg.AggregateID)
+		// Only the id and the body are signed: read the order from the body.
+		var order struct {
+			OrderID string `json:"order_id"`
+		}
+		if err := json.Unmarshal(msg.Payload, &order); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO `+invoices+` (order_id) VALUES ($1)`, order.OrderID)
 		return err
 	}), httpinbox.Config{Secrets: []string{"whsec_c2VjcmV0LWtleS1mb3ItdGVzdHM="}})
 	if err != nil {
@@ -70,11 +78,12 @@ func Example() {
 	}
 
 	var n int
-	_ = pool.QueryRow(ctx, `SELECT count(*) FROM `+invoices).Scan(&n)
-	fmt.Println("invoices:", n)
+	var order string
+	_ = pool.QueryRow(ctx, `SELECT count(*), min(order_id) FROM `+invoices).Scan(&n, &order)
+	fmt.Println("invoices:", n, "for order", order)
 	// Output:
 	// publish: <nil>
 	// publish: <nil>
 	// publish: <nil>
-	// invoices: 1
+	// invoices: 1 for order 42
 }

@@ -1,15 +1,16 @@
 package httpinbox
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/inbox"
@@ -31,7 +32,7 @@ type Config struct {
 	// MaxBodyBytes is the largest body accepted. Default 1 MiB.
 	MaxBodyBytes int64
 	// Logger receives a line per refused request and per failed handler
-	// (event_id, event_type, aggregate_id, remote_addr). Default: discard.
+	// (event_id, remote_addr). Default: discard.
 	Logger *slog.Logger
 }
 
@@ -77,34 +78,49 @@ func New(proc inbox.Processor, cfg Config) (*Handler, error) {
 	return &Handler{proc: proc, cfg: cfg, log: log}, nil
 }
 
-// ToMessage builds an inbox.Message from a verified request's headers (keys
-// lowercased, first value of each) and body. The event id is webhook-id; an
-// outbox-event-id header, if present, must agree with it. An error wraps
-// inbox.ErrInvalidMessage.
+// ToMessage builds the inbox.Message a handler sees from a verified request:
+// what the signature covers and nothing else. ID is webhook-id (the outbox
+// event id), Payload is the body, and Headers holds webhook-id and
+// webhook-timestamp. EventType, AggregateType, AggregateID and CreatedAt stay
+// zero: the webhook publisher sends them as outbox-* headers the signature
+// does not cover, and anyone on the path could rewrite them without breaking
+// the signature. Read them from the payload, or, knowing they are
+// unauthenticated, from UnsignedHeader. An outbox-event-id header that
+// disagrees with webhook-id marks a broken sender; the error wraps
+// inbox.ErrInvalidMessage, as does a webhook-id that is not a UUID.
 func ToMessage(header http.Header, body []byte) (inbox.Message, error) {
-	h := make(map[string]string, len(header))
-	for k, vs := range header {
-		if len(vs) > 0 {
-			h[strings.ToLower(k)] = vs[0]
-		}
-	}
-	// The webhook publisher sends the row's own headers (trace context
-	// included) as Outbox-Header-<name>: give them back their names, without
-	// overriding a header the request carries under that name.
-	for k, v := range h {
-		if name, ok := strings.CutPrefix(k, "outbox-header-"); ok && name != "" {
-			if _, taken := h[name]; !taken {
-				h[name] = v
-			}
-		}
-	}
-	wid := h[webhook.HeaderID]
-	if oid, ok := h[outbox.HeaderEventID]; ok && !sameUUID(oid, wid) {
+	wid := header.Get(webhook.HeaderID)
+	if oid := header.Get(outbox.HeaderEventID); oid != "" && !sameUUID(oid, wid) {
 		return inbox.Message{}, fmt.Errorf("httpinbox: %s %.64q and %s %.64q disagree: %w",
 			webhook.HeaderID, wid, outbox.HeaderEventID, oid, inbox.ErrInvalidMessage)
 	}
-	h[outbox.HeaderEventID] = wid // the signed one
-	return inbox.MessageFromHeaders(h, body)
+	id, err := uuid.Parse(wid)
+	if err != nil || id == uuid.Nil {
+		return inbox.Message{}, fmt.Errorf("httpinbox: %s %.64q is not a UUID: %w", webhook.HeaderID, wid, inbox.ErrInvalidMessage)
+	}
+	return inbox.Message{
+		ID:      id,
+		Payload: body,
+		Headers: map[string]string{
+			webhook.HeaderID:        wid,
+			webhook.HeaderTimestamp: header.Get(webhook.HeaderTimestamp),
+		},
+	}, nil
+}
+
+type unsignedKey struct{}
+
+// UnsignedHeader returns the headers of the request being handled that the
+// signature does not cover, for a handler run by a Handler: the outbox-*
+// metadata (outbox-event-type, outbox-aggregate-type, outbox-aggregate-id,
+// outbox-created-at), the row's own headers (Outbox-Header-<name>) and
+// whatever else the request carried. They are NOT authenticated: a proxy or
+// anyone who captured a signed request can change them and the signature
+// still verifies. Use them for logs and metrics, never to decide what to
+// write. It returns nil outside a Handler.
+func UnsignedHeader(ctx context.Context) http.Header {
+	h, _ := ctx.Value(unsignedKey{}).(http.Header)
+	return h
 }
 
 func sameUUID(a, b string) bool {
@@ -140,15 +156,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.refuse(w, r, http.StatusBadRequest, "malformed event", err)
 		return
 	}
-	res, err := h.proc(r.Context(), msg)
+	ctx := context.WithValue(r.Context(), unsignedKey{}, unsigned(r.Header))
+	// The trace context is unsigned too; it only links spans, so it is
+	// honoured, as a parent the inbox's consumer span continues.
+	ctx = traceContext.Extract(ctx, rowHeaders{r.Header})
+	res, err := h.proc(ctx, msg)
 	if err != nil {
 		if errors.Is(err, inbox.ErrInvalidMessage) {
 			h.refuse(w, r, http.StatusBadRequest, "malformed event", err)
 			return
 		}
 		h.log.LogAttrs(r.Context(), slog.LevelWarn, "httpinbox: handler failed; the sender will retry",
-			slog.String("event_id", msg.ID.String()), slog.String("event_type", msg.EventType),
-			slog.String("aggregate_id", msg.AggregateID), slog.String("remote_addr", r.RemoteAddr), slog.Any("err", err))
+			slog.String("event_id", msg.ID.String()), slog.String("remote_addr", r.RemoteAddr), slog.Any("err", err))
 		// The error text stays in the log: it may describe the database.
 		http.Error(w, "event not processed, retry later", http.StatusInternalServerError)
 		return
@@ -164,3 +183,28 @@ func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, code int, text 
 		slog.Int("status", code), slog.String("remote_addr", r.RemoteAddr), slog.Any("err", err))
 	http.Error(w, text, code)
 }
+
+// unsigned copies every header but the three the signature is made of.
+func unsigned(h http.Header) http.Header {
+	out := h.Clone()
+	for _, k := range []string{webhook.HeaderID, webhook.HeaderTimestamp, webhook.HeaderSignature} {
+		out.Del(k)
+	}
+	return out
+}
+
+var traceContext = propagation.TraceContext{}
+
+// rowHeaders reads the W3C trace context the webhook publisher sends among
+// the row's headers (Outbox-Header-Traceparent), or a plain traceparent a
+// traced HTTP client sets.
+type rowHeaders struct{ h http.Header }
+
+func (c rowHeaders) Get(key string) string {
+	if v := c.h.Get(webhook.HeaderRowPrefix + key); v != "" {
+		return v
+	}
+	return c.h.Get(key)
+}
+func (c rowHeaders) Set(string, string) {}
+func (c rowHeaders) Keys() []string     { return []string{"traceparent", "tracestate"} }

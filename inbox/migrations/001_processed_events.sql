@@ -1,5 +1,5 @@
--- The reference article's processed_events table, with the consumer's name in
--- the key so several consumers of one database keep separate records.
+-- The processed_events table of an idempotent consumer, with the consumer's
+-- name in the key so several consumers of one database keep separate records.
 CREATE TABLE IF NOT EXISTS {{.QTable}} (
     consumer     TEXT        NOT NULL,
     event_id     UUID        NOT NULL,

@@ -3,21 +3,17 @@ package rabbitmqinbox_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/inbox"
+	"github.com/pgoutbox/outbox/inbox/inboxtest"
 	"github.com/pgoutbox/outbox/inbox/rabbitmqinbox"
 	"github.com/pgoutbox/outbox/internal/testdb"
 	"github.com/pgoutbox/outbox/rabbitmq"
@@ -30,38 +26,16 @@ func brokerURL() string {
 	return rabbitmq.DefaultURL
 }
 
-// env is one test's database schema (inbox + effects) and RabbitMQ queue.
-type env struct {
-	t     *testing.T
-	pool  *pgxpool.Pool
-	in    *inbox.Inbox
+// broker is one test's RabbitMQ queue, with the outbox's own publisher.
+type broker struct {
 	queue string
 	pub   *rabbitmq.Publisher
 	admin *amqp.Channel
-
-	mu      sync.Mutex
-	results map[uuid.UUID][]string
-	calls   atomic.Int32
-	fail    func(inbox.Message) error
 }
 
-func setup(t *testing.T) *env {
+func newBroker(t *testing.T, _ *inboxtest.Env) *broker {
 	t.Helper()
-	t.Parallel()
-	schema := testdb.Schema(t)
-	pool := testdb.Pool(t, schema)
-	if _, err := inbox.Migrate(ctx(t), pool, inbox.MigrateConfig{Schema: schema}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx(t), `CREATE TABLE effects (event_id UUID NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
-	in, err := inbox.New(pool, inbox.Config{Schema: schema, Consumer: "shipping"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn := dial(t)
-	ch, err := conn.Channel()
+	ch, err := dial(t).Channel()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +50,7 @@ func setup(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pub.Close() })
-	return &env{t: t, pool: pool, in: in, queue: queue, pub: pub, admin: ch, results: map[uuid.UUID][]string{}}
+	return &broker{queue: queue, pub: pub, admin: ch}
 }
 
 func dial(t *testing.T) *amqp.Connection {
@@ -89,253 +63,70 @@ func dial(t *testing.T) *amqp.Connection {
 	return conn
 }
 
-func ctx(t *testing.T) context.Context {
-	c, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
-	return c
+func (b *broker) Publish(t *testing.T, msgs ...*outbox.Message) {
+	inboxtest.PublishAll(t, b.pub, msgs...)
 }
 
-func (e *env) proc() inbox.Processor {
-	handle := e.in.Processor(func(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
-		e.calls.Add(1)
-		e.mu.Lock()
-		fail := e.fail
-		e.mu.Unlock()
-		if fail != nil {
-			if err := fail(m); err != nil {
-				return err
-			}
-		}
-		_, err := tx.Exec(ctx, `INSERT INTO effects (event_id) VALUES ($1)`, m.ID)
-		return err
-	})
-	return func(ctx context.Context, m inbox.Message) (inbox.Result, error) {
-		res, err := handle(ctx, m)
-		outcome := "processed"
-		switch {
-		case err != nil:
-			outcome = "error"
-		case res.Duplicate:
-			outcome = "duplicate"
-		}
-		e.mu.Lock()
-		e.results[m.ID] = append(e.results[m.ID], outcome)
-		e.mu.Unlock()
-		return res, err
+func (b *broker) PublishInvalid(t *testing.T) {
+	if err := b.admin.PublishWithContext(inboxtest.Ctx(t), "", b.queue, false, false, amqp.Publishing{Body: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
 	}
 }
 
-func (e *env) outcomes(id uuid.UUID) []string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return append([]string(nil), e.results[id]...)
-}
-
-// run starts the adapter on its own connection; the returned func stops it
-// and closes that connection, so unacknowledged deliveries go back to the
-// queue.
-func (e *env) run(cfg rabbitmqinbox.Config) (stop func()) {
-	e.t.Helper()
-	c, err := rabbitmqinbox.New(e.proc(), cfg)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	conn := dial(e.t)
-	ch, err := conn.Channel()
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	runCtx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(runCtx, ch, e.queue) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					e.t.Errorf("Run: %v", err)
-				}
-			case <-time.After(10 * time.Second):
-				e.t.Error("Run did not return within 10s of cancellation")
-			}
-			conn.Close()
-		})
-	}
-	e.t.Cleanup(stop)
-	return stop
-}
-
-func (e *env) publish(n int) []uuid.UUID {
-	e.t.Helper()
-	var ids []uuid.UUID
-	for i := range n {
-		m := &outbox.Message{ID: uuid.Must(uuid.NewV7()), AggregateType: "order", AggregateID: fmt.Sprint(i),
-			EventType: "order.created", Payload: []byte(`{}`), CreatedAt: time.Now()}
-		if err := e.pub.Publish(ctx(e.t), m); err != nil {
-			e.t.Fatal(err)
-		}
-		ids = append(ids, m.ID)
-	}
-	return ids
-}
-
-func (e *env) effects(id uuid.UUID) int {
-	e.t.Helper()
-	var n int
-	if err := e.pool.QueryRow(ctx(e.t), `SELECT count(*) FROM effects WHERE event_id = $1`, id).Scan(&n); err != nil {
-		e.t.Fatal(err)
-	}
-	return n
-}
-
-// ready is the number of messages waiting in the queue (not counting
-// deliveries held unacknowledged by a consumer).
-func (e *env) ready() int {
-	e.t.Helper()
-	q, err := e.admin.QueueDeclarePassive(e.queue, false, false, false, false, nil)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return q.Messages
-}
-
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+// Start runs the adapter on its own connection; stop ends it and closes that
+// connection, so unacknowledged deliveries would go back to the queue.
+func (b *broker) Start(t *testing.T, proc inbox.Processor) func() {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-func (e *env) waitOutcomes(ids []uuid.UUID, n int) {
-	e.t.Helper()
-	waitFor(e.t, 15*time.Second, fmt.Sprintf("%d outcomes per event", n), func() bool {
-		for _, id := range ids {
-			if len(e.outcomes(id)) < n {
-				return false
-			}
-		}
-		return true
-	})
-}
-
-func TestProcessesAndAcks(t *testing.T) {
-	e := setup(t)
-	stop := e.run(rabbitmqinbox.Config{Workers: 4})
-	ids := e.publish(20)
-	e.waitOutcomes(ids, 1)
-	stop() // closing the connection would requeue anything not acknowledged
-	if n := e.ready(); n != 0 {
-		t.Errorf("%d messages back in the queue after the consumer left, want 0 (all acked)", n)
-	}
-	for _, id := range ids {
-		if got := e.outcomes(id); len(got) != 1 || got[0] != "processed" {
-			t.Errorf("event %s: outcomes %v", id, got)
-		}
-		if n := e.effects(id); n != 1 {
-			t.Errorf("event %s: effects = %d", id, n)
-		}
-	}
-}
-
-// A handler error nacks with requeue: the broker delivers the message again
-// and the second delivery commits; nothing was recorded by the failed one.
-func TestHandlerErrorRequeues(t *testing.T) {
-	e := setup(t)
-	failed := map[uuid.UUID]bool{}
-	e.fail = func(m inbox.Message) error {
-		if !failed[m.ID] {
-			failed[m.ID] = true
-			return errors.New("payment service timed out")
-		}
-		return nil
-	}
-	stop := e.run(rabbitmqinbox.Config{RequeueDelay: 20 * time.Millisecond})
-	ids := e.publish(3)
-	e.waitOutcomes(ids, 2)
-	stop()
-	if n := e.ready(); n != 0 {
-		t.Errorf("%d messages left in the queue, want 0", n)
-	}
-	for _, id := range ids {
-		if got := e.outcomes(id); len(got) != 2 || got[0] != "error" || got[1] != "processed" {
-			t.Errorf("event %s: outcomes %v, want [error processed]", id, got)
-		}
-		if n := e.effects(id); n != 1 {
-			t.Errorf("event %s: effects = %d, want 1", id, n)
-		}
-	}
-}
-
-// A consumer dies after its inbox transaction committed and before it acked:
-// RabbitMQ requeues the delivery when the connection drops, the next
-// consumer gets it, the inbox reports a duplicate and the adapter acks.
-func TestCrashBetweenCommitAndAck(t *testing.T) {
-	e := setup(t)
-	ids := e.publish(3)
-
-	conn1 := dial(t)
-	ch1, err := conn1.Channel()
+	c, err := rabbitmqinbox.New(proc, rabbitmqinbox.Config{Workers: 4, RequeueDelay: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	proc := e.proc()
-	for range ids {
-		d, ok, err := ch1.Get(e.queue, false) // manual ack
+	conn := dial(t)
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return inboxtest.Background(t, func(ctx context.Context) error { return c.Run(ctx, ch, b.queue) }, func() { conn.Close() })
+}
+
+func (b *broker) ProcessThenCrash(t *testing.T, proc inbox.Processor, n int) {
+	t.Helper()
+	conn := dial(t)
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		d, ok, err := ch.Get(b.queue, false) // manual ack
 		if err != nil || !ok {
-			t.Fatalf("instance 1: get: %v %v", ok, err)
+			t.Fatalf("crashing consumer: get: %v %v", ok, err)
 		}
 		m, err := rabbitmqinbox.ToMessage(d)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res, err := proc(ctx(t), m); err != nil || res.Duplicate {
-			t.Fatalf("instance 1: %+v %v", res, err)
+		if res, err := proc(inboxtest.Ctx(t), m); err != nil || res.Duplicate {
+			t.Fatalf("crashing consumer: %+v %v", res, err)
 		}
 	}
-	conn1.Close() // the crash: committed, never acked
+	conn.Close() // committed, never acked: RabbitMQ requeues
+}
 
-	stop := e.run(rabbitmqinbox.Config{})
-	e.waitOutcomes(ids, 2)
-	stop()
-	if n := e.ready(); n != 0 {
-		t.Errorf("%d messages left in the queue, want 0", n)
+// CheckSettled: after the consumer's connection closed, anything it had not
+// acknowledged is back in the queue.
+func (b *broker) CheckSettled(t *testing.T) {
+	t.Helper()
+	q, err := b.admin.QueueDeclarePassive(b.queue, false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, id := range ids {
-		if got := e.outcomes(id); len(got) != 2 || got[0] != "processed" || got[1] != "duplicate" {
-			t.Errorf("event %s: outcomes %v, want [processed duplicate]", id, got)
-		}
-		if n := e.effects(id); n != 1 {
-			t.Errorf("event %s: effects = %d, want 1", id, n)
-		}
-	}
-	if n := e.calls.Load(); n != 3 {
-		t.Errorf("handler calls = %d, want 3", n)
+	if q.Messages != 0 {
+		t.Errorf("%d messages back in the queue after the consumer left, want 0", q.Messages)
 	}
 }
 
-// A delivery without an event id is rejected, not requeued; the one after it
-// is processed.
-func TestInvalidDeliveryRejected(t *testing.T) {
-	e := setup(t)
-	stop := e.run(rabbitmqinbox.Config{})
-	if err := e.admin.PublishWithContext(ctx(t), "", e.queue, false, false, amqp.Publishing{Body: []byte(`{}`)}); err != nil {
-		t.Fatal(err)
-	}
-	good := e.publish(1)
-	e.waitOutcomes(good, 1)
-	stop()
-	if n := e.ready(); n != 0 {
-		t.Errorf("%d messages left in the queue, want 0 (the invalid one rejected)", n)
-	}
-	if n := e.calls.Load(); n != 1 {
-		t.Errorf("handler calls = %d, want 1", n)
-	}
+func TestConformance(t *testing.T) {
+	inboxtest.Run(t, func(t *testing.T, e *inboxtest.Env) inboxtest.Adapter { return newBroker(t, e) })
 }
 
 func TestToMessageFallsBackToProperties(t *testing.T) {
@@ -376,8 +167,9 @@ func TestConfigValidation(t *testing.T) {
 
 // Run reports a closed channel, so the caller can reconnect.
 func TestRunReturnsWhenChannelCloses(t *testing.T) {
-	e := setup(t)
-	c, err := rabbitmqinbox.New(e.proc(), rabbitmqinbox.Config{})
+	e := inboxtest.Setup(t)
+	b := newBroker(t, e)
+	c, err := rabbitmqinbox.New(e.Processor(), rabbitmqinbox.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -387,9 +179,10 @@ func TestRunReturnsWhenChannelCloses(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx(t), ch, e.queue) }()
-	ids := e.publish(1)
-	e.waitOutcomes(ids, 1)
+	go func() { done <- c.Run(inboxtest.Ctx(t), ch, b.queue) }()
+	msgs := inboxtest.Events(1)
+	b.Publish(t, msgs...)
+	e.WaitOutcomes(inboxtest.IDs(msgs), 1)
 	conn.Close()
 	select {
 	case err := <-done:

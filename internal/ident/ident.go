@@ -6,16 +6,18 @@ package ident
 import (
 	"fmt"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 )
 
-// DefaultTable is the article's table name.
+// DefaultTable is the outbox table's default name.
 const DefaultTable = "outbox_events"
 
-// maxLen is PostgreSQL's NAMEDATALEN-1: longer identifiers are silently
+// MaxLen is PostgreSQL's NAMEDATALEN-1: longer identifiers are silently
 // truncated by the server, which could make two configured names collide.
-const maxLen = 63
+const MaxLen = 63
 
 // Names holds the quoted, ready-to-splice names of every object that belongs to
 // one outbox table.
@@ -53,29 +55,33 @@ func fieldErr(field, format string, args ...any) error {
 	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }
 
-// Validate checks one configured identifier.
+// Validate checks one configured identifier. Quoting makes any other
+// character safe inside a statement, but names also reach places quoting does
+// not protect: a line of a printed script, a log line, a terminal. A newline
+// there ends the line, so control characters are refused outright.
 func Validate(field, name string) error {
 	switch {
 	case name == "":
 		return fieldErr(field, "must not be empty")
-	case len(name) > maxLen:
-		return fieldErr(field, "%q is %d bytes long, PostgreSQL identifiers are at most %d", name, len(name), maxLen)
-	case strings.ContainsRune(name, 0):
-		return fieldErr(field, "contains a NUL byte")
-	case !isUTF8(name):
-		return fieldErr(field, "not valid UTF-8")
+	case len(name) > MaxLen:
+		return fieldErr(field, "%q is %d bytes long, PostgreSQL identifiers are at most %d", name, len(name), MaxLen)
+	case !utf8.ValidString(name):
+		return fieldErr(field, "%q is not valid UTF-8", name)
+	}
+	for i, r := range name {
+		if unicode.IsControl(r) {
+			return fieldErr(field, "%q contains the control character %U at byte %d (newlines, tabs and other control characters are not allowed in names)", name, r, i)
+		}
 	}
 	return nil
 }
-
-func isUTF8(s string) bool { return strings.ToValidUTF8(s, "\uFFFD") == s }
 
 // Quote returns name as a quoted SQL identifier.
 func Quote(name string) string { return pgx.Identifier{name}.Sanitize() }
 
 // New validates schema and table and derives every name. An empty table means
-// DefaultTable; an empty schema means "resolve through search_path", as the
-// article's unqualified statements do.
+// DefaultTable; an empty schema means "resolve through search_path", as a
+// hand-written unqualified INSERT INTO outbox_events does.
 func New(schema, table string) (Names, error) {
 	if table == "" {
 		table = DefaultTable
@@ -94,8 +100,8 @@ func New(schema, table string) (Names, error) {
 		"dead-letter view": view,
 		"aggregate index":  table + "_aggregate_idx",
 	} {
-		if len(derived) > maxLen {
-			return Names{}, fieldErr("table", "%q is too long: the derived %s name %q exceeds %d bytes", table, field, derived, maxLen)
+		if len(derived) > MaxLen {
+			return Names{}, fieldErr("table", "%q is too long: the derived %s name %q exceeds %d bytes", table, field, derived, MaxLen)
 		}
 	}
 	q := func(n string) string {
@@ -122,8 +128,8 @@ func New(schema, table string) (Names, error) {
 		n.Target = schema + "." + table
 		n.Channel = "pgoutbox_" + schema + "." + table
 	}
-	if len(n.Channel) > maxLen {
-		n.Channel = strings.ToValidUTF8(n.Channel[:maxLen], "")
+	if len(n.Channel) > MaxLen {
+		n.Channel = strings.ToValidUTF8(n.Channel[:MaxLen], "")
 	}
 	return n, nil
 }

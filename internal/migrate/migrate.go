@@ -15,9 +15,9 @@ import (
 	"text/template"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgoutbox/outbox/internal/dbtx"
 	"github.com/pgoutbox/outbox/internal/ident"
 )
 
@@ -92,15 +92,23 @@ func Script(n ident.Names) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return ScriptOf("pgoutbox migrations", n.QSchema, ms), nil
+}
+
+// ScriptOf joins ms into one script under a title comment, creating qSchema
+// first when it is not empty. No configured name goes into a comment: a
+// comment ends at a newline, and the names appear only as quoted
+// identifiers in statements.
+func ScriptOf(title, qSchema string, ms []Migration) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "-- pgoutbox migrations for %s\n", n.QTable)
-	if n.QSchema != "" {
-		fmt.Fprintf(&b, "CREATE SCHEMA IF NOT EXISTS %s;\n", n.QSchema)
+	b.WriteString("-- " + title + "\n")
+	if qSchema != "" {
+		fmt.Fprintf(&b, "CREATE SCHEMA IF NOT EXISTS %s;\n", qSchema)
 	}
 	for _, m := range ms {
 		fmt.Fprintf(&b, "\n-- +migrate %03d_%s\n%s", m.Version, m.Name, m.SQL)
 	}
-	return b.String(), nil
+	return b.String()
 }
 
 // Applied describes one migration's state in a database.
@@ -109,19 +117,46 @@ type Applied struct {
 	AppliedAt *time.Time // nil when pending
 }
 
-func ensureBookkeeping(ctx context.Context, tx pgx.Tx, n ident.Names) error {
-	if n.Schema != "" {
-		var exists bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, n.Schema).Scan(&exists); err != nil {
+// Target is one set of migrations applied and recorded together: the outbox
+// table's, or an inbox table's.
+type Target struct {
+	// Key identifies the set in the bookkeeping table; always a bind
+	// parameter.
+	Key string
+	// Schema is the raw schema name ("" means the search_path) and QSchema
+	// the same quoted; Run creates the schema when it is missing.
+	Schema, QSchema string
+	// QMigrations is the quoted bookkeeping table, in the same schema.
+	QMigrations string
+	// Label names the migrated table in errors (quoted).
+	Label string
+}
+
+// OutboxTarget is the outbox table's target.
+func OutboxTarget(n ident.Names) Target {
+	return Target{Key: n.Target, Schema: n.Schema, QSchema: n.QSchema, QMigrations: n.QMigrations, Label: n.QTable}
+}
+
+func ensureBookkeeping(ctx context.Context, tx dbtx.Querier, t Target) error {
+	if t.QSchema != "" {
+		// Not CREATE SCHEMA IF NOT EXISTS: that needs the CREATE privilege
+		// on the database even when the schema exists.
+		rows, err := tx.Query(ctx, `SELECT 1 FROM pg_namespace WHERE nspname = $1`, t.Schema)
+		if err != nil {
+			return fmt.Errorf("check schema: %w", err)
+		}
+		exists := rows.Next()
+		rows.Close()
+		if err := rows.Err(); err != nil {
 			return fmt.Errorf("check schema: %w", err)
 		}
 		if !exists {
-			if _, err := tx.Exec(ctx, "CREATE SCHEMA "+n.QSchema); err != nil {
-				return fmt.Errorf("create schema %s: %w", n.QSchema, err)
+			if _, err := tx.Exec(ctx, "CREATE SCHEMA "+t.QSchema); err != nil {
+				return fmt.Errorf("create schema %s: %w", t.QSchema, err)
 			}
 		}
 	}
-	_, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+n.QMigrations+` (
+	_, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+t.QMigrations+` (
     target     TEXT        NOT NULL,
     version    INT         NOT NULL,
     name       TEXT        NOT NULL,
@@ -129,13 +164,12 @@ func ensureBookkeeping(ctx context.Context, tx pgx.Tx, n ident.Names) error {
     PRIMARY KEY (target, version)
 )`)
 	if err != nil {
-		return fmt.Errorf("create migrations table: %w", err)
+		return fmt.Errorf("create %s: %w", t.QMigrations, err)
 	}
 	return nil
 }
 
-// Up applies every pending migration in one transaction under an advisory
-// lock and returns the versions it applied (none when already up to date).
+// Up applies the outbox table's pending migrations; see Run.
 func Up(ctx context.Context, pool *pgxpool.Pool, n ident.Names) ([]Migration, error) {
 	ms, err := All(n)
 	if err != nil {
@@ -145,14 +179,22 @@ func Up(ctx context.Context, pool *pgxpool.Pool, n ident.Names) ([]Migration, er
 	if err != nil {
 		return nil, fmt.Errorf("migrate: begin: %w", err)
 	}
+	return Run(ctx, dbtx.PgxTx(tx), OutboxTarget(n), ms)
+}
+
+// Run applies the migrations of ms not yet recorded for t, in tx, under an
+// advisory lock every pgoutbox migration of the database shares, records
+// them, and commits. It returns the migrations it applied (none when already
+// up to date). Run owns tx: it commits or rolls it back.
+func Run(ctx context.Context, tx dbtx.Tx, t Target, ms []Migration) ([]Migration, error) {
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, lockKey); err != nil {
 		return nil, fmt.Errorf("migrate: advisory lock: %w", err)
 	}
-	if err := ensureBookkeeping(ctx, tx, n); err != nil {
+	if err := ensureBookkeeping(ctx, tx, t); err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
-	done, err := appliedVersions(ctx, tx, n)
+	done, err := appliedVersions(ctx, tx, t)
 	if err != nil {
 		return nil, err
 	}
@@ -162,9 +204,9 @@ func Up(ctx context.Context, pool *pgxpool.Pool, n ident.Names) ([]Migration, er
 			continue
 		}
 		if _, err := tx.Exec(ctx, m.SQL); err != nil {
-			return nil, fmt.Errorf("migrate: %03d_%s on %s: %w", m.Version, m.Name, n.QTable, err)
+			return nil, fmt.Errorf("migrate: %03d_%s on %s: %w", m.Version, m.Name, t.Label, err)
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO `+n.QMigrations+` (target, version, name) VALUES ($1, $2, $3)`, n.Target, m.Version, m.Name); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO `+t.QMigrations+` (target, version, name) VALUES ($1, $2, $3)`, t.Key, m.Version, m.Name); err != nil {
 			return nil, fmt.Errorf("migrate: record %03d: %w", m.Version, err)
 		}
 		applied = append(applied, m)
@@ -175,18 +217,22 @@ func Up(ctx context.Context, pool *pgxpool.Pool, n ident.Names) ([]Migration, er
 	return applied, nil
 }
 
-func appliedVersions(ctx context.Context, q interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, n ident.Names) (map[int]time.Time, error) {
-	rows, err := q.Query(ctx, `SELECT version, applied_at FROM `+n.QMigrations+` WHERE target = $1`, n.Target)
+func appliedVersions(ctx context.Context, q dbtx.Querier, t Target) (map[int]time.Time, error) {
+	rows, err := q.Query(ctx, `SELECT version, applied_at FROM `+t.QMigrations+` WHERE target = $1`, t.Key)
 	if err != nil {
 		return nil, fmt.Errorf("migrate: read applied versions: %w", err)
 	}
+	defer rows.Close()
 	out := map[int]time.Time{}
-	var v int
-	var at time.Time
-	_, err = pgx.ForEachRow(rows, []any{&v, &at}, func() error { out[v] = at; return nil })
-	if err != nil {
+	for rows.Next() {
+		var v int
+		var at time.Time
+		if err := rows.Scan(&v, &at); err != nil {
+			return nil, fmt.Errorf("migrate: read applied versions: %w", err)
+		}
+		out[v] = at
+	}
+	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("migrate: read applied versions: %w", err)
 	}
 	return out, nil
@@ -199,13 +245,14 @@ func Status(ctx context.Context, pool *pgxpool.Pool, n ident.Names) ([]Applied, 
 	if err != nil {
 		return nil, err
 	}
+	t := OutboxTarget(n)
 	var exists bool
-	if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, n.QMigrations).Scan(&exists); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, t.QMigrations).Scan(&exists); err != nil {
 		return nil, fmt.Errorf("migrate status: %w", err)
 	}
 	done := map[int]time.Time{}
 	if exists {
-		if done, err = appliedVersions(ctx, pool, n); err != nil {
+		if done, err = appliedVersions(ctx, dbtx.Pgx(pool), t); err != nil {
 			return nil, err
 		}
 	}

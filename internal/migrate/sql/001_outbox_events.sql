@@ -1,6 +1,6 @@
--- pgoutbox migration 1: the article's outbox table, columns, types and
--- defaults unchanged, so the article's plain INSERT keeps working.
--- IF NOT EXISTS lets a team that already created the article's table adopt
+-- pgoutbox migration 1: the minimal outbox table, the eight columns a
+-- hand-written outbox usually has, so a plain INSERT of those columns keeps
+-- working. IF NOT EXISTS lets a team that already created such a table adopt
 -- pgoutbox: migration 2 then adds what the relay needs.
 CREATE TABLE IF NOT EXISTS {{.QTable}} (
     id             UUID         PRIMARY KEY DEFAULT gen_random_uuid(),

@@ -1,4 +1,4 @@
--- pgoutbox migration 2: what a production relay needs on top of the article.
+-- pgoutbox migration 2: what a production relay needs on top of the minimal table.
 --   seq          insertion order, assigned by the table (stable ordering;
 --                created_at ties and clock skew make it unfit for that)
 --   retry_after  exponential backoff: the relay skips the row until then
@@ -30,7 +30,7 @@ CREATE INDEX IF NOT EXISTS {{.DeadIndex}}
     ON {{.QTable}} (dead_at)
     WHERE dead_at IS NOT NULL AND processed_at IS NULL;
 
--- The article's dead-letter view, defined by dead_at instead of a
+-- The dead-letter view, defined by dead_at instead of a
 -- hard-coded attempts threshold, so it agrees with the relay's max attempts
 -- and with permanent errors.
 CREATE OR REPLACE VIEW {{.QDeadLetterView}} AS

@@ -1,3 +1,4 @@
+-- +goose Up
 -- pgoutbox migration 3: per-aggregate ordering.
 -- In ordered mode the relay claims an event only when no earlier event of the
 -- same aggregate is still unprocessed; this index answers that question with

@@ -1,3 +1,4 @@
+-- +goose Up
 -- pgoutbox migration 4: ordered mode parks an aggregate's later events
 -- behind a failing one, and queue-table vacuum settings.
 --   held_by  set on an event parked behind an earlier event of its aggregate

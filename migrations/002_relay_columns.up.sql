@@ -1,4 +1,5 @@
--- pgoutbox migration 2: what a production relay needs on top of the article.
+-- +goose Up
+-- pgoutbox migration 2: what a production relay needs on top of the minimal table.
 --   seq          insertion order, assigned by the table (stable ordering;
 --                created_at ties and clock skew make it unfit for that)
 --   retry_after  exponential backoff: the relay skips the row until then
@@ -30,7 +31,7 @@ CREATE INDEX IF NOT EXISTS "outbox_events_dead_idx"
     ON "outbox_events" (dead_at)
     WHERE dead_at IS NOT NULL AND processed_at IS NULL;
 
--- The article's dead-letter view, defined by dead_at instead of a
+-- The dead-letter view, defined by dead_at instead of a
 -- hard-coded attempts threshold, so it agrees with the relay's max attempts
 -- and with permanent errors.
 CREATE OR REPLACE VIEW "outbox_dead_letters" AS
