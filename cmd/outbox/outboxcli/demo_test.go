@@ -20,9 +20,9 @@ func schemaExists(t *testing.T, name string) bool {
 	return ok
 }
 
-// The demo, small, with its embedded NATS server stopped and restarted and
-// its relay stopped and restarted: nothing lost, nothing dead-lettered, and
-// the schema dropped at the end.
+// The demo, small, with its embedded NATS server stopped and restarted, its
+// relay stopped and restarted and every event delivered twice: every order
+// shipped once, nothing dead-lettered, and the schema dropped at the end.
 func TestDemo(t *testing.T) {
 	t.Parallel()
 	schema := testdb.NewSchemaName("demo")
@@ -44,13 +44,15 @@ func TestDemo(t *testing.T) {
 		`(?m)^>>> NATS is back`,
 		`(?m)^>>> failure: relay stopped mid-run`,
 		`(?m)^>>> relay restarted`,
-		`(?m)^\[\s*\d+\.\ds\] orders \d+/200  written \d+  published \d+  consumed \d+  pending \d+  lag \S+`,
+		`(?m)^>>> failure: 190 events marked unpublished`,
+		`(?m)^\[\s*\d+\.\ds\] orders \d+/200  written \d+  published \d+  shipped \d+  pending \d+  lag \S+`,
 		`(?m)^  orders committed\s+190\s`,
-		`(?m)^  orders rolled back\s+10\s+events of theirs consumed: 0 `,
-		`(?m)^  events consumed\s+190\s`,
+		`(?m)^  orders rolled back\s+10\s+shipped: 0 `,
+		`(?m)^  deliveries\s+\d+\s+to the shipping service; duplicates skipped by its inbox: \d+$`,
+		`(?m)^  shipments\s+190\s+orders shipped exactly once: 190, twice or more: 0$`,
 		`(?m)^  dead letters\s+0$`,
 		`(?m)^  lost\s+0\s`,
-		`(?m)^result: lost 0, duplicates \d+, dead letters 0, unexpected events 0: OK`,
+		`(?m)^result: lost 0, shipped twice 0, duplicates skipped \d+, dead letters 0, unexpected shipments 0: OK`,
 	} {
 		if !regexp.MustCompile(re).MatchString(r.stdout) {
 			t.Errorf("demo output does not match %s", re)
@@ -79,7 +81,8 @@ func TestDemoExternalBrokerKeep(t *testing.T) {
 	r := run(t, dbEnv(), "demo", "--schema", schema, "--broker", testnats.URL(),
 		"--orders", "100", "--rate", "500", "--relay-down", "100ms", "--keep")
 	wantExit(t, r, ExitOK)
-	if !strings.Contains(r.stdout, "result: lost 0,") || strings.Contains(r.stdout, "stopping the NATS server") {
+	if !strings.Contains(r.stdout, "result: lost 0,") || strings.Contains(r.stdout, "stopping the NATS server") ||
+		!strings.Contains(r.stdout, "kept schema "+schema) {
 		t.Errorf("demo output:\n%s", r)
 	}
 	if !schemaExists(t, schema) {
