@@ -83,6 +83,20 @@ reads no config file.`)
 	return o, func(ctx context.Context, c *cli, o *options) error { return c.demo(ctx, o, &s) }
 }
 
+// embeddedBroker is the demo's own NATS server, which the story stops and
+// starts again as its broker outage.
+type embeddedBroker interface {
+	orders.Broker
+	URL() string
+	String() string // for the header: address and store
+	close()         // stop and delete the store
+}
+
+// errNoEmbeddedNATS is startEmbeddedNATS's answer in a binary built with
+// -tags noembeddednats.
+var errNoEmbeddedNATS = errors.New("required: this binary was built without the embedded NATS server (-tags noembeddednats); " +
+	"pass a NATS server with JetStream, e.g. --broker nats://127.0.0.1:4222, or run the demo from source: go run ./cmd/outbox demo")
+
 func (c *cli) demo(ctx context.Context, o *options, s *demoSettings) error {
 	switch {
 	case len(o.args) > 0:
@@ -138,8 +152,6 @@ func (c *cli) demo(ctx context.Context, o *options, s *demoSettings) error {
 		return o.settingErr("schema", "%q already exists; the demo creates its own schema and drops it at the end, so name a new one", s.schema)
 	}
 
-	fmt.Fprintf(c.stdout, "pgoutbox demo: the transactional outbox, end to end\n\n")
-	fmt.Fprintf(c.stdout, "database  %s, schema %s\n", redactDSN(pcfg.ConnString()), s.schema)
 	cfg := orders.Config{
 		DatabaseURL: pcfg.ConnString(), Schema: s.schema, NATSURL: s.broker,
 		Outage: s.outage, RelayDown: s.relayDown, Redeliver: s.redeliver,
@@ -152,12 +164,19 @@ func (c *cli) demo(ctx context.Context, o *options, s *demoSettings) error {
 	}
 	if s.broker == "" {
 		embedded, err := startEmbeddedNATS()
+		if errors.Is(err, errNoEmbeddedNATS) {
+			return o.settingErr("broker", "%v", err)
+		}
 		if err != nil {
 			return fmt.Errorf("demo: %w", err)
 		}
 		defer embedded.close()
 		cfg.NATSURL, cfg.Broker = embedded.URL(), embedded
-		fmt.Fprintf(c.stdout, "broker    %s\n", embedded)
+	}
+	fmt.Fprintf(c.stdout, "pgoutbox demo: the transactional outbox, end to end\n\n")
+	fmt.Fprintf(c.stdout, "database  %s, schema %s\n", redactDSN(pcfg.ConnString()), s.schema)
+	if cfg.Broker != nil {
+		fmt.Fprintf(c.stdout, "broker    %s\n", cfg.Broker)
 	} else {
 		fmt.Fprintf(c.stdout, "broker    NATS JetStream at %s\n", redactDSN(s.broker))
 	}

@@ -1,3 +1,5 @@
+//go:build !noembeddednats
+
 package outboxcli
 
 import (
@@ -19,7 +21,7 @@ type embeddedNATS struct {
 	srv  *server.Server
 }
 
-func startEmbeddedNATS() (*embeddedNATS, error) {
+func startEmbeddedNATS() (embeddedBroker, error) {
 	dir, err := os.MkdirTemp("", "outbox-demo-nats-")
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats: %w", err)

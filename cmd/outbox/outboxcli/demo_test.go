@@ -2,6 +2,7 @@ package outboxcli
 
 import (
 	"net/url"
+	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -101,5 +102,26 @@ func TestDemoRefusesExistingSchema(t *testing.T) {
 	}
 	if !schemaExists(t, schema) {
 		t.Error("the demo dropped a schema it did not create")
+	}
+}
+
+// The daemon's build (-tags noembeddednats) leaves nats-server out, and the
+// default build (go run ./cmd/outbox demo on a fresh machine) keeps it.
+func TestNoEmbeddedNATSBuildLeavesServerOut(t *testing.T) {
+	t.Parallel()
+	deps := func(tags ...string) string {
+		args := append([]string{"list", "-deps"}, tags...)
+		out, err := exec.Command("go", append(args, "github.com/pgoutbox/outbox/cmd/outbox")...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	const server = "github.com/nats-io/nats-server/v2/server\n"
+	if !strings.Contains(deps(), server) {
+		t.Error("the default build does not embed nats-server: outbox demo needs it on a machine without NATS")
+	}
+	if strings.Contains(deps("-tags", "noembeddednats"), server) {
+		t.Error("the noembeddednats build still links nats-server")
 	}
 }
