@@ -92,7 +92,7 @@ func TestTraceSpansWritePublishConsume(t *testing.T) {
 	}
 	attrs := map[string]string{}
 	for _, a := range prod.Attributes {
-		attrs[string(a.Key)] = a.Value.Emit()
+		attrs[string(a.Key)] = a.Value.String()
 	}
 	if attrs["messaging.message.id"] != msg.ID.String() || attrs["messaging.operation.type"] != "send" {
 		t.Errorf("producer attributes = %v", attrs)

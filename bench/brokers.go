@@ -139,7 +139,7 @@ func (h *harness) openBrokers(ctx context.Context) error {
 			err = b.redis.Ping(pctx).Err()
 			cancel()
 			if err != nil {
-				return fmt.Errorf("Redis at %s (--redis-url) is not reachable: %w; start it, or leave redis out of --brokers", opts.Addr, err)
+				return fmt.Errorf("redis at %s (--redis-url) is not reachable: %w; start it, or leave redis out of --brokers", opts.Addr, err)
 			}
 		}
 	}
@@ -213,7 +213,7 @@ func (h *harness) openDestination(ctx context.Context, spec *relaySpec) (*destin
 		return d, nil
 	case pubKafka:
 		if err := kafkaCreateTopic(ctx, b.kcl, name); err != nil {
-			return nil, fmt.Errorf("Kafka: create topic %s: %w", name, err)
+			return nil, fmt.Errorf("kafka: create topic %s: %w", name, err)
 		}
 		spec.BrokerURL, spec.Target = b.kafka, name
 		d = &destination{what: "Kafka topic " + name,

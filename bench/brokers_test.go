@@ -195,8 +195,8 @@ func TestUnreachableBroker(t *testing.T) {
 	}{
 		{"RabbitMQ refused", pubRabbitMQ, "RabbitMQ at", refused},
 		{"RabbitMQ silent", pubRabbitMQ, "RabbitMQ at", silent},
-		{"Redis refused", pubRedis, "Redis at", refused},
-		{"Redis silent", pubRedis, "Redis at", silent},
+		{"Redis refused", pubRedis, "redis at", refused},
+		{"Redis silent", pubRedis, "redis at", silent},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

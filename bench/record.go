@@ -77,13 +77,6 @@ func (r *recorder) record(aggregateID string) {
 	r.mu.Unlock()
 }
 
-// snapshot returns total and distinct confirmations so far.
-func (r *recorder) snapshot() (total, distinct int64) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.total, r.distinct
-}
-
 // wait polls until target distinct events were confirmed or ctx ends; it
 // returns when the target was reached (zero on timeout). Polling adds nothing
 // to the figure: doneAt is stamped by the confirmation itself.

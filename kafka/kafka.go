@@ -326,7 +326,7 @@ func validTopic(t string) error {
 	case t == "":
 		return errors.New("empty topic name")
 	case t == "." || t == "..":
-		return errors.New("topic name cannot be . or ..")
+		return errors.New(`topic name cannot be "." or ".."`)
 	case len(t) > 249:
 		return fmt.Errorf("topic name longer than 249 characters (%d)", len(t))
 	}

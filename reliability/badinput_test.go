@@ -110,7 +110,7 @@ func TestBadInputWriteAPI(t *testing.T) {
 		Runs: len(cases), Resent: -1, Drain: -1})
 }
 
-// TestBadInputRelay: bad rows that reach the table (the article's plain
+// TestBadInputRelay: bad rows that reach the table (an application's plain
 // INSERT skips the write API's validation, and a payload can simply be too
 // big for the broker) each end as a dead letter with a clear last_error,
 // while the good events around them flow. Oversized payloads are
@@ -332,7 +332,7 @@ func TestBadInputConfiguration(t *testing.T) {
 	}
 	dsn := relayDSN(t, "", "badinput", "")
 	cases := []cliCase{
-		{name: "table from migration 1 only (the article's table)", setup: older(1), code: 4, want: []string{"outbox migrate"},
+		{name: "table from migration 1 only (the minimal outbox table)", setup: older(1), code: 4, want: []string{"outbox migrate"},
 			expect: "exit 4, says to run outbox migrate"},
 		{name: fmt.Sprintf("table from migrations 1-%d (before the ordering index)", len(migs)-1), setup: older(len(migs) - 1), code: 4, want: []string{"outbox migrate"},
 			expect: "exit 4, says to run outbox migrate"},

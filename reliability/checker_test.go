@@ -88,3 +88,30 @@ func TestCheckCleanHistory(t *testing.T) {
 		t.Fatalf("clean history: %+v", r)
 	}
 }
+
+// tbRecorder records how a test ended, without ending the real one.
+type tbRecorder struct {
+	testing.TB
+	fatal, skip bool
+}
+
+func (r *tbRecorder) Helper()               {}
+func (r *tbRecorder) Fatalf(string, ...any) { r.fatal = true }
+func (r *tbRecorder) Skipf(string, ...any)  { r.skip = true }
+func (r *tbRecorder) Logf(string, ...any)   {}
+func (r *tbRecorder) Errorf(string, ...any) { r.fatal = true }
+
+// A missing service skips on a developer's machine and fails under CI.
+func TestMissingFailsUnderCI(t *testing.T) {
+	for _, tc := range []struct {
+		ci        string
+		wantFatal bool
+	}{{"", false}, {"false", false}, {"0", false}, {"true", true}, {"1", true}} {
+		t.Setenv("CI", tc.ci)
+		r := &tbRecorder{TB: t}
+		missing(r, "RabbitMQ: %v", "connection refused")
+		if r.fatal != tc.wantFatal || r.skip == tc.wantFatal {
+			t.Errorf("CI=%q: fatal %v, skip %v; want fatal %v", tc.ci, r.fatal, r.skip, tc.wantFatal)
+		}
+	}
+}

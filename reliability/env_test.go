@@ -21,8 +21,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/tcpproxy"
 	"github.com/pgoutbox/outbox/internal/testdb"
-	"github.com/pgoutbox/outbox/reliability/faultproxy"
 )
 
 // env is one scenario's world: a schema with a migrated outbox table, a NATS
@@ -255,14 +255,14 @@ var msgIDHeader = []byte("Nats-Msg-Id: ")
 
 const uuidLen = 36
 
-// hookFor returns a faultproxy.Hook counting what crosses one proxy; it never
+// hookFor returns a tcpproxy.Hook counting what crosses one proxy; it never
 // changes the traffic. Connection ids are per proxy, hence ns.
-func (w *wireCounter) hookFor(ns int64) faultproxy.Hook {
-	return func(conn int64, dir faultproxy.Direction, b []byte) faultproxy.Action {
-		if dir == faultproxy.ToServer {
+func (w *wireCounter) hookFor(ns int64) tcpproxy.Hook {
+	return func(conn int64, dir tcpproxy.Direction, b []byte) tcpproxy.Action {
+		if dir == tcpproxy.ToServer {
 			w.scan(ns<<32|conn, b)
 		}
-		return faultproxy.Forward
+		return tcpproxy.Forward
 	}
 }
 

@@ -14,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/tcpproxy"
 	"github.com/pgoutbox/outbox/memory"
-	"github.com/pgoutbox/outbox/reliability/faultproxy"
 )
 
 var flagStrict = flag.Bool("reliability.strict", false, "fail on known bugs too (they are reported, and pass, otherwise)")
@@ -61,7 +61,7 @@ func TestRegressionRunSurvivesTransientErrorAtStart(t *testing.T) {
 	e := newEnv(t, envOpts{noNATS: true})
 
 	// The library: Run while the database refuses connections.
-	px, err := faultproxy.New(pgAddr(t))
+	px, err := tcpproxy.New(pgAddr(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,17 +115,17 @@ func TestRegressionRunSurvivesTransientErrorAtStart(t *testing.T) {
 	// CONNECT are Run's check, and they meet a reset connection, as with
 	// pg_terminate_backend or a restart at that moment.
 	var brokerUp, resetDone atomic.Bool
-	r.nats.SetHook(func(conn int64, dir faultproxy.Direction, chunk []byte) faultproxy.Action {
-		if dir == faultproxy.ToServer && bytes.Contains(chunk, []byte("CONNECT {")) {
+	r.nats.SetHook(func(conn int64, dir tcpproxy.Direction, chunk []byte) tcpproxy.Action {
+		if dir == tcpproxy.ToServer && bytes.Contains(chunk, []byte("CONNECT {")) {
 			brokerUp.Store(true)
 		}
 		return r.wire(conn, dir, chunk)
 	})
-	r.pg.SetHook(func(_ int64, dir faultproxy.Direction, chunk []byte) faultproxy.Action {
-		if dir == faultproxy.ToServer && brokerUp.Load() && resetDone.CompareAndSwap(false, true) {
-			return faultproxy.Reset
+	r.pg.SetHook(func(_ int64, dir tcpproxy.Direction, chunk []byte) tcpproxy.Action {
+		if dir == tcpproxy.ToServer && brokerUp.Load() && resetDone.CompareAndSwap(false, true) {
+			return tcpproxy.ResetConn
 		}
-		return faultproxy.Forward
+		return tcpproxy.Forward
 	})
 	p := r.start()
 	exited := p.wait(10 * time.Second)

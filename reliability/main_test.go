@@ -179,3 +179,16 @@ func long[T any](ci, lng T) T {
 	}
 	return ci
 }
+
+// missing ends a test that cannot run because a local service, binary or
+// document it needs is missing: a skip on a developer's machine, a failure
+// under CI (CI set to anything but "false" or "0"), so that a CI run never
+// passes without the scenario.
+func missing(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if ci := os.Getenv("CI"); ci != "" && ci != "false" && ci != "0" {
+		t.Fatalf("CI=%s: "+format, append([]any{ci}, args...)...)
+		return
+	}
+	t.Skipf(format, args...)
+}

@@ -138,7 +138,7 @@ func rabbitBroker(t *testing.T, prefix string) brokerUnderTest {
 	const limit = 16 << 10
 	conn, err := amqp.Dial("amqp://guest:guest@127.0.0.1:5672/")
 	if err != nil {
-		t.Skipf("RabbitMQ at 127.0.0.1:5672: %v", err)
+		missing(t, "RabbitMQ at 127.0.0.1:5672: %v", err)
 	}
 	t.Cleanup(func() { conn.Close() })
 	ch, err := conn.Channel()
@@ -184,7 +184,7 @@ func redisBroker(t *testing.T, prefix string) brokerUnderTest {
 	rc := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:6379"})
 	t.Cleanup(func() { rc.Close() })
 	if err := rc.Ping(context.Background()).Err(); err != nil {
-		t.Skipf("Redis at 127.0.0.1:6379: %v", err)
+		missing(t, "Redis at 127.0.0.1:6379: %v", err)
 	}
 	stream := prefix + ".ev"
 	t.Cleanup(func() { rc.Del(context.Background(), stream) })

@@ -21,8 +21,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/pgoutbox/outbox/internal/tcpproxy"
 	"github.com/pgoutbox/outbox/internal/testdb"
-	"github.com/pgoutbox/outbox/reliability/faultproxy"
 )
 
 // syncBuffer is a goroutine-safe, growing buffer: a child process's stderr.
@@ -305,9 +305,9 @@ type relay struct {
 	e       *env
 	name    string // also its application_name
 	opts    relayOpts
-	pg      *faultproxy.Proxy
-	nats    *faultproxy.Proxy
-	wire    faultproxy.Hook // counts publishes; hooks set by tests call it first
+	pg      *tcpproxy.Proxy
+	nats    *tcpproxy.Proxy
+	wire    tcpproxy.Hook // counts publishes; hooks set by tests call it first
 	mu      sync.Mutex
 	p       *proc
 	starts  int
@@ -515,11 +515,11 @@ func (e *env) newRelay(name string, o relayOpts) *relay {
 	}
 	r := &relay{t: t, e: e, name: e.schema + "-" + name, opts: o}
 	var err error
-	if r.pg, err = faultproxy.New(pgAddr(t)); err != nil {
+	if r.pg, err = tcpproxy.New(pgAddr(t)); err != nil {
 		t.Fatal(err)
 	}
 	if e.nats != nil {
-		if r.nats, err = faultproxy.New(e.nats.addr()); err != nil {
+		if r.nats, err = tcpproxy.New(e.nats.addr()); err != nil {
 			t.Fatal(err)
 		}
 		r.wire = e.wire.hookFor(e.relays.Add(1))

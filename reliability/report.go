@@ -117,7 +117,7 @@ How the faults are injected (` + "`reliability/`" + `):
 - sessions: ` + "`pg_terminate_backend`" + ` on the relay's, the writers' and the LISTEN sessions; the
   relay's own ` + "`idle_in_transaction_session_timeout`" + `; a REPEATABLE READ transaction holding xmin;
 - network: every relay reaches PostgreSQL and the broker through a proxy the test controls
-  (` + "`reliability/faultproxy`" + `): latency, connection resets, refused connections, a partition
+  (` + "`internal/tcpproxy`" + `): latency, connection resets, refused connections, a partition
   that freezes open connections and delivers the held bytes on heal, and a hook on every chunk
   that lets a test SIGKILL the relay at an exact point: its first publish held, its publish
   just forwarded, the broker's PubAck held, or its mark+COMMIT on the way to PostgreSQL;

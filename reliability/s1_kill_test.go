@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pgoutbox/outbox/reliability/faultproxy"
+	"github.com/pgoutbox/outbox/internal/tcpproxy"
 )
 
 // Kill points: where in the claim → publish → confirm → mark cycle relay A
@@ -93,42 +93,42 @@ func scenarioKills(t *testing.T, ordered bool) {
 		}
 		return false
 	}
-	a.nats.SetHook(func(conn int64, dir faultproxy.Direction, chunk []byte) faultproxy.Action {
+	a.nats.SetHook(func(conn int64, dir tcpproxy.Direction, chunk []byte) tcpproxy.Action {
 		a.wire(conn, dir, chunk)
 		switch m := mode.Load(); {
-		case dir == faultproxy.ToServer && bytes.Contains(chunk, pubMarker) && m == killAfterClaim:
+		case dir == tcpproxy.ToServer && bytes.Contains(chunk, pubMarker) && m == killAfterClaim:
 			if trigger(m) {
 				sigkillOf(target())()
-				return faultproxy.Reset
+				return tcpproxy.ResetConn
 			}
-		case dir == faultproxy.ToServer && bytes.Contains(chunk, pubMarker) && m == killAfterPublish:
+		case dir == tcpproxy.ToServer && bytes.Contains(chunk, pubMarker) && m == killAfterPublish:
 			if trigger(m) {
 				d := time.Duration(rand.IntN(2000)) * time.Microsecond
 				time.AfterFunc(d, sigkillOf(target()))
 			}
-		case dir == faultproxy.ToClient && bytes.Contains(chunk, ackMarker) && m == killAfterPubAck:
+		case dir == tcpproxy.ToClient && bytes.Contains(chunk, ackMarker) && m == killAfterPubAck:
 			if trigger(m) {
 				sigkillOf(target())()
-				return faultproxy.Reset
+				return tcpproxy.ResetConn
 			}
-		case dir == faultproxy.ToClient && bytes.Contains(chunk, ackMarker) && m == killDuringCommit:
+		case dir == tcpproxy.ToClient && bytes.Contains(chunk, ackMarker) && m == killDuringCommit:
 			ackSeen.Store(true)
 		}
-		return faultproxy.Forward
+		return tcpproxy.Forward
 	})
-	a.pg.SetHook(func(_ int64, dir faultproxy.Direction, _ []byte) faultproxy.Action {
-		if dir != faultproxy.ToServer || mode.Load() != killDuringCommit || !ackSeen.Load() {
-			return faultproxy.Forward
+	a.pg.SetHook(func(_ int64, dir tcpproxy.Direction, _ []byte) tcpproxy.Action {
+		if dir != tcpproxy.ToServer || mode.Load() != killDuringCommit || !ackSeen.Load() {
+			return tcpproxy.Forward
 		}
 		if !trigger(killDuringCommit) {
-			return faultproxy.Forward
+			return tcpproxy.Forward
 		}
 		if rand.IntN(2) == 0 {
 			sigkillOf(target())() // the mark never reaches PostgreSQL
-			return faultproxy.Reset
+			return tcpproxy.ResetConn
 		}
 		time.AfterFunc(time.Duration(rand.IntN(1000))*time.Microsecond, sigkillOf(target())) // it may commit, or not
-		return faultproxy.Forward
+		return tcpproxy.Forward
 	})
 
 	startA := func() {
@@ -182,8 +182,8 @@ func scenarioKills(t *testing.T, ordered bool) {
 	close(stopB)
 	lastFault := time.Now()
 	w.stop()
-	drain, ok := e.waitDrained(long(2*time.Minute, 10*time.Minute))
-	drain = time.Since(lastFault) // from the last kill, the writers' last transactions included
+	_, ok := e.waitDrained(long(2*time.Minute, 10*time.Minute))
+	drain := time.Since(lastFault) // from the last kill, the writers' last transactions included
 	if !ok {
 		t.Errorf("not drained %s after the last kill: %d pending", drain, e.pending())
 	}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgoutbox/outbox/reliability/faultproxy"
+	"github.com/pgoutbox/outbox/internal/tcpproxy"
 )
 
 // TestScenario2HungRelay: relay A is SIGSTOPped right after sending a batch
@@ -42,9 +42,9 @@ func TestScenario2HungRelay(t *testing.T) {
 	)
 	pubMarker := []byte("HPUB " + e.prefix + ".")
 	idRe := regexp.MustCompile(`Nats-Msg-Id: ([0-9a-f-]{36})`)
-	a.nats.SetHook(func(conn int64, dir faultproxy.Direction, chunk []byte) faultproxy.Action {
+	a.nats.SetHook(func(conn int64, dir tcpproxy.Direction, chunk []byte) tcpproxy.Action {
 		a.wire(conn, dir, chunk)
-		if dir == faultproxy.ToServer && bytes.Contains(chunk, pubMarker) && armed.CompareAndSwap(true, false) {
+		if dir == tcpproxy.ToServer && bytes.Contains(chunk, pubMarker) && armed.CompareAndSwap(true, false) {
 			// Freeze A with its batch on the way to the broker: the broker
 			// stores and acknowledges it, A never reads the PubAck.
 			waited, err := stopProcess(aProc.Load().pid(), 10*time.Second)
@@ -59,7 +59,7 @@ func TestScenario2HungRelay(t *testing.T) {
 			}
 			stopped <- ids
 		}
-		return faultproxy.Forward
+		return tcpproxy.Forward
 	})
 	aProc.Store(a.start())
 

@@ -55,7 +55,7 @@ func TestScenario4BrokerNetworkFaults(t *testing.T) {
 		}
 		log = append(log, fmt.Sprintf("%d connection resets over %s", resets, phase))
 		time.Sleep(2 * time.Second)
-		step("partition (blackhole: open connections frozen, bytes held and delivered on heal)", phase+2*time.Second, px.Blackhole, px.Restore)
+		step("partition (blackhole: open connections frozen, bytes held and delivered on heal)", phase+2*time.Second, px.Partition, px.Restore)
 		time.Sleep(2 * time.Second)
 		step("broker unreachable (connections reset, new ones refused)", phase, px.Cut, px.Restore)
 	}

@@ -15,14 +15,14 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgoutbox/outbox/reliability/faultproxy"
+	"github.com/pgoutbox/outbox/internal/tcpproxy"
 )
 
 // pgFaults is the database side of scenario 5: the writers' pool goes through
 // a proxy of its own, which can make COMMITs ambiguous.
 type pgFaults struct {
 	e       *env
-	proxy   *faultproxy.Proxy
+	proxy   *tcpproxy.Proxy
 	pool    *pgxpool.Pool
 	app     string
 	armed   atomic.Int64 // COMMITs still to disturb
@@ -36,7 +36,7 @@ func (e *env) writerPoolViaProxy() *pgFaults {
 	e.t.Helper()
 	f := &pgFaults{e: e, app: e.schema + "-writers", dropAns: map[int64]bool{}}
 	var err error
-	if f.proxy, err = faultproxy.New(pgAddr(e.t)); err != nil {
+	if f.proxy, err = tcpproxy.New(pgAddr(e.t)); err != nil {
 		e.t.Fatal(err)
 	}
 	e.t.Cleanup(func() { f.proxy.Close() })
@@ -50,27 +50,27 @@ func (e *env) writerPoolViaProxy() *pgFaults {
 	}
 	e.t.Cleanup(f.pool.Close)
 	commit := []byte("commit\x00") // pgx sends COMMIT as a simple query
-	f.proxy.SetHook(func(conn int64, dir faultproxy.Direction, chunk []byte) faultproxy.Action {
+	f.proxy.SetHook(func(conn int64, dir tcpproxy.Direction, chunk []byte) tcpproxy.Action {
 		f.mu.Lock()
 		defer f.mu.Unlock()
-		if dir == faultproxy.ToClient {
+		if dir == tcpproxy.ToClient {
 			if f.dropAns[conn] {
 				delete(f.dropAns, conn)
 				f.unknown.Add(1)
-				return faultproxy.Reset // PostgreSQL committed; the writer never hears it
+				return tcpproxy.ResetConn // PostgreSQL committed; the writer never hears it
 			}
-			return faultproxy.Forward
+			return tcpproxy.Forward
 		}
 		if !bytes.Contains(chunk, commit) || f.armed.Load() <= 0 || rand.IntN(4) != 0 {
-			return faultproxy.Forward
+			return tcpproxy.Forward
 		}
 		f.armed.Add(-1)
 		if rand.IntN(2) == 0 {
 			f.lost.Add(1)
-			return faultproxy.Reset // the COMMIT never reaches PostgreSQL
+			return tcpproxy.ResetConn // the COMMIT never reaches PostgreSQL
 		}
 		f.dropAns[conn] = true
-		return faultproxy.Forward
+		return tcpproxy.Forward
 	})
 	return f
 }
@@ -117,8 +117,8 @@ func TestScenario5PostgresFaults(t *testing.T) {
 		// A partition: open connections freeze (bytes held, delivered on
 		// heal), new ones hang; then latency on every database round trip.
 		time.Sleep(time.Duration(500+rand.IntN(1000)) * time.Millisecond)
-		r.pg.Blackhole()
-		f.proxy.Blackhole()
+		r.pg.Partition()
+		f.proxy.Partition()
 		partitions++
 		time.Sleep(long(8*time.Second, 20*time.Second))
 		r.pg.Restore()
@@ -228,7 +228,7 @@ func TestScenario5PostgresRestartLong(t *testing.T) {
 func pgVersion(t *testing.T) string {
 	entries, err := os.ReadDir("/etc/postgresql")
 	if err != nil || len(entries) == 0 {
-		t.Skip("no /etc/postgresql: cannot restart the cluster")
+		missing(t, "no /etc/postgresql: cannot restart the cluster")
 	}
 	return entries[0].Name()
 }

@@ -12,7 +12,7 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 
 	"github.com/pgoutbox/outbox"
-	"github.com/pgoutbox/outbox/reliability/faultproxy"
+	"github.com/pgoutbox/outbox/internal/tcpproxy"
 )
 
 // TestScenario6ListenKilled: a relay with --listen is woken within
@@ -53,12 +53,12 @@ func TestScenario6ListenKilled(t *testing.T) {
 	var blockListen atomic.Bool
 	var listenResets atomic.Int64
 	listenCmd := []byte("LISTEN ")
-	r.pg.SetHook(func(_ int64, dir faultproxy.Direction, chunk []byte) faultproxy.Action {
-		if dir == faultproxy.ToServer && blockListen.Load() && bytes.Contains(chunk, listenCmd) {
+	r.pg.SetHook(func(_ int64, dir tcpproxy.Direction, chunk []byte) tcpproxy.Action {
+		if dir == tcpproxy.ToServer && blockListen.Load() && bytes.Contains(chunk, listenCmd) {
 			listenResets.Add(1)
-			return faultproxy.Reset
+			return tcpproxy.ResetConn
 		}
-		return faultproxy.Forward
+		return tcpproxy.Forward
 	})
 	p := r.start()
 	if !e.waitListening(r.name, 30*time.Second) {

@@ -241,7 +241,7 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	doc, err := os.ReadFile("../docs/OPERATING.md")
 	if err != nil {
-		t.Skipf("docs/OPERATING.md: %v", err)
+		missing(t, "docs/OPERATING.md: %v", err)
 	}
 	blocks := map[string]string{}
 	for _, m := range regexp.MustCompile("(?s)<!-- grants: (\\w+) -->\\s*```sql\\n(.*?)```").FindAllStringSubmatch(string(doc), -1) {
@@ -252,7 +252,7 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 		grants, which = blocks["table"], "table"
 	}
 	if grants == "" {
-		t.Skip("docs/OPERATING.md documents no <!-- grants: ... --> block")
+		missing(t, "docs/OPERATING.md documents no <!-- grants: ... --> block")
 	}
 	sfx := randHex(4)
 	appRole, relayRole := "rel_app_"+sfx, "rel_relay_"+sfx
@@ -357,7 +357,7 @@ func tlsFiles(t *testing.T, dir string) (caFile, certFile, keyFile string) {
 func TestSecurityTLS(t *testing.T) {
 	t.Parallel()
 	if natsServerBin == "" {
-		t.Skip("needs the nats-server binary for a TLS server")
+		missing(t, "needs the nats-server binary for a TLS server (NATS_SERVER_BIN, PATH or /usr/sbin/nats-server)")
 	}
 	slot(t)
 	dir := t.TempDir()

@@ -1,4 +1,4 @@
-package main
+package orders
 
 import (
 	"context"
@@ -14,8 +14,8 @@ import (
 	"github.com/pgoutbox/outbox"
 )
 
-// The order service: the reference article's CreateOrder, with the outbox
-// write done by pgoutbox and exposed as POST /orders.
+// The order service: CreateOrder writes the order and its event in one
+// transaction, and POST /orders exposes it.
 
 // Order is what the order service stores.
 type Order struct {
@@ -42,6 +42,15 @@ type OrderService struct {
 // CreateOrder saves the order and its order.created event in one
 // transaction. There is no publish call: the relay does that.
 func (s *OrderService) CreateOrder(ctx context.Context, o Order) error {
+	return s.createOrder(ctx, o, false)
+}
+
+// errRolledBack ends a transaction the story rolls back on purpose.
+var errRolledBack = errors.New("rolled back on purpose")
+
+// createOrder is CreateOrder; with rollback it rolls the transaction back
+// after both inserts, so the event goes with the order.
+func (s *OrderService) createOrder(ctx context.Context, o Order, rollback bool) error {
 	payload, err := outbox.JSONPayload(OrderCreated{OrderID: o.ID, CustomerID: o.CustomerID, Total: o.Total})
 	if err != nil {
 		return err
@@ -51,15 +60,20 @@ func (s *OrderService) CreateOrder(ctx context.Context, o Order) error {
 			o.ID, o.CustomerID, o.Total); err != nil {
 			return fmt.Errorf("insert order: %w", err)
 		}
-		_, err := s.outbox.Write(ctx, tx, outbox.Event{
+		if _, err := s.outbox.Write(ctx, tx, outbox.Event{
 			AggregateType: "order", AggregateID: o.ID.String(), EventType: "order.created", Payload: payload,
-		})
-		return err
+		}); err != nil {
+			return err
+		}
+		if rollback {
+			return errRolledBack
+		}
+		return nil
 	})
 	if err != nil {
 		return err
 	}
-	s.relay.Wake()
+	s.relay.Wake() // the relay is in this process: no need to wait for its poll
 	return nil
 }
 

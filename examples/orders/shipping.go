@@ -1,4 +1,4 @@
-package main
+package orders
 
 import (
 	"context"
@@ -16,19 +16,20 @@ import (
 //
 // Its shipments table deliberately has no unique constraint on order_id: the
 // inbox alone keeps a redelivered order.created from shipping an order twice,
-// and the demo counts rows to show it.
+// and the story counts rows to show it.
 
 // ShippingService turns order.created into shipments.
 type ShippingService struct {
 	inbox *inbox.Inbox
 
-	// What the demo reports; a real service would export metrics.
+	// What the story reports; a real service would export metrics.
 	deliveries, processed, duplicates, failures atomic.Int64
 }
 
-// HandleOrderCreated is the reference article's unfinished handler, finished:
-// it only writes through tx, which the inbox commits together with the
-// event's processed_events row.
+// HandleOrderCreated ships the order. It only writes through tx, which the
+// inbox commits together with the event's processed_events row: the
+// shipment and the record that the event was handled stand or fall
+// together.
 func (s *ShippingService) HandleOrderCreated(ctx context.Context, tx pgx.Tx, msg inbox.Message) error {
 	if msg.EventType != "order.created" {
 		return nil // not ours; recorded as processed so it is not seen again

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -71,7 +72,14 @@ func isTimeout(err error) bool {
 // a timeout.
 func wantDead(t *testing.T, c net.Conn, what string) {
 	t.Helper()
-	err := roundTrip(c, "ping", 5*time.Second)
+	wantDeadAfter(t, c, "ping", what)
+}
+
+// wantDeadAfter sends line on c and asserts that the proxy ends c instead of
+// echoing it.
+func wantDeadAfter(t *testing.T, c net.Conn, line, what string) {
+	t.Helper()
+	err := roundTrip(c, line, 5*time.Second)
 	if err == nil {
 		t.Fatalf("%s: connection still forwards", what)
 	}
@@ -212,4 +220,126 @@ func TestTargetDown(t *testing.T) {
 	ln.Close() // nothing listens there now
 	p := tcpproxy.Start(t, addr)
 	wantRefused(t, p.Addr(), "connection to a dead target")
+}
+
+func TestStatsCountConnectionsResetsAndBytes(t *testing.T) {
+	t.Parallel()
+	p := tcpproxy.Start(t, echoServer(t))
+	c := dial(t, p.Addr())
+	if err := roundTrip(c, "a", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if s := p.Stats(); s.OpenConnections != 1 || s.BytesToServer != 2 || s.BytesToClient != 2 {
+		t.Errorf("stats with one round trip = %+v, want 1 open, 2 bytes each way", s)
+	}
+	p.ResetAll()
+	wantDead(t, c, "connection after ResetAll")
+	if err := roundTrip(dial(t, p.Addr()), "b", 5*time.Second); err != nil {
+		t.Fatalf("new connection after ResetAll: %v", err)
+	}
+	p.Cut()
+	wantRefused(t, p.Addr(), "new connection while cut")
+	p.Restore()
+	if s := p.Stats(); s.Accepted != 3 || s.Resets < 3 {
+		t.Errorf("stats = %+v, want 3 accepted and at least 3 resets", s)
+	}
+}
+
+// A partition holds the bytes of open connections and delivers them on
+// Restore, as a healed partition does; connections opened meanwhile are
+// forwarded then.
+func TestPartitionHoldsBytesUntilRestore(t *testing.T) {
+	t.Parallel()
+	p := tcpproxy.Start(t, echoServer(t))
+	c := dial(t, p.Addr())
+	r := bufio.NewReader(c)
+	if err := roundTrip(c, "a", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	p.Partition()
+	_ = c.SetDeadline(time.Now().Add(300 * time.Millisecond))
+	if _, err := io.WriteString(c, "held\n"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.ReadString('\n'); !isTimeout(err) {
+		t.Fatalf("open connection while partitioned: %v, want a timeout", err)
+	}
+	fresh := dial(t, p.Addr())
+	freshR := bufio.NewReader(fresh)
+	_ = fresh.SetDeadline(time.Now().Add(300 * time.Millisecond))
+	if _, err := io.WriteString(fresh, "fresh\n"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := freshR.ReadString('\n'); !isTimeout(err) {
+		t.Fatalf("new connection while partitioned: %v, want a timeout", err)
+	}
+	p.Restore()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if got, err := r.ReadString('\n'); err != nil || got != "held\n" {
+		t.Fatalf("held bytes after Restore: %q, %v", got, err)
+	}
+	_ = fresh.SetDeadline(time.Now().Add(5 * time.Second))
+	if got, err := freshR.ReadString('\n'); err != nil || got != "fresh\n" {
+		t.Fatalf("held connection after Restore: %q, %v", got, err)
+	}
+}
+
+// Cutting a partitioned proxy resets what the partition held: no held byte
+// crosses.
+func TestCutDuringPartitionResetsHeldConnections(t *testing.T) {
+	t.Parallel()
+	p := tcpproxy.Start(t, echoServer(t))
+	c := dial(t, p.Addr())
+	if err := roundTrip(c, "a", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	p.Partition()
+	if _, err := io.WriteString(c, "held\n"); err != nil {
+		t.Fatal(err)
+	}
+	fresh := dial(t, p.Addr())
+	for p.Accepted() < 2 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	p.Cut()
+	wantDead(t, c, "open connection after Cut during a partition")
+	wantDead(t, fresh, "held connection after Cut during a partition")
+	if got := p.Stats().BytesToServer; got != 2 {
+		t.Errorf("BytesToServer = %d, want 2 (the held chunk never crossed)", got)
+	}
+}
+
+func TestHookHoldsAndResets(t *testing.T) {
+	t.Parallel()
+	p := tcpproxy.Start(t, echoServer(t))
+	release := make(chan struct{})
+	seen := make(chan string, 10)
+	p.SetHook(func(_ int64, dir tcpproxy.Direction, b []byte) tcpproxy.Action {
+		if dir == tcpproxy.ToClient && strings.Contains(string(b), "hold") {
+			seen <- "hold"
+			<-release
+		}
+		if dir == tcpproxy.ToServer && strings.Contains(string(b), "kill") {
+			return tcpproxy.ResetConn
+		}
+		return tcpproxy.Forward
+	})
+	c := dial(t, p.Addr())
+	errc := make(chan error, 1)
+	go func() { errc <- roundTrip(c, "hold", 10*time.Second) }()
+	<-seen
+	select {
+	case err := <-errc:
+		t.Fatalf("answer crossed a held chunk: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(release)
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	wantDeadAfter(t, c, "kill", "connection after the hook asked for a reset")
+	p.SetHook(nil)
+	if err := roundTrip(dial(t, p.Addr()), "kill", 5*time.Second); err != nil {
+		t.Fatalf("after SetHook(nil): %v", err)
+	}
 }

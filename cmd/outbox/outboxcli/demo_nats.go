@@ -1,3 +1,5 @@
+//go:build !noembeddednats
+
 package outboxcli
 
 import (
@@ -19,7 +21,7 @@ type embeddedNATS struct {
 	srv  *server.Server
 }
 
-func startEmbeddedNATS() (*embeddedNATS, error) {
+func startEmbeddedNATS() (embeddedBroker, error) {
 	dir, err := os.MkdirTemp("", "outbox-demo-nats-")
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats: %w", err)
@@ -63,18 +65,27 @@ func (e *embeddedNATS) start() error {
 // URL is the client URL.
 func (e *embeddedNATS) URL() string { return fmt.Sprintf("nats://127.0.0.1:%d", e.port) }
 
-// stop shuts the server down, as an outage: clients see their connection drop.
-func (e *embeddedNATS) stop() {
-	e.srv.Shutdown()
-	e.srv.WaitForShutdown()
+func (e *embeddedNATS) String() string {
+	return fmt.Sprintf("embedded NATS JetStream at %s (store in %s)", e.URL(), e.dir)
 }
 
-// restart starts the server again on the same port and store; JetStream
+// Stop shuts the server down, as an outage: clients see their connection
+// drop. It is a no-op on a stopped server.
+func (e *embeddedNATS) Stop() {
+	if e.srv == nil {
+		return
+	}
+	e.srv.Shutdown()
+	e.srv.WaitForShutdown()
+	e.srv = nil
+}
+
+// Start starts the server again on the same port and store; JetStream
 // recovers its streams and consumers from the store.
-func (e *embeddedNATS) restart() error { return e.start() }
+func (e *embeddedNATS) Start() error { return e.start() }
 
 // close stops the server and deletes its store.
 func (e *embeddedNATS) close() {
-	e.stop()
+	e.Stop()
 	os.RemoveAll(e.dir)
 }

@@ -2,6 +2,7 @@ package outboxcli
 
 import (
 	"net/url"
+	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -20,20 +21,22 @@ func schemaExists(t *testing.T, name string) bool {
 	return ok
 }
 
-// The demo, small, with its embedded NATS server stopped and restarted and
-// its relay stopped and restarted: nothing lost, nothing dead-lettered, and
-// the schema dropped at the end.
+// The demo, small, with its embedded NATS server stopped and restarted, its
+// relay stopped and restarted and every event delivered twice: every order
+// shipped once, nothing dead-lettered, and the schema dropped at the end.
 func TestDemo(t *testing.T) {
 	t.Parallel()
 	schema := testdb.NewSchemaName("demo")
 	t.Cleanup(func() { testdb.Drop(t, schema) })
-	// A canary password (trust authentication ignores it) must not be shown.
+	// A canary password (trust authentication ignores it) must not be shown;
+	// when the test database has a real password, that is the canary.
 	u, err := url.Parse(testdb.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
-	const canary = "Demo-Canary-41"
-	if _, has := u.User.Password(); !has {
+	canary, has := u.User.Password()
+	if !has {
+		canary = "Demo-Canary-41"
 		u.User = url.UserPassword(u.User.Username(), canary)
 	}
 	r := run(t, map[string]string{"DATABASE_URL": u.String()}, "demo", "--schema", schema,
@@ -44,13 +47,15 @@ func TestDemo(t *testing.T) {
 		`(?m)^>>> NATS is back`,
 		`(?m)^>>> failure: relay stopped mid-run`,
 		`(?m)^>>> relay restarted`,
-		`(?m)^\[\s*\d+\.\ds\] orders \d+/200  written \d+  published \d+  consumed \d+  pending \d+  lag \S+`,
+		`(?m)^>>> failure: 190 events marked unpublished`,
+		`(?m)^\[\s*\d+\.\ds\] orders \d+/200  written \d+  published \d+  shipped \d+  pending \d+  lag \S+`,
 		`(?m)^  orders committed\s+190\s`,
-		`(?m)^  orders rolled back\s+10\s+events of theirs consumed: 0 `,
-		`(?m)^  events consumed\s+190\s`,
+		`(?m)^  orders rolled back\s+10\s+shipped: 0 `,
+		`(?m)^  deliveries\s+\d+\s+to the shipping service; duplicates skipped by its inbox: \d+$`,
+		`(?m)^  shipments\s+190\s+orders shipped exactly once: 190, twice or more: 0$`,
 		`(?m)^  dead letters\s+0$`,
 		`(?m)^  lost\s+0\s`,
-		`(?m)^result: lost 0, duplicates \d+, dead letters 0, unexpected events 0: OK`,
+		`(?m)^result: lost 0, shipped twice 0, duplicates skipped \d+, dead letters 0, unexpected shipments 0: OK`,
 	} {
 		if !regexp.MustCompile(re).MatchString(r.stdout) {
 			t.Errorf("demo output does not match %s", re)
@@ -79,7 +84,8 @@ func TestDemoExternalBrokerKeep(t *testing.T) {
 	r := run(t, dbEnv(), "demo", "--schema", schema, "--broker", testnats.URL(),
 		"--orders", "100", "--rate", "500", "--relay-down", "100ms", "--keep")
 	wantExit(t, r, ExitOK)
-	if !strings.Contains(r.stdout, "result: lost 0,") || strings.Contains(r.stdout, "stopping the NATS server") {
+	if !strings.Contains(r.stdout, "result: lost 0,") || strings.Contains(r.stdout, "stopping the NATS server") ||
+		!strings.Contains(r.stdout, "kept schema "+schema) {
 		t.Errorf("demo output:\n%s", r)
 	}
 	if !schemaExists(t, schema) {
@@ -98,5 +104,26 @@ func TestDemoRefusesExistingSchema(t *testing.T) {
 	}
 	if !schemaExists(t, schema) {
 		t.Error("the demo dropped a schema it did not create")
+	}
+}
+
+// The daemon's build (-tags noembeddednats) leaves nats-server out, and the
+// default build (go run ./cmd/outbox demo on a fresh machine) keeps it.
+func TestNoEmbeddedNATSBuildLeavesServerOut(t *testing.T) {
+	t.Parallel()
+	deps := func(tags ...string) string {
+		args := append([]string{"list", "-deps"}, tags...)
+		out, err := exec.Command("go", append(args, "github.com/pgoutbox/outbox/cmd/outbox")...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	const server = "github.com/nats-io/nats-server/v2/server\n"
+	if !strings.Contains(deps(), server) {
+		t.Error("the default build does not embed nats-server: outbox demo needs it on a machine without NATS")
+	}
+	if strings.Contains(deps("-tags", "noembeddednats"), server) {
+		t.Error("the noembeddednats build still links nats-server")
 	}
 }
