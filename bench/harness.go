@@ -54,6 +54,7 @@ type options struct {
 	BrokerEvents int      // figure 5's backlog
 	RabbitMQURL  string
 	RedisURL     string
+	JSONOut      string // --json: results file
 
 	// For tests: servers to use instead of starting them in process (the
 	// harness leaves them running), and a hook told of every stream, topic,

@@ -11,6 +11,7 @@
 //	go run ./bench            # the full run (~15 min on 2 cores)
 //	go run ./bench --quick    # smaller sizes (~3 min)
 //	go run ./bench --only brokers --brokers kafka,redis --broker-events 50000
+//	go run ./bench --json out.json && go run ./bench chart out.json docs/bench
 package main
 
 import (
@@ -32,6 +33,9 @@ import (
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == childCommand {
 		os.Exit(childMain(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "chart" {
+		os.Exit(chartMain(os.Args[2:], os.Stderr))
 	}
 	opt, err := parseFlags(os.Args[1:], os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
@@ -102,6 +106,7 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 	fs.IntVar(&opt.ClaimSamples, "claim-samples", 200, "claims timed per table state")
 	fs.IntVar(&opt.Workers, "workers", outbox.DefaultWorkers, "raw SQL floor connections (pgoutbox's default relay workers)")
 	fs.DurationVar(&opt.Timeout, "timeout", 10*time.Minute, "longest wait for a relay to deliver")
+	fs.StringVar(&opt.JSONOut, "json", "", "also write every figure's per-run values to this file, for: go run ./bench chart FILE DIR")
 	if err := fs.Parse(args); err != nil {
 		return opt, err
 	}
@@ -181,6 +186,9 @@ func run(ctx context.Context, opt options, out io.Writer, cmdline string) error 
 	r.loads = h.loads
 	r.print(out, m, opt, cmdline, started, time.Since(started))
 	r.printTargets(out, opt)
+	if opt.JSONOut != "" {
+		return writeResultsFile(opt.JSONOut, r.file(m, opt, cmdline, started, time.Since(started)))
+	}
 	return nil
 }
 

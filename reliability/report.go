@@ -23,6 +23,11 @@ type Row struct {
 	// them); -1 when not measured.
 	Resent      int
 	DeadLetters int
+	// AttemptsBurned is how many publish attempts the fault cost events
+	// that were finally delivered (the attempts column); shown only when
+	// AttemptsMeasured.
+	AttemptsBurned   int
+	AttemptsMeasured bool
 	// Drain is the time from the end of the last fault (and of the writers)
 	// until no event was pending; -1 when not applicable.
 	Drain time.Duration
@@ -149,10 +154,16 @@ const footer = `## Definitions
   is tiny, to show the raw duplicates at-least-once delivery produces.
 - **re-sent**: publishes beyond the first of each event, counted on the wire between relay and broker
   by the fault proxy, whether or not the broker then stored them.
+- **attempts burned**: publish attempts the fault cost events that were finally delivered (their
+  ` + "`attempts`" + ` column); an outage that the relay recognises as one burns none. "—" when the scenario
+  does not measure it.
+- **expected**: what the scenario must show to pass: nothing lost (or delivered though rolled back),
+  and in ordered mode no inversion.
 - **inversions**: events first stored in the stream after a later event of the same aggregate (the
-  writers number each aggregate's events). Only ordered mode (` + "`--ordered`" + `) promises none;
-  for unordered runs the table says n/a.
-- **drain time**: from the end of the last fault (and of the writers) until no event was pending.
+  writers number each aggregate's events). Only ordered mode (` + "`--ordered`" + `) promises none; the
+  paragraph of each ordered scenario gives the count.
+- **drain time**: from the end of the last fault (and of the writers) until no event was pending; in
+  each scenario's paragraph.
 
 ## Not covered
 
@@ -164,7 +175,10 @@ const footer = `## Definitions
   the long version restarts it with ` + "`-m fast`" + `.
 `
 
-// Section renders r's results.
+// Section renders r's results: one short row per scenario and per check in
+// the tables, the long texts (the fault in full, the writers' and relays'
+// figures, error messages) in a paragraph per scenario or check below them,
+// so the tables stay readable.
 func (r *Report) Section() string {
 	rows := append([]Row(nil), r.Rows...)
 	sort.SliceStable(rows, func(i, j int) bool { return keyLess(rows[i].Key, rows[j].Key) })
@@ -181,72 +195,132 @@ func (r *Report) Section() string {
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	w("## Results: %s\n\n", r.Size)
 	w("`%s`, run %s on %s; the run took %s.\n\n", r.Command, r.Started.UTC().Format("2006-01-02 15:04 MST"), r.Machine, r.Duration.Round(time.Second))
-	w("| # | scenario | fault injected | runs | events | lost | unexpected | duplicated | re-sent | inversions | dead letters | drain time | result |\n")
-	w("|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
-	for _, row := range rows {
-		res := row.Result
-		events := fmt.Sprintf("%d", res.Committed)
-		if res.Ambiguous > 0 {
-			events += fmt.Sprintf(" + %d ambiguous (%d committed)", res.Ambiguous, res.AmbiguousCommitted)
+	if len(rows) > 0 {
+		w("| # | scenario | injected | expected | runs | events | lost | unexpected | duplicated | re-sent | attempts burned | dead letters | result |\n")
+		w("|---|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
+		for _, row := range rows {
+			res := row.Result
+			events := fmt.Sprintf("%d", res.Committed)
+			if res.Ambiguous > 0 {
+				events += fmt.Sprintf(" + %d?", res.Ambiguous)
+			}
+			w("| [%s](#%s) | %s | %s | %s | %d | %s | %d | %d | %d | %s | %s | %d | %s |\n",
+				row.Key, anchor(row), cell(short(row.Scenario, 70)), cell(short(row.Fault, 60)), expected(row), row.Runs, events,
+				len(res.Lost)+len(res.Unknown)+res.Corrupted, len(res.Unexpected), res.Duplicated,
+				measured(row.Resent), burned(row), row.DeadLetters, status(row.Passed, false))
 		}
-		if res.RolledBack > 0 {
-			events += fmt.Sprintf(" (+%d rolled back)", res.RolledBack)
-		}
-		inv := "n/a"
-		if row.Ordered {
-			inv = fmt.Sprintf("%d", res.Inversions)
-		}
-		resent := "—"
-		if row.Resent >= 0 {
-			resent = fmt.Sprintf("%d", row.Resent)
-		}
-		status := "pass"
-		if !row.Passed {
-			status = "**FAIL**"
-		}
-		w("| %s | %s | %s | %d | %s | %d | %d | %d | %s | %s | %d | %s | %s |\n",
-			row.Key, cell(row.Scenario), cell(row.Fault), row.Runs, events, len(res.Lost)+len(res.Unknown)+res.Corrupted,
-			len(res.Unexpected), res.Duplicated, resent, inv, row.DeadLetters, dur(row.Drain), status)
-	}
-	w("\n")
-	for _, row := range rows {
-		if len(row.Details) == 0 && len(row.Result.InversionExamples) == 0 && len(row.Result.Lost) == 0 {
-			continue
-		}
-		w("**%s. %s**\n\n", row.Key, row.Scenario)
-		for _, d := range row.Details {
-			w("- %s\n", d)
-		}
-		if row.Ordered {
-			for _, d := range row.Result.InversionExamples {
-				w("- inversion: %s\n", d)
+		w("\n*events*: committed; *+ N?*: COMMITs whose answer was lost, resolved against the table (see below). Columns are defined under [Definitions](#definitions).\n\n")
+		for _, row := range rows {
+			w("<a id=\"%s\"></a>\n**%s. %s** (%s)\n\n", anchor(row), row.Key, row.Scenario, status(row.Passed, false))
+			w("%s\n\n", row.paragraph())
+			for _, d := range row.Details {
+				w("- %s\n", d)
+			}
+			if row.Ordered {
+				for _, d := range row.Result.InversionExamples {
+					w("- inversion: %s\n", d)
+				}
+			}
+			if n := len(row.Result.Lost); n > 0 {
+				ex := row.Result.Lost
+				if len(ex) > 5 {
+					ex = ex[:5]
+				}
+				w("- lost (%d): %s\n", n, strings.Join(ex, ", "))
+			}
+			if len(row.Details) > 0 || len(row.Result.Lost) > 0 || (row.Ordered && len(row.Result.InversionExamples) > 0) {
+				w("\n")
 			}
 		}
-		if n := len(row.Result.Lost); n > 0 {
-			ex := row.Result.Lost
-			if len(ex) > 5 {
-				ex = ex[:5]
-			}
-			w("- lost (%d): %s\n", n, strings.Join(ex, ", "))
-		}
-		w("\n")
 	}
 	if len(checks) > 0 {
 		w("### Bad input, security, and the bugs this suite found\n\n")
 		w("*known bug*: reproduced by this run, not fixed yet (the test passes unless `-reliability.strict`).\n")
 		w("*regression*: found by this suite, fixed since; now an ordinary test.\n\n")
-		w("| area | check | expected | observed | result |\n|---|---|---|---|---|\n")
-		for _, c := range checks {
-			status := "pass"
-			switch {
-			case c.Area == "known bug" && !c.Passed:
-				status = "**open**"
-			case !c.Passed:
-				status = "**FAIL**"
-			}
-			w("| %s | %s | %s | %s | %s |\n", c.Area, cell(c.Name), cell(c.Expectation), cell(c.Observed), status)
+		w("| area | check | result |\n|---|---|---|\n")
+		for i, c := range checks {
+			w("| %s | [%s](#check-%d) | %s |\n", c.Area, cell(short(c.Name, 110)), i+1, status(c.Passed, c.Area == "known bug"))
 		}
 		w("\n")
+		for i, c := range checks {
+			w("<a id=\"check-%d\"></a>\n**%s** (%s, %s)\n\n", i+1, c.Name, c.Area, status(c.Passed, c.Area == "known bug"))
+			w("- expected: %s\n- observed: %s\n\n", oneLine(c.Expectation), oneLine(c.Observed))
+		}
 	}
 	return b.String()
+}
+
+// paragraph says in full what the table abbreviates.
+func (row Row) paragraph() string {
+	res := row.Result
+	var p []string
+	p = append(p, fmt.Sprintf("Injected: %s (%d times).", strings.TrimSuffix(oneLine(row.Fault), "."), row.Runs))
+	ev := fmt.Sprintf("Events: %d committed", res.Committed)
+	if res.Ambiguous > 0 {
+		ev += fmt.Sprintf(", %d ambiguous (%d found committed)", res.Ambiguous, res.AmbiguousCommitted)
+	}
+	if res.RolledBack > 0 {
+		ev += fmt.Sprintf(", %d rolled back", res.RolledBack)
+	}
+	p = append(p, ev+fmt.Sprintf("; the broker stored %d messages for %d distinct events.", res.Stored, res.Delivered))
+	if row.Ordered {
+		p = append(p, fmt.Sprintf("Ordered mode: %d inversions.", res.Inversions))
+	}
+	if row.Drain >= 0 {
+		p = append(p, fmt.Sprintf("Drained %s after the last fault.", dur(row.Drain)))
+	}
+	return strings.Join(p, " ")
+}
+
+// anchor is the scenario's link target below the table.
+func anchor(row Row) string { return "scenario-" + strings.ToLower(row.Key) }
+
+func expected(row Row) string {
+	if row.Ordered {
+		return "none lost, in order"
+	}
+	return "none lost"
+}
+
+func measured(n int) string {
+	if n < 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%d", n)
+}
+
+func burned(row Row) string {
+	if !row.AttemptsMeasured {
+		return "—"
+	}
+	return fmt.Sprintf("%d", row.AttemptsBurned)
+}
+
+func status(passed, knownBug bool) string {
+	switch {
+	case passed:
+		return "pass"
+	case knownBug:
+		return "**open**"
+	}
+	return "**FAIL**"
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// short cuts s to about n runes at a clause or word boundary; the paragraph
+// below the table gives it in full.
+func short(s string, n int) string {
+	s = oneLine(s)
+	if len([]rune(s)) <= n {
+		return s
+	}
+	r := []rune(s)[:n]
+	cut := string(r)
+	for _, sep := range []string{"; ", ", ", " "} {
+		if i := strings.LastIndex(cut, sep); i > n/3 {
+			return strings.TrimRight(cut[:i], " ,;(") + "…"
+		}
+	}
+	return cut + "…"
 }

@@ -23,7 +23,7 @@ func TestReportMergeKeepsTheOtherSize(t *testing.T) {
 			t.Errorf("document has %d × %q:\n%s", strings.Count(doc, want), want, doc)
 		}
 	}
-	if strings.Contains(doc, "| 1a |") || !strings.Contains(doc, "| 2 | second |") {
+	if strings.Contains(doc, "| [1a](#scenario-1a) |") || !strings.Contains(doc, "| [2](#scenario-2) | second |") {
 		t.Errorf("the CI section was not replaced:\n%s", doc)
 	}
 	if strings.Index(doc, "## Results: CI size") > strings.Index(doc, "## Results: long version") {
@@ -31,9 +31,64 @@ func TestReportMergeKeepsTheOtherSize(t *testing.T) {
 	}
 	one := (&Report{Key: "ci", Size: "CI", Rows: []Row{{Key: "1", Ordered: true, Resent: -1, Drain: -1, Result: Result{Committed: 1, Lost: []string{"a"}, Inversions: 2}}},
 		Checks: []Assertion{{Area: "known bug", Name: "k"}}}).Section()
-	for _, want := range []string{"| 1 |  |  | 0 | 1 | 1 | 0 | 0 | — | 2 | 0 | — | **FAIL** |", "**FAIL**", "**open**", "lost (1): a"} {
+	for _, want := range []string{"| [1](#scenario-1) |  |  | none lost, in order | 0 | 1 | 1 | 0 | 0 | — | — | 0 | **FAIL** |", "**open**", "lost (1): a", "Ordered mode: 2 inversions."} {
 		if !strings.Contains(one, want) {
 			t.Errorf("section lacks %q:\n%s", want, one)
+		}
+	}
+}
+
+// The tables hold one short row per scenario and per check; the long texts
+// go to the paragraph below, in full.
+func TestReportKeepsTablesShort(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("a fault described at length, with clauses; ", 20)
+	observed := strings.Repeat("error text | with a pipe ", 60)
+	r := &Report{Key: "ci", Size: "CI", Command: "cmd", Started: time.Unix(0, 0), Rows: []Row{
+		{Key: "3", Scenario: "Broker down while writers run", Fault: long, Runs: 2, Resent: 0, Drain: 775 * time.Millisecond,
+			AttemptsBurned: 0, AttemptsMeasured: true, Passed: true,
+			Result:  Result{Committed: 11957, RolledBack: 639, Ambiguous: 3, AmbiguousCommitted: 2, Stored: 11959, Delivered: 11959},
+			Details: []string{"nats-server stopped 12s"}},
+	}, Checks: []Assertion{{Area: "bad input", Name: "missing destination", Expectation: "a clear error", Observed: observed, Passed: true}}}
+	doc := r.Section()
+	for _, line := range strings.Split(doc, "\n") {
+		if !strings.HasPrefix(line, "|") {
+			continue
+		}
+		for _, c := range strings.Split(line, " | ") {
+			if n := len([]rune(c)); n > 130 {
+				t.Errorf("table cell of %d characters: %q", n, c)
+			}
+		}
+	}
+	for _, want := range []string{
+		"| [3](#scenario-3) | Broker down while writers run |",
+		"| none lost | 2 | 11957 + 3? | 0 | 0 | 0 | 0 | 0 | 0 | pass |",
+		"Events: 11957 committed, 3 ambiguous (2 found committed), 639 rolled back; the broker stored 11959 messages for 11959 distinct events.",
+		"Drained 775ms after the last fault.",
+		"- nats-server stopped 12s",
+		"Injected: " + strings.TrimSuffix(strings.TrimSpace(long), "."),
+		"| bad input | [missing destination](#check-1) | pass |",
+		"- observed: " + strings.TrimSpace(observed),
+	} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("section lacks %q:\n%s", want, doc)
+		}
+	}
+	if !strings.Contains(doc, "(2 times).") {
+		t.Errorf("the paragraph must give the number of runs:\n%s", doc)
+	}
+}
+
+func TestShort(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ in, want string }{
+		{"short enough", "short enough"},
+		{"SIGKILL of relay processes at exact points of the batch and at random times, writers running", "SIGKILL of relay processes at exact points of the batch and…"},
+		{"latency (50ms, 3s), connection resets, partition (blackhole), refused connections; dedup window 100ms", "latency (50ms, 3s), connection resets…"},
+	} {
+		if got := short(c.in, 60); got != c.want {
+			t.Errorf("short(%q) = %q, want %q", c.in, got, c.want)
 		}
 	}
 }
