@@ -31,6 +31,8 @@ func helm(t *testing.T, dir string, args ...string) (string, error) {
 	t.Helper()
 	cmd := exec.Command("go", append([]string{"tool", "helm"}, args...)...)
 	cmd.Dir = dir
+	// helm/ is its own module, in no workspace a go.work may define.
+	cmd.Env = append(os.Environ(), "GOWORK=off")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -260,10 +262,13 @@ func TestChartRefuses(t *testing.T) {
 		{[]string{"--set", "relay.source=wal", "--skip-schema-validation"}, `relay.source: "wal" is not a source`},
 		{[]string{"--set", "image.tag=latest", "--skip-schema-validation"}, "image.tag: latest is not a version"},
 	} {
-		out, err := helm(t, helmDir, append([]string{"template", "pgoutbox", "./pgoutbox"}, tc.args...)...)
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("helm template %s: want an error naming %q, got %v (%d bytes rendered)", strings.Join(tc.args, " "), tc.want, err, len(out))
-		}
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			t.Parallel()
+			out, err := helm(t, helmDir, append([]string{"template", "pgoutbox", "./pgoutbox"}, tc.args...)...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("want an error naming %q, got %v (%d bytes rendered)", tc.want, err, len(out))
+			}
+		})
 	}
 }
 

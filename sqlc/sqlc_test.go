@@ -303,6 +303,8 @@ func mustExec(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) {
 func sqlc(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	cmd := exec.Command("go", append([]string{"tool", "sqlc"}, args...)...)
+	// This module stays out of any workspace a go.work may define.
+	cmd.Env = append(os.Environ(), "GOWORK=off")
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
