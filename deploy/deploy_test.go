@@ -57,28 +57,36 @@ func TestPromtool(t *testing.T) {
 		t.Parallel()
 		runPromtool(t, "prometheus", "check", "config", "prometheus.yml")
 	})
-	t.Run("unit tests catch a wrong threshold", func(t *testing.T) {
-		t.Parallel()
-		// The unit tests must be able to fail: with the article's 1000
-		// pending events moved to 1500 (the firing case has 1500), they must.
-		dir := t.TempDir()
-		rules := string(readFile(t, "prometheus/alerts.yml"))
-		mutated := strings.Replace(rules, "(outbox_events_pending) > 1000", "(outbox_events_pending) > 1500", 1)
-		if mutated == rules {
-			t.Fatal("OutboxPendingHigh's threshold not found in alerts.yml")
-		}
-		for name, b := range map[string][]byte{"alerts.yml": []byte(mutated), "alerts_test.yml": readFile(t, "prometheus/alerts_test.yml")} {
-			if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
-				t.Fatal(err)
+	for _, m := range []struct{ alert, old, new string }{
+		// The article's 1000 pending events moved to 1500 (the firing case
+		// has 1500).
+		{"OutboxPendingHigh", "(outbox_events_pending) > 1000", "(outbox_events_pending) > 1500"},
+		// 10 minutes moved to 20 (the firing case reaches 16).
+		{"OutboxOldestPendingAge", "(outbox_oldest_pending_age_seconds) > 600", "(outbox_oldest_pending_age_seconds) > 1200"},
+	} {
+		t.Run("unit tests catch a wrong threshold of "+m.alert, func(t *testing.T) {
+			t.Parallel()
+			// The unit tests must be able to fail: with a threshold the
+			// firing case does not reach, they must.
+			dir := t.TempDir()
+			rules := string(readFile(t, "prometheus/alerts.yml"))
+			mutated := strings.Replace(rules, m.old, m.new, 1)
+			if mutated == rules {
+				t.Fatalf("%s's threshold not found in alerts.yml", m.alert)
 			}
-		}
-		cmd := exec.Command(promtool(t), "test", "rules", "alerts_test.yml")
-		cmd.Dir = dir
-		out, err := cmd.CombinedOutput()
-		if err == nil || !strings.Contains(string(out), "OutboxPendingHigh") {
-			t.Errorf("promtool test rules passed with a wrong threshold (err %v):\n%s", err, out)
-		}
-	})
+			for name, b := range map[string][]byte{"alerts.yml": []byte(mutated), "alerts_test.yml": readFile(t, "prometheus/alerts_test.yml")} {
+				if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cmd := exec.Command(promtool(t), "test", "rules", "alerts_test.yml")
+			cmd.Dir = dir
+			out, err := cmd.CombinedOutput()
+			if err == nil || !strings.Contains(string(out), m.alert) {
+				t.Errorf("promtool test rules passed with a wrong threshold (err %v):\n%s", err, out)
+			}
+		})
+	}
 	t.Run("dashboard queries parse", func(t *testing.T) {
 		t.Parallel()
 		// promtool parses every panel's query as a recording rule, with the

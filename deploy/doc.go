@@ -9,6 +9,13 @@
 //   - the Kubernetes manifests parse, probe /healthz and /readyz on the port
 //     the relay listens on, take the database URL from a Secret, run as
 //     non-root, and set only settings the outbox command knows;
+//   - the Helm chart in helm/pgoutbox, rendered by `helm template` (the helm
+//     command built from the Helm module that helm/go.mod pins, a module of
+//     its own), passes the same checks with several sets of values, plus a
+//     schema check of every object (kinds, apiVersions, required fields,
+//     selectors that select, ports and references that resolve), which the
+//     Kustomize set passes too; its PrometheusRule is alerts.yml; image
+//     tags are the chart's appVersion, never latest;
 //   - the Dockerfile's build command produces a static binary and the build
 //     context keeps every source file that command needs;
 //   - the least-privilege GRANTs documented in docs/OPERATING.md are enough,

@@ -3,6 +3,8 @@ package deploy
 import (
 	"encoding/json"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -218,6 +220,63 @@ func checkSelectorsFiltered(t *testing.T, where, expr string) {
 		}
 		if !strings.Contains(m[2], `job=~"$job"`) || !strings.Contains(m[2], `instance=~"$instance"`) {
 			t.Errorf(`%s: selector %s%s lacks job=~"$job" and instance=~"$instance"`, where, m[1], m[2])
+		}
+	}
+}
+
+var alertThreshold = regexp.MustCompile(`^max without \(instance, pod\) \((\w+)\) > ([0-9.]+)$`)
+
+// TestDashboardAlertThresholds checks that a panel drawing an alert's
+// threshold (a red step on the one metric the alert compares) draws the
+// alert's value, so the dashboard shows where the alert fires.
+func TestDashboardAlertThresholds(t *testing.T) {
+	t.Parallel()
+	var d struct {
+		Panels []struct {
+			Title       string `json:"title"`
+			FieldConfig struct {
+				Defaults struct {
+					Thresholds *struct {
+						Steps []struct {
+							Color string   `json:"color"`
+							Value *float64 `json:"value"`
+						} `json:"steps"`
+					} `json:"thresholds"`
+				} `json:"defaults"`
+			} `json:"fieldConfig"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(readFile(t, "grafana/outbox.json"), &d); err != nil {
+		t.Fatal(err)
+	}
+	// The alerts whose threshold the dashboard draws.
+	drawn := []string{"OutboxOldestPendingAge"}
+	checked := map[string]bool{}
+	for _, r := range alertRules(t) {
+		m := alertThreshold.FindStringSubmatch(strings.TrimSpace(r.Expr))
+		if m == nil || !slices.Contains(drawn, r.Alert) {
+			continue
+		}
+		for _, p := range d.Panels {
+			if len(p.Targets) != 1 || !strings.Contains(p.Targets[0].Expr, m[1]+"{") || p.FieldConfig.Defaults.Thresholds == nil || strings.HasPrefix(p.Targets[0].Expr, "time()") {
+				continue
+			}
+			for _, s := range p.FieldConfig.Defaults.Thresholds.Steps {
+				if s.Color == "red" && s.Value != nil {
+					checked[r.Alert] = true
+					if got := strconv.FormatFloat(*s.Value, 'f', -1, 64); got != m[2] {
+						t.Errorf("panel %q: red threshold %s, but %s fires above %s", p.Title, got, r.Alert, m[2])
+					}
+				}
+			}
+		}
+	}
+	for _, a := range drawn {
+		if !checked[a] {
+			t.Errorf("no panel draws %s's threshold", a)
 		}
 	}
 }

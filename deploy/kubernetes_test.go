@@ -61,6 +61,9 @@ var wantAPIVersion = map[string]string{
 	"Job":                 "batch/v1",
 	"PodDisruptionBudget": "policy/v1",
 	"ServiceMonitor":      "monitoring.coreos.com/v1",
+	"ServiceAccount":      "v1",
+	"NetworkPolicy":       "networking.k8s.io/v1",
+	"PrometheusRule":      "monitoring.coreos.com/v1",
 }
 
 // loadManifests parses every YAML file under kubernetes/, every document of
@@ -75,28 +78,40 @@ func loadManifests(t *testing.T) []*k8sObject {
 		if ext := filepath.Ext(path); ext != ".yaml" && ext != ".yml" {
 			return fmt.Errorf("%s: not a YAML file; the manifests hold nothing else", path)
 		}
-		dec := yaml.NewDecoder(bytes.NewReader(readFile(t, path)))
-		for i := 0; ; i++ {
-			var doc yaml.Node
-			err := dec.Decode(&doc)
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				return fmt.Errorf("%s: document %d: %w", path, i+1, err)
-			}
-			o := &k8sObject{File: filepath.ToSlash(path), Node: &doc}
-			if err := doc.Decode(o); err != nil {
-				return fmt.Errorf("%s: document %d: %w", path, i+1, err)
-			}
-			objs = append(objs, o)
-		}
-		return nil
+		docs, err := parseManifests(filepath.ToSlash(path), readFile(t, path))
+		objs = append(objs, docs...)
+		return err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return objs
+}
+
+// parseManifests parses every YAML document of b, named after file; empty
+// documents (a template that rendered nothing) are dropped.
+func parseManifests(file string, b []byte) ([]*k8sObject, error) {
+	var objs []*k8sObject
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	for i := 0; ; i++ {
+		var doc yaml.Node
+		err := dec.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: document %d: %w", file, i+1, err)
+		}
+		if len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
+			continue
+		}
+		o := &k8sObject{File: file, Node: &doc}
+		if err := doc.Decode(o); err != nil {
+			return nil, fmt.Errorf("%s: document %d: %w", file, i+1, err)
+		}
+		objs = append(objs, o)
+	}
+	return objs, nil
 }
 
 func byKind(objs []*k8sObject, kind string) []*k8sObject {
@@ -368,7 +383,13 @@ func TestLiteralSecrets(t *testing.T) {
 
 func TestManifestsKeepSecretsOut(t *testing.T) {
 	t.Parallel()
-	for _, o := range loadManifests(t) {
+	checkSecretsOut(t, loadManifests(t))
+}
+
+// checkSecretsOut fails on a Secret or a literal secret in objs.
+func checkSecretsOut(t *testing.T, objs []*k8sObject) {
+	t.Helper()
+	for _, o := range objs {
 		if o.Kind == "Secret" {
 			t.Errorf("%s: a Secret in the repository; create it in the cluster (docs/OPERATING.md)", o)
 		}
@@ -391,8 +412,16 @@ func workloads(t *testing.T, o *k8sObject) []workload {
 
 func TestManifestsRunAsNonRoot(t *testing.T) {
 	t.Parallel()
+	checkRunAsNonRoot(t, loadManifests(t), "pgoutbox/outbox", "the name kustomization.yaml's images: rewrites")
+}
+
+// checkRunAsNonRoot checks the security settings and resources of every
+// container of objs, and that each runs image (why: the reason image is
+// expected).
+func checkRunAsNonRoot(t *testing.T, objs []*k8sObject, image, why string) {
+	t.Helper()
 	n := 0
-	for _, o := range loadManifests(t) {
+	for _, o := range objs {
 		for _, w := range workloads(t, o) {
 			ps := w.Spec.Template.Spec
 			for _, c := range append(slices.Clone(ps.Containers), ps.InitContainers...) {
@@ -426,8 +455,8 @@ func TestManifestsRunAsNonRoot(t *testing.T) {
 						t.Errorf("%s: container %s: want a %s request and limit", o, c.Name, r)
 					}
 				}
-				if c.Image != "pgoutbox/outbox" {
-					t.Errorf("%s: container %s: image %q, want pgoutbox/outbox (the name kustomization.yaml's images: rewrites)", o, c.Name, c.Image)
+				if c.Image != image {
+					t.Errorf("%s: container %s: image %q, want %s (%s)", o, c.Name, c.Image, image, why)
 				}
 			}
 		}
@@ -440,6 +469,20 @@ func TestManifestsRunAsNonRoot(t *testing.T) {
 func TestRelayDeployment(t *testing.T) {
 	t.Parallel()
 	objs := loadManifests(t)
+	checkRelay(t, objs)
+	// The Kustomize set serves both discovery mechanisms (its comments say
+	// to keep one).
+	var d workload
+	one(t, objs, "Deployment").decode(t, &d)
+	if ann := d.Spec.Template.Metadata.Annotations; ann["prometheus.io/scrape"] != "true" {
+		t.Errorf("deployment.yaml: no prometheus.io annotations")
+	}
+}
+
+// checkRelay checks the relay's Deployment and the objects around it: the
+// probes, the metrics Service, ServiceMonitor and PodDisruptionBudget.
+func checkRelay(t *testing.T, objs []*k8sObject) {
+	t.Helper()
 	dep := one(t, objs, "Deployment")
 	var d workload
 	dep.decode(t, &d)
@@ -488,8 +531,12 @@ func TestRelayDeployment(t *testing.T) {
 		t.Errorf("%s: container port http is %d, the relay listens on %d", dep, c.port("http"), port)
 	}
 	ann := d.Spec.Template.Metadata.Annotations
-	if ann["prometheus.io/scrape"] != "true" || ann["prometheus.io/port"] != portStr || ann["prometheus.io/path"] != "/metrics" {
+	annotated := ann["prometheus.io/scrape"] != ""
+	if annotated && (ann["prometheus.io/scrape"] != "true" || ann["prometheus.io/port"] != portStr || ann["prometheus.io/path"] != "/metrics") {
 		t.Errorf("%s: prometheus.io annotations %v, want scrape true, port %s, path /metrics", dep, ann, portStr)
+	}
+	if !annotated && len(byKind(objs, "ServiceMonitor")) == 0 {
+		t.Errorf("%s: neither prometheus.io annotations nor a ServiceMonitor: Prometheus would not find the relays", dep)
 	}
 
 	// The database URL comes from a Secret.
@@ -529,9 +576,6 @@ func TestRelayDeployment(t *testing.T) {
 		} `yaml:"spec"`
 	}
 	svcObj.decode(t, &svc)
-	if job := relayJob(t); svcObj.Metadata.Name != job {
-		t.Errorf("%s: prometheus-operator names the job after the Service: want name %q, the job alerts.yml expects", svcObj, job)
-	}
 	if len(svc.Spec.Selector) == 0 || !subset(svc.Spec.Selector, podLabels) {
 		t.Errorf("%s: selector %v does not select the relay pods %v", svcObj, svc.Spec.Selector, podLabels)
 	}
@@ -542,6 +586,18 @@ func TestRelayDeployment(t *testing.T) {
 		t.Errorf("%s: ports %+v, want one whose targetPort is the relay's port %d", svcObj, svc.Spec.Ports, port)
 	}
 
+	// Without a ServiceMonitor (pods found by their annotations), the job
+	// label is the scrape config's (prometheus/prometheus.yml).
+	if len(byKind(objs, "ServiceMonitor")) > 0 {
+		checkServiceMonitor(t, objs, svcObj, svc.Spec.Ports[0].Name)
+	}
+	checkPDB(t, objs, podLabels)
+}
+
+// checkServiceMonitor checks that the ServiceMonitor scrapes the Service
+// svcObj's port portName under the job alerts.yml expects.
+func checkServiceMonitor(t *testing.T, objs []*k8sObject, svcObj *k8sObject, portName string) {
+	t.Helper()
 	smObj := one(t, objs, "ServiceMonitor")
 	var sm struct {
 		Spec struct {
@@ -556,16 +612,26 @@ func TestRelayDeployment(t *testing.T) {
 		} `yaml:"spec"`
 	}
 	smObj.decode(t, &sm)
+	// prometheus-operator names the job after the Service, or takes it from
+	// the Service's label jobLabel names.
+	job := svcObj.Metadata.Name
 	if sm.Spec.JobLabel != "" {
-		t.Errorf("%s: jobLabel %q changes the job label alerts.yml expects", smObj, sm.Spec.JobLabel)
+		job = svcObj.Metadata.Labels[sm.Spec.JobLabel]
+	}
+	if want := relayJob(t); job != want {
+		t.Errorf("%s: the relays are scraped as job %q (Service %s, jobLabel %q); alerts.yml expects %q", smObj, job, svcObj.Metadata.Name, sm.Spec.JobLabel, want)
 	}
 	if len(sm.Spec.Selector.MatchLabels) == 0 || !subset(sm.Spec.Selector.MatchLabels, svcObj.Metadata.Labels) {
 		t.Errorf("%s: selector %v does not select the Service's labels %v", smObj, sm.Spec.Selector.MatchLabels, svcObj.Metadata.Labels)
 	}
-	if len(sm.Spec.Endpoints) != 1 || sm.Spec.Endpoints[0].Port != svc.Spec.Ports[0].Name || sm.Spec.Endpoints[0].Path != "/metrics" {
-		t.Errorf("%s: endpoints %+v, want port %q path /metrics", smObj, sm.Spec.Endpoints, svc.Spec.Ports[0].Name)
+	if len(sm.Spec.Endpoints) != 1 || sm.Spec.Endpoints[0].Port != portName || sm.Spec.Endpoints[0].Path != "/metrics" {
+		t.Errorf("%s: endpoints %+v, want port %q path /metrics", smObj, sm.Spec.Endpoints, portName)
 	}
+}
 
+// checkPDB checks that the PodDisruptionBudget covers the relay pods.
+func checkPDB(t *testing.T, objs []*k8sObject, podLabels map[string]string) {
+	t.Helper()
 	pdbObj := one(t, objs, "PodDisruptionBudget")
 	var pdb struct {
 		Spec struct {
@@ -588,6 +654,16 @@ func TestRelayDeployment(t *testing.T) {
 func TestMigrateJob(t *testing.T) {
 	t.Parallel()
 	objs := loadManifests(t)
+	jobObj := checkMigrateJob(t, objs)
+	if !strings.HasPrefix(jobObj.File, k8sDir+"/migrate/") {
+		t.Errorf("%s: the Job must stay out of the relay's kustomization (it runs before the rollout)", jobObj)
+	}
+}
+
+// checkMigrateJob checks the one Job of objs runs `outbox migrate` with the
+// database URL from a Secret, and returns it.
+func checkMigrateJob(t *testing.T, objs []*k8sObject) *k8sObject {
+	t.Helper()
 	jobObj := one(t, objs, "Job")
 	var j workload
 	jobObj.decode(t, &j)
@@ -611,9 +687,7 @@ func TestMigrateJob(t *testing.T) {
 	if !ok {
 		t.Errorf("%s: DATABASE_URL must come from a secretKeyRef", jobObj)
 	}
-	if !strings.HasPrefix(jobObj.File, k8sDir+"/migrate/") {
-		t.Errorf("%s: the Job must stay out of the relay's kustomization (it runs before the rollout)", jobObj)
-	}
+	return jobObj
 }
 
 // TestManifestSettings runs the outbox command with each container's
@@ -624,7 +698,13 @@ func TestMigrateJob(t *testing.T) {
 // comparing with the variables `outbox <command> --help` lists.
 func TestManifestSettings(t *testing.T) {
 	t.Parallel()
-	objs := loadManifests(t)
+	checkSettings(t, loadManifests(t))
+}
+
+// checkSettings runs the outbox command of every container of objs with the
+// container's arguments and environment; see TestManifestSettings.
+func checkSettings(t *testing.T, objs []*k8sObject) {
+	t.Helper()
 	n := 0
 	for _, o := range objs {
 		for _, w := range workloads(t, o) {
