@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"regexp"
-	"runtime/debug"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -45,7 +44,7 @@ func commands() []command {
 		{"dead-letters", "list dead letters (never their payloads unless --show-payload)", deadLettersCommand},
 		{"retry", "re-queue events by id, or dead letters by type or all (the manual retry path)", retryCommand},
 		{"cleanup", "delete processed events older than a retention, in bounded batches", cleanupCommand},
-		{"version", "print the version", versionCommand},
+		{"version", "print the version (same as --version)", versionCommand},
 	}
 }
 
@@ -91,6 +90,8 @@ func (c *cli) main(ctx context.Context, args []string) int {
 	}
 	name := args[0]
 	switch name {
+	case "--version", "-version", "-v":
+		return c.main(ctx, append([]string{"version"}, args[1:]...))
 	case "-h", "-help", "--help", "help":
 		if name == "help" && len(args) > 1 {
 			return c.main(ctx, []string{args[1], "--help"})
@@ -245,18 +246,6 @@ A DSN's password never appears in any output, log line or error.
 
 `)
 	fmt.Fprint(w, exitCodesHelp)
-}
-
-func versionCommand() (*options, func(context.Context, *cli, *options) error) {
-	o := newOptions("version", "", "Prints the version of the outbox command and its module.")
-	return o, func(_ context.Context, c *cli, _ *options) error {
-		v := "(devel)"
-		if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-			v = bi.Main.Version
-		}
-		fmt.Fprintf(c.stdout, "outbox %s\n", v)
-		return nil
-	}
 }
 
 // isTerminal reports whether w is a character device (a terminal), without a

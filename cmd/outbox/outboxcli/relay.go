@@ -276,7 +276,7 @@ func (c *cli) relay(ctx context.Context, o *options, s *relaySettings) error {
 		return o.settingErr("broker", "%v", err)
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoGauge())
 	relay, err := outbox.NewRelay(pool, pub, s.relayConfig(log, reg))
 	if err != nil { // validated above; only a registry clash could fail here
 		brokerCloser.Close()
@@ -309,7 +309,7 @@ func (c *cli) relay(ctx context.Context, o *options, s *relaySettings) error {
 		}
 	}
 
-	log.Info("outbox relay started", "table", tableName(s.db), "broker", brokerURL.Redacted(), "topic", s.topic,
+	log.Info("outbox relay started", "version", Version().Version, "table", tableName(s.db), "broker", brokerURL.Redacted(), "topic", s.topic,
 		"workers", s.workers, "batch_size", s.batchSize, "poll_interval", s.pollInterval,
 		"max_attempts", s.maxAttempts, "retention", s.retention, "ordered", s.ordered, "listen", s.listen,
 		"delete_on_publish", s.deleteOnPublish, "batch_delay", s.batchDelay)
