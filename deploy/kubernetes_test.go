@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/pgoutbox/outbox/cmd/outbox/outboxcli"
 )

@@ -14,9 +14,10 @@ import (
 
 func migrateCommand() (*options, func(context.Context, *cli, *options) error) {
 	var (
-		d     dbOptions
-		print bool
-		asJS  bool
+		d        dbOptions
+		print    bool
+		asJS     bool
+		exitCode bool
 	)
 	o := newOptions("migrate", "[up | status | sql] [flags]", `
 Applies pgoutbox's pending migrations to the outbox table (creating the
@@ -24,7 +25,8 @@ schema if --schema names one that does not exist), in one transaction under an
 advisory lock: replicas may run it at once, and running it again is a no-op.
 
   outbox migrate [up]     apply pending migrations
-  outbox migrate status   list migrations and when each was applied (--json)
+  outbox migrate status   list migrations and when each was applied (--json);
+                          with --exit-code it exits 4 when one is pending
   outbox migrate sql      print every migration as one SQL script for the
                           configured schema and table, for teams that apply
                           migrations with their own tool; needs no database
@@ -32,7 +34,8 @@ advisory lock: replicas may run it at once, and running it again is a no-op.
 	d.register(o)
 	o.fs.BoolVar(&print, "print", false, "print the SQL instead of applying it (same as migrate sql)")
 	o.fs.BoolVar(&asJS, "json", false, "migrate status: print JSON")
-	o.flagOnly("print", "json")
+	o.fs.BoolVar(&exitCode, "exit-code", false, "migrate status: exit 4 when a migration is pending (for scripts and init containers)")
+	o.flagOnly("print", "json", "exit-code")
 	o.subs = []string{"up", "status", "sql"}
 	return o, func(ctx context.Context, c *cli, o *options) error {
 		if len(o.args) > 0 {
@@ -58,7 +61,7 @@ advisory lock: replicas may run it at once, and running it again is a no-op.
 		}
 		table := admin.Table()
 		if o.sub == "status" {
-			return migrateStatus(ctx, c, pool, mc, table, asJS)
+			return migrateStatus(ctx, c, pool, mc, table, asJS, exitCode)
 		}
 		applied, err := outbox.Migrate(ctx, pool, mc)
 		if err != nil {
@@ -86,17 +89,30 @@ type migrationJSON struct {
 	AppliedAt *time.Time `json:"applied_at"`
 }
 
-func migrateStatus(ctx context.Context, c *cli, pool *pgxpool.Pool, mc outbox.MigrateConfig, table string, asJSON bool) error {
+func migrateStatus(ctx context.Context, c *cli, pool *pgxpool.Pool, mc outbox.MigrateConfig, table string, asJSON, exitCode bool) error {
 	st, err := outbox.MigrationStatus(ctx, pool, mc)
 	if err != nil {
 		return err
 	}
+	pendingErr := func(n int) error {
+		if n == 0 || !exitCode {
+			return nil
+		}
+		return &exitError{code: ExitNotMigrated, err: fmt.Errorf("%s: %d migration(s) pending: run outbox migrate", table, n)}
+	}
 	if asJSON {
 		out := make([]migrationJSON, len(st))
+		pending := 0
 		for i, m := range st {
 			out[i] = migrationJSON{Version: m.Version, Name: m.Name, AppliedAt: m.AppliedAt}
+			if m.AppliedAt == nil {
+				pending++
+			}
 		}
-		return writeJSON(c, map[string]any{"table": table, "migrations": out})
+		if err := writeJSON(c, map[string]any{"table": table, "migrations": out, "pending": pending}); err != nil {
+			return err
+		}
+		return pendingErr(pending)
 	}
 	fmt.Fprintf(c.stdout, "%s\n", table)
 	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
@@ -115,7 +131,7 @@ func migrateStatus(ctx context.Context, c *cli, pool *pgxpool.Pool, mc outbox.Mi
 	if pending > 0 {
 		fmt.Fprintf(c.stdout, "%d pending: run outbox migrate\n", pending)
 	}
-	return nil
+	return pendingErr(pending)
 }
 
 func writeJSON(c *cli, v any) error {

@@ -51,6 +51,7 @@ type relaySettings struct {
 	drainTimeout    time.Duration
 	logLevel        string
 	logFormat       string
+	dbWait          dbWaitSettings
 }
 
 func relayCommand() (*options, func(context.Context, *cli, *options) error) {
@@ -98,6 +99,7 @@ With --http-addr set (e.g. 127.0.0.1:9090) the relay serves
   /readyz    200 when the database answers and the broker is connected, else 503
 Logs are JSON on stderr, or text when stderr is a terminal.`)
 	s.db.register(o)
+	s.dbWait.register(o)
 	f := o.fs
 	f.StringVar(&s.broker, "broker", "", "broker URL; its scheme selects the publisher ("+brokerSchemes()+")")
 	f.StringVar(&s.topic, "topic", outbox.DefaultTopicTemplate, "subject/topic template")
@@ -206,7 +208,7 @@ func (c *cli) newLogger(o *options, level, format string) (*slog.Logger, error) 
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
 		return nil, o.settingErr("log-level", "%q: want debug, info, warn or error", level)
 	}
-	hopts := &slog.HandlerOptions{Level: lv}
+	hopts := &slog.HandlerOptions{Level: lv, ReplaceAttr: durationsAsText}
 	switch format {
 	case "":
 		if c.stderrTTY {
@@ -254,9 +256,9 @@ func (c *cli) relay(ctx context.Context, o *options, s *relaySettings) error {
 		pool.Close()
 		return flagError(err)
 	}
-	if err := ping(ctx, pool); err != nil {
+	if err := c.waitForDB(ctx, o, pool, log, s); err != nil {
 		pool.Close()
-		return err
+		return logged(ctx, log, err)
 	}
 	// A missing or old table stops the command at once with its exit code; any
 	// other failure of the check (a statement timeout, a session killed) is
