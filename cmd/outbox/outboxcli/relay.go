@@ -239,6 +239,11 @@ func (c *cli) relay(ctx context.Context, o *options, s *relaySettings) error {
 	if err != nil {
 		return err
 	}
+	tp, stopTracing, err := c.tracing(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	// One connection per worker, plus the gauges, cleanup, the listener and
 	// /readyz.
 	pcfg, err := c.poolConfig(o, &s.db, int32(s.workers)+4)
@@ -279,7 +284,7 @@ func (c *cli) relay(ctx context.Context, o *options, s *relaySettings) error {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoGauge())
-	relay, err := outbox.NewRelay(pool, pub, s.relayConfig(log, reg))
+	relay, err := outbox.NewRelay(pool, pub, withTracer(s.relayConfig(log, reg), tp))
 	if err != nil { // validated above; only a registry clash could fail here
 		brokerCloser.Close()
 		pool.Close()
