@@ -141,8 +141,6 @@ func commandNames() string {
 type exitError struct {
 	code int
 	err  error
-	// logged: the relay wrote it to its log already; not printed again.
-	logged bool
 }
 
 func (e *exitError) Error() string { return e.err.Error() }
@@ -168,9 +166,6 @@ func (c *cli) exit(err error) int {
 	}
 	if errors.Is(err, outbox.ErrNotMigrated) {
 		code = ExitNotMigrated
-	}
-	if ee != nil && ee.logged {
-		return code
 	}
 	c.fail(err.Error())
 	return code

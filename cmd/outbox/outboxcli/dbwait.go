@@ -115,17 +115,18 @@ func (c *cli) serveWaiting(addr string) (stop func(), err error) {
 }
 
 // logged writes the error that stops the relay at start to its log, in the
-// configured format, and marks it so that the command does not print it again
-// as a plain line in a JSON log stream. A stop requested by a signal is
+// configured format, with its exit code; the command then prints it as its
+// one-line exit reason as every command does. A stop requested by a signal is
 // returned as is.
 func logged(ctx context.Context, log *slog.Logger, err error) error {
 	if ctx.Err() != nil {
 		return err
 	}
+	code := ExitFailure
 	var ee *exitError
-	if !errors.As(err, &ee) {
-		ee = &exitError{code: ExitFailure, err: err}
+	if errors.As(err, &ee) {
+		code = ee.code
 	}
-	log.Error("outbox relay cannot start", "err", redactDSN(oneLine(ee.err.Error())), "exit_code", ee.code)
-	return &exitError{code: ee.code, err: ee.err, logged: true}
+	log.Error("outbox relay cannot start", "err", redactDSN(oneLine(err.Error())), "exit_code", code)
+	return err
 }

@@ -288,19 +288,22 @@ func TestRelayWaitsForDatabase(t *testing.T) {
 	u.RawQuery = q.Encode()
 	vars := map[string]string{"DATABASE_URL": u.String(), "OUTBOX_SCHEMA": f.schema}
 
-	// Opted out: exit 3 at once, the reason in the JSON log only.
+	// Opted out: exit 3 at once, the reason logged in JSON, then the
+	// command's one-line exit reason.
 	var stdout, stderr bytes.Buffer
 	code := runWith(testCtx(t), &stdout, &stderr, vars, "relay", "--broker", "stdout:", "--log-format", "json", "--wait-for-db=false")
 	if code != ExitDatabase {
 		t.Fatalf("--wait-for-db=false: exit %d, want 3\n%s", code, stderr.String())
 	}
-	for _, l := range strings.Split(strings.TrimSpace(stderr.String()), "\n") {
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	for _, l := range lines[:len(lines)-1] {
 		if !json.Valid([]byte(l)) {
-			t.Errorf("--log-format json: a line that is not JSON: %q", l)
+			t.Errorf("--log-format json: a log line that is not JSON: %q", l)
 		}
 	}
-	if !strings.Contains(stderr.String(), `"exit_code":3`) || !strings.Contains(stderr.String(), "connection refused") {
-		t.Errorf("the failure is not logged: %s", stderr.String())
+	if !strings.Contains(stderr.String(), `"msg":"outbox relay cannot start"`) || !strings.Contains(stderr.String(), `"exit_code":3`) ||
+		!strings.HasPrefix(lines[len(lines)-1], "outbox: database unreachable: ") {
+		t.Errorf("the failure is not logged, or the exit reason is not the last line: %s", stderr.String())
 	}
 
 	// A bounded wait gives up with exit 3.
