@@ -33,7 +33,7 @@ advisory lock: replicas may run it at once, and running it again is a no-op.
                           (same as outbox migrate --print)`)
 	d.register(o)
 	o.fs.BoolVar(&print, "print", false, "print the SQL instead of applying it (same as migrate sql)")
-	o.fs.BoolVar(&asJS, "json", false, "migrate status: print JSON")
+	o.fs.BoolVar(&asJS, "json", false, "migrate and migrate status: print JSON")
 	o.fs.BoolVar(&exitCode, "exit-code", false, "migrate status: exit 4 when a migration is pending (for scripts and init containers)")
 	o.flagOnly("print", "json", "exit-code")
 	o.subs = []string{"up", "status", "sql"}
@@ -66,6 +66,21 @@ advisory lock: replicas may run it at once, and running it again is a no-op.
 		applied, err := outbox.Migrate(ctx, pool, mc)
 		if err != nil {
 			return err
+		}
+		if asJS {
+			all, err := outbox.Migrations(mc)
+			if err != nil {
+				return err
+			}
+			type appliedJSON struct {
+				Version int    `json:"version"`
+				Name    string `json:"name"`
+			}
+			out := make([]appliedJSON, len(applied))
+			for i, m := range applied {
+				out[i] = appliedJSON{Version: m.Version, Name: m.Name}
+			}
+			return writeJSON(c, map[string]any{"table": table, "applied": out, "version": all[len(all)-1].Version})
 		}
 		for _, m := range applied {
 			fmt.Fprintf(c.stdout, "applied %03d_%s to %s\n", m.Version, m.Name, table)

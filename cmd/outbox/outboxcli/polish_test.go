@@ -93,7 +93,22 @@ func TestMigrateStatusExitCode(t *testing.T) {
 	if r.code != ExitNotMigrated || !strings.Contains(r.stdout, `"pending": `) {
 		t.Errorf("migrate status --exit-code --json: %s", r)
 	}
-	wantExit(t, run(t, vars, "migrate"), ExitOK)
+	r = run(t, vars, "migrate", "--json")
+	wantExit(t, r, ExitOK)
+	var up struct {
+		Table   string `json:"table"`
+		Applied []struct {
+			Version int `json:"version"`
+		} `json:"applied"`
+		Version int `json:"version"`
+	}
+	all, err := outbox.Migrations(outbox.MigrateConfig{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &up); err != nil || len(up.Applied) != len(all) || up.Version != all[len(all)-1].Version {
+		t.Errorf("migrate --json: %v: %s", err, r.stdout)
+	}
 	wantExit(t, run(t, vars, "migrate", "status", "--exit-code"), ExitOK)
 }
 
