@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"regexp"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -33,6 +34,26 @@ func TestVersionFlags(t *testing.T) {
 	var b BuildInfo
 	if err := json.Unmarshal([]byte(r.stdout), &b); err != nil || b.Version == "" || !strings.HasPrefix(b.GoVersion, "go") {
 		t.Errorf("version --json: %v: %s", err, r.stdout)
+	}
+}
+
+func TestBuildInfoFallbacks(t *testing.T) {
+	t.Parallel()
+	vcs := []debug.BuildSetting{{Key: "vcs.revision", Value: "0123456789abcdef0123"}, {Key: "vcs.modified", Value: "true"}}
+	for _, c := range []struct {
+		stamped string
+		bi      *debug.BuildInfo
+		want    string
+	}{
+		{"v1.2.3", &debug.BuildInfo{Main: debug.Module{Version: "v0.9.0"}, Settings: vcs}, "v1.2.3"},
+		{"", &debug.BuildInfo{Main: debug.Module{Version: "v0.9.0"}}, "v0.9.0"},
+		{"", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, Settings: vcs}, "devel-0123456789ab-dirty"},
+		{"", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}, "(devel)"},
+		{"", nil, "(devel)"},
+	} {
+		if got := buildInfo(c.stamped, c.bi, c.bi != nil).Version; got != c.want {
+			t.Errorf("stamped %q, build info %+v: version %q, want %q", c.stamped, c.bi, got, c.want)
+		}
 	}
 }
 

@@ -31,8 +31,14 @@ type BuildInfo struct {
 
 // Version returns the running command's build information.
 func Version() BuildInfo {
-	b := BuildInfo{Version: version, GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
 	bi, ok := debug.ReadBuildInfo()
+	return buildInfo(version, bi, ok)
+}
+
+// buildInfo derives the build information from the stamped version and what
+// the toolchain recorded.
+func buildInfo(stamped string, bi *debug.BuildInfo, ok bool) BuildInfo {
+	b := BuildInfo{Version: stamped, GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
 	if !ok {
 		if b.Version == "" {
 			b.Version = "(devel)"
