@@ -1,7 +1,8 @@
 # The `outbox` command (relay daemon and operator's tool) as a small, static,
 # non-root image:
 #
-#   docker build -t pgoutbox/outbox .
+#   docker build --build-arg VERSION=v0.1.0 -t pgoutbox/outbox:v0.1.0 .
+#   (or: make image VERSION=v0.1.0)
 #   docker run --rm -e DATABASE_URL=postgres://... pgoutbox/outbox migrate
 #   docker run --rm -e DATABASE_URL=postgres://... -p 9090:9090 \
 #     pgoutbox/outbox relay --broker nats://nats:4222
@@ -11,6 +12,9 @@
 # The cache mounts need BuildKit (the default builder since Docker 23).
 
 FROM golang:1.26 AS build
+# The version `outbox version`, the relay's start-up line and the
+# outbox_build_info metric report (.git is not in the build context).
+ARG VERSION=devel
 WORKDIR /src
 # Dependencies first: this layer is rebuilt only when go.mod or go.sum change.
 COPY go.mod go.sum ./
@@ -19,7 +23,7 @@ RUN --mount=type=cache,target=/go/pkg/mod \
 COPY . .
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
-    CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/outbox ./cmd/outbox
+    CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X github.com/pgoutbox/outbox/cmd/outbox/outboxcli.version=${VERSION}" -o /out/outbox ./cmd/outbox
 
 # distroless/static: CA certificates, tzdata and /etc/passwd with the
 # "nonroot" user (65532), no shell, no package manager.

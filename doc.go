@@ -93,9 +93,9 @@
 // # Publishers
 //
 // Publisher is one method; BatchPublisher pipelines a batch; HealthChecker
-// feeds readiness. This module ships nats (JetStream), memory (tests) and
-// jsonl (debugging); publishertest is the conformance suite every publisher
-// runs.
+// feeds readiness. This module ships nats (JetStream), kafka, rabbitmq, redis
+// (Streams), sqs, webhook (signed webhooks), memory (tests) and jsonl
+// (debugging); publishertest is the conformance suite every publisher runs.
 //
 // # Operating
 //

@@ -345,7 +345,7 @@ func TestBadInputConfiguration(t *testing.T) {
 			want: []string{"--database-url"}, expect: "exit 2, names the setting, no password"},
 		{name: "malformed DSN (key=value)", setup: func(string) {}, env: map[string]string{"DATABASE_URL": "host=127.0.0.1 port=notaport password=pw-canary-2"}, code: 2,
 			want: []string{"--database-url"}, expect: "exit 2, names the setting, no password"},
-		{name: "database unreachable", setup: func(string) {}, env: map[string]string{"DATABASE_URL": "postgres://u:pw-canary-3@127.0.0.1:1/db?connect_timeout=2"}, code: 3,
+		{name: "database unreachable", setup: func(string) {}, env: map[string]string{"DATABASE_URL": "postgres://u:pw-canary-3@127.0.0.1:1/db?connect_timeout=2", "OUTBOX_WAIT_FOR_DB": "false"}, code: 3,
 			want: []string{"database"}, expect: "exit 3, no password"},
 	}
 	for _, c := range cases {

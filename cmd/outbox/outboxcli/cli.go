@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"regexp"
-	"runtime/debug"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -24,6 +23,7 @@ const (
 	ExitDatabase     = 3 // cannot connect to the database
 	ExitNotMigrated  = 4 // the outbox table is missing or not migrated
 	ExitDrainTimeout = 5 // relay: the batch in flight outlived --drain-timeout
+	ExitNotFound     = 6 // retry, dead-letters discard: some ids were left alone (named on stderr); the rest was done
 )
 
 // command is one subcommand.
@@ -33,19 +33,24 @@ type command struct {
 	// options builds the command's flag set around a fresh settings value;
 	// run is called with it once it is parsed.
 	options func() (*options, func(ctx context.Context, c *cli, o *options) error)
+	// subs are subcommands with flags of their own ("dead-letters
+	// discard"); a subcommand sharing its parent's flags is handled by the
+	// parent (options.subs).
+	subs []command
 }
 
 // commands lists every subcommand in the order `outbox --help` shows them.
 func commands() []command {
 	return []command{
-		{"demo", "show the pattern end to end on a local PostgreSQL, with an embedded NATS JetStream", demoCommand},
-		{"migrate", "apply pending migrations; `migrate status`; `migrate sql` prints them", migrateCommand},
-		{"relay", "run the relay until SIGINT or SIGTERM, then drain", relayCommand},
-		{"status", "pending events, oldest pending age, dead letters, throughput, per event type", statusCommand},
-		{"dead-letters", "list dead letters (never their payloads unless --show-payload)", deadLettersCommand},
-		{"retry", "re-queue events by id, or dead letters by type or all (the manual retry path)", retryCommand},
-		{"cleanup", "delete processed events older than a retention, in bounded batches", cleanupCommand},
-		{"version", "print the version", versionCommand},
+		{"demo", "show the pattern end to end on a local PostgreSQL, with an embedded NATS JetStream", demoCommand, nil},
+		{"migrate", "apply pending migrations; `migrate status`; `migrate sql` prints them", migrateCommand, nil},
+		{"relay", "run the relay until SIGINT or SIGTERM, then drain", relayCommand, nil},
+		{"status", "pending events, oldest pending age, dead letters, throughput, per event type", statusCommand, nil},
+		{"dead-letters", "list dead letters (never their payloads unless --show-payload), --group-by error; `dead-letters discard`", deadLettersCommand,
+			[]command{{"discard", "delete dead letters for good", discardCommand, nil}}},
+		{"retry", "re-queue events by id, or dead letters by type, error, age or all (the manual retry path)", retryCommand, nil},
+		{"cleanup", "delete processed events older than a retention, in bounded batches", cleanupCommand, nil},
+		{"version", "print the version (same as --version)", versionCommand, nil},
 	}
 }
 
@@ -91,9 +96,11 @@ func (c *cli) main(ctx context.Context, args []string) int {
 	}
 	name := args[0]
 	switch name {
+	case "--version", "-version", "-v":
+		return c.main(ctx, append([]string{"version"}, args[1:]...))
 	case "-h", "-help", "--help", "help":
 		if name == "help" && len(args) > 1 {
-			return c.main(ctx, []string{args[1], "--help"})
+			return c.main(ctx, append(args[1:], "--help"))
 		}
 		c.usage(c.stdout)
 		return ExitOK
@@ -101,6 +108,12 @@ func (c *cli) main(ctx context.Context, args []string) int {
 	for _, cmd := range commands() {
 		if cmd.name != name {
 			continue
+		}
+		for _, sub := range cmd.subs {
+			if len(args) > 1 && args[1] == sub.name {
+				cmd, args = sub, args[1:]
+				break
+			}
 		}
 		o, run := cmd.options()
 		err := o.parse(args[1:], c.getenv, c.stdout)
@@ -170,8 +183,19 @@ var (
 
 // oneLine folds a multi-line message (pgx lists the error of each address it
 // tried on a line of its own) so every failure is exactly one line.
+// A line repeating the one before it is dropped: with sslmode=prefer pgx
+// tries each address twice (TLS, then plain) and reports both identical
+// failures.
 func oneLine(s string) string {
-	s = colonNewline.ReplaceAllString(strings.TrimSpace(s), ": ")
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	kept := lines[:0]
+	for i, l := range lines {
+		if i > 0 && strings.TrimSpace(l) != "" && strings.TrimSpace(l) == strings.TrimSpace(lines[i-1]) {
+			continue
+		}
+		kept = append(kept, l)
+	}
+	s = colonNewline.ReplaceAllString(strings.Join(kept, "\n"), ": ")
 	return newline.ReplaceAllString(s, "; ")
 }
 
@@ -181,7 +205,11 @@ const exitCodesHelp = `Exit codes:
   2  usage or configuration error (nothing was done)
   3  cannot connect to the database (unreachable, authentication, no such database)
   4  the outbox table is missing or not migrated: run outbox migrate
+     (also migrate status --exit-code when a migration is pending)
   5  relay: the batch in flight outlived --drain-timeout after SIGINT/SIGTERM
+  6  retry, dead-letters discard: some of the given ids were left alone
+     (unknown, already published, or not a dead letter; named on stderr);
+     the others were done
 `
 
 func (c *cli) usage(w io.Writer) {
@@ -217,18 +245,6 @@ A DSN's password never appears in any output, log line or error.
 
 `)
 	fmt.Fprint(w, exitCodesHelp)
-}
-
-func versionCommand() (*options, func(context.Context, *cli, *options) error) {
-	o := newOptions("version", "", "Prints the version of the outbox command and its module.")
-	return o, func(_ context.Context, c *cli, _ *options) error {
-		v := "(devel)"
-		if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-			v = bi.Main.Version
-		}
-		fmt.Fprintf(c.stdout, "outbox %s\n", v)
-		return nil
-	}
 }
 
 // isTerminal reports whether w is a character device (a terminal), without a

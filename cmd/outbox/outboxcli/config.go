@@ -11,7 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/pgoutbox/outbox"
 )
@@ -97,11 +97,7 @@ func (o *options) parse(args []string, getenv func(string) string, stdout io.Wri
 				o.usage(stdout)
 				return errHelp
 			}
-			msg := err.Error()
-			if f, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
-				msg = "unknown flag " + f
-			}
-			return usageErr("%s: %s (see outbox %s --help)", o.cmd, msg, o.cmd)
+			return usageErr("%s: %s (see outbox %s --help)", o.cmd, o.parseErrorMessage(err), o.cmd)
 		}
 		rest = o.fs.Args()
 		if len(rest) == 0 {
@@ -152,7 +148,7 @@ func (o *options) parse(args []string, getenv func(string) string, stdout io.Wri
 		}
 		o.source[f.Name] = env
 		if serr := f.Value.Set(v); serr != nil {
-			err = o.settingErr(f.Name, "%q: %v", v, serr)
+			err = o.settingErr(f.Name, "%q: %v%s", v, serr, o.valueHint(f.Name, v))
 		}
 	})
 	return err
@@ -183,7 +179,7 @@ func (o *options) applyFile(path string, onCmdLine map[string]bool) error {
 		}
 		o.source[k] = fmt.Sprintf("%s line %d", path, v.line)
 		if err := o.fs.Set(k, v.value); err != nil {
-			return o.settingErr(k, "%q: %v", v.value, err)
+			return o.settingErr(k, "%q: %v%s", v.value, err, o.valueHint(k, v.value))
 		}
 	}
 	return nil

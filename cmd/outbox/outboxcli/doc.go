@@ -38,19 +38,28 @@
 //
 //	demo           the pattern end to end on a local PostgreSQL with an embedded
 //	               NATS JetStream: `go run ./cmd/outbox demo`
-//	migrate        apply pending migrations; `migrate status`; `migrate sql`
-//	               (or --print) prints them for goose, golang-migrate, atlas...
-//	relay          run the relay until SIGINT/SIGTERM
+//	migrate        apply pending migrations; `migrate status` (--exit-code: 4
+//	               when one is pending); `migrate sql` (or --print) prints them
+//	               for goose, golang-migrate, atlas...; --json
+//	relay          run the relay until SIGINT/SIGTERM; waits for the database
+//	               at start (--wait-for-db, --db-wait-timeout); exports spans
+//	               over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set
 //	status         pending events and the oldest one's age, dead letters,
 //	               published in the last minute and hour, per event type (--json)
 //	dead-letters   list dead letters: id, type, aggregate, attempts, created_at,
 //	               last error; --type, --older-than, --limit, --json; payloads
-//	               only with --show-payload
+//	               only with --show-payload; --group-by error|type counts them
+//	               per normalised error
+//	dead-letters discard
+//	               delete dead letters by id, --type, --error-group,
+//	               --older-than or --all, releasing the events they held;
+//	               --dry-run, --json
 //	retry          the manual retry path: re-queue events by id, or dead letters
-//	               by --type or --all; prints the count; --dry-run
+//	               by --type, --error-group, --older-than or --all; prints the
+//	               count; --dry-run, --json
 //	cleanup        delete events published more than --retention ago, in
-//	               batches of --cleanup-batch, reporting progress
-//	version        print the version
+//	               batches of --cleanup-batch, reporting progress; --json
+//	version        print the version (also --version, -v); --json
 //
 // `outbox <command> --help` documents every flag with its default and
 // environment variable.
@@ -94,7 +103,14 @@
 //	2  usage or configuration error (nothing was done)
 //	3  cannot connect to the database (unreachable, authentication, no such database)
 //	4  the outbox table is missing or not migrated: run outbox migrate
+//	   (also migrate status --exit-code when a migration is pending)
 //	5  relay: the batch in flight outlived --drain-timeout after SIGINT/SIGTERM
+//	6  retry, dead-letters discard: some of the given ids were left alone
+//	   (unknown, already published, or not a dead letter; named on stderr);
+//	   the others were done
+//
+// Durations are Go durations (90s, 15m, 168h); "7d" is refused with the
+// equivalent in hours.
 //
 // Every failure prints exactly one line on stderr, starting with "outbox: ".
 package outboxcli

@@ -14,9 +14,10 @@ import (
 
 func migrateCommand() (*options, func(context.Context, *cli, *options) error) {
 	var (
-		d     dbOptions
-		print bool
-		asJS  bool
+		d        dbOptions
+		print    bool
+		asJS     bool
+		exitCode bool
 	)
 	o := newOptions("migrate", "[up | status | sql] [flags]", `
 Applies pgoutbox's pending migrations to the outbox table (creating the
@@ -24,15 +25,17 @@ schema if --schema names one that does not exist), in one transaction under an
 advisory lock: replicas may run it at once, and running it again is a no-op.
 
   outbox migrate [up]     apply pending migrations
-  outbox migrate status   list migrations and when each was applied (--json)
+  outbox migrate status   list migrations and when each was applied (--json);
+                          with --exit-code it exits 4 when one is pending
   outbox migrate sql      print every migration as one SQL script for the
                           configured schema and table, for teams that apply
                           migrations with their own tool; needs no database
                           (same as outbox migrate --print)`)
 	d.register(o)
 	o.fs.BoolVar(&print, "print", false, "print the SQL instead of applying it (same as migrate sql)")
-	o.fs.BoolVar(&asJS, "json", false, "migrate status: print JSON")
-	o.flagOnly("print", "json")
+	o.fs.BoolVar(&asJS, "json", false, "migrate and migrate status: print JSON")
+	o.fs.BoolVar(&exitCode, "exit-code", false, "migrate status: exit 4 when a migration is pending (for scripts and init containers)")
+	o.flagOnly("print", "json", "exit-code")
 	o.subs = []string{"up", "status", "sql"}
 	return o, func(ctx context.Context, c *cli, o *options) error {
 		if len(o.args) > 0 {
@@ -58,11 +61,26 @@ advisory lock: replicas may run it at once, and running it again is a no-op.
 		}
 		table := admin.Table()
 		if o.sub == "status" {
-			return migrateStatus(ctx, c, pool, mc, table, asJS)
+			return migrateStatus(ctx, c, pool, mc, table, asJS, exitCode)
 		}
 		applied, err := outbox.Migrate(ctx, pool, mc)
 		if err != nil {
 			return err
+		}
+		if asJS {
+			all, err := outbox.Migrations(mc)
+			if err != nil {
+				return err
+			}
+			type appliedJSON struct {
+				Version int    `json:"version"`
+				Name    string `json:"name"`
+			}
+			out := make([]appliedJSON, len(applied))
+			for i, m := range applied {
+				out[i] = appliedJSON{Version: m.Version, Name: m.Name}
+			}
+			return writeJSON(c, map[string]any{"table": table, "applied": out, "version": all[len(all)-1].Version})
 		}
 		for _, m := range applied {
 			fmt.Fprintf(c.stdout, "applied %03d_%s to %s\n", m.Version, m.Name, table)
@@ -86,17 +104,30 @@ type migrationJSON struct {
 	AppliedAt *time.Time `json:"applied_at"`
 }
 
-func migrateStatus(ctx context.Context, c *cli, pool *pgxpool.Pool, mc outbox.MigrateConfig, table string, asJSON bool) error {
+func migrateStatus(ctx context.Context, c *cli, pool *pgxpool.Pool, mc outbox.MigrateConfig, table string, asJSON, exitCode bool) error {
 	st, err := outbox.MigrationStatus(ctx, pool, mc)
 	if err != nil {
 		return err
 	}
+	pendingErr := func(n int) error {
+		if n == 0 || !exitCode {
+			return nil
+		}
+		return &exitError{code: ExitNotMigrated, err: fmt.Errorf("%s: %d migration(s) pending: run outbox migrate", table, n)}
+	}
 	if asJSON {
 		out := make([]migrationJSON, len(st))
+		pending := 0
 		for i, m := range st {
 			out[i] = migrationJSON{Version: m.Version, Name: m.Name, AppliedAt: m.AppliedAt}
+			if m.AppliedAt == nil {
+				pending++
+			}
 		}
-		return writeJSON(c, map[string]any{"table": table, "migrations": out})
+		if err := writeJSON(c, map[string]any{"table": table, "migrations": out, "pending": pending}); err != nil {
+			return err
+		}
+		return pendingErr(pending)
 	}
 	fmt.Fprintf(c.stdout, "%s\n", table)
 	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
@@ -115,7 +146,7 @@ func migrateStatus(ctx context.Context, c *cli, pool *pgxpool.Pool, mc outbox.Mi
 	if pending > 0 {
 		fmt.Fprintf(c.stdout, "%d pending: run outbox migrate\n", pending)
 	}
-	return nil
+	return pendingErr(pending)
 }
 
 func writeJSON(c *cli, v any) error {

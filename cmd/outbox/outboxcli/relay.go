@@ -35,6 +35,7 @@ type relaySettings struct {
 	drainTimeout time.Duration
 	logLevel     string
 	logFormat    string
+	dbWait       dbWaitSettings
 }
 
 // relayFlags lists the relay's numeric and boolean settings. A RelayConfig
@@ -113,6 +114,7 @@ With --http-addr set (e.g. 127.0.0.1:9090) the relay serves
   /readyz    200 when the database answers and the broker is connected, else 503
 Logs are JSON on stderr, or text when stderr is a terminal.`)
 	s.db.register(o)
+	s.dbWait.register(o)
 	f := o.fs
 	f.StringVar(&s.broker, "broker", "", "broker URL; its scheme selects the publisher ("+brokerSchemes()+")")
 	f.StringVar(&s.topic, "topic", outbox.DefaultTopicTemplate, "subject/topic template")
@@ -168,7 +170,7 @@ func (c *cli) newLogger(o *options, level, format string) (*slog.Logger, error) 
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
 		return nil, o.settingErr("log-level", "%q: want debug, info, warn or error", level)
 	}
-	hopts := &slog.HandlerOptions{Level: lv}
+	hopts := &slog.HandlerOptions{Level: lv, ReplaceAttr: durationsAsText}
 	switch format {
 	case "":
 		if c.stderrTTY {
@@ -191,13 +193,14 @@ func (c *cli) relay(ctx context.Context, o *options, s *relaySettings) error {
 	if err != nil {
 		return err
 	}
+	defer r.stopTracing()
 	if s.httpAddr != "" {
 		if err := c.serveHTTP(r, s.httpAddr); err != nil {
 			r.shutdown()
 			return err
 		}
 	}
-	r.log.Info("outbox relay started", "table", tableName(s.db), "broker", r.brokerURL, "topic", s.topic,
+	r.log.Info("outbox relay started", "version", Version().Version, "table", tableName(s.db), "broker", r.brokerURL, "topic", s.topic,
 		"workers", s.cfg.Workers, "batch_size", s.cfg.BatchSize, "poll_interval", s.cfg.PollInterval,
 		"max_attempts", s.cfg.MaxAttempts, "retention", s.cfg.Retention, "ordered", s.cfg.Ordered, "listen", s.cfg.Listen,
 		"delete_on_publish", s.cfg.DeleteOnPublish, "batch_delay", s.cfg.BatchDelay)
@@ -211,6 +214,8 @@ type runningRelay struct {
 	log       *slog.Logger
 	brokerURL string // redacted
 	shutdown  func() // closes the broker, the pool and the HTTP server
+	// stopTracing flushes the spans not yet exported; called at exit.
+	stopTracing func()
 }
 
 // startRelay checks the settings, connects and opens the broker. Every
@@ -232,6 +237,16 @@ func (c *cli) startRelay(ctx context.Context, o *options, s *relaySettings) (*ru
 	if err != nil {
 		return nil, err
 	}
+	tp, stopTracing, err := c.tracing(ctx, log)
+	if err != nil {
+		return nil, err
+	}
+	started := false
+	defer func() {
+		if !started {
+			stopTracing()
+		}
+	}()
 	// One connection per worker, plus the gauges, cleanup, the listener and
 	// /readyz.
 	pcfg, err := c.poolConfig(o, &s.db, int32(s.cfg.Workers)+4)
@@ -249,9 +264,9 @@ func (c *cli) startRelay(ctx context.Context, o *options, s *relaySettings) (*ru
 		pool.Close()
 		return nil, flagError(err)
 	}
-	if err := ping(ctx, pool); err != nil {
+	if err := c.waitForDB(ctx, o, pool, log, s); err != nil {
 		pool.Close()
-		return nil, err
+		return nil, logged(ctx, log, err)
 	}
 	// A missing or old table stops the command at once with its exit code; any
 	// other failure of the check (a statement timeout, a session killed) is
@@ -271,14 +286,15 @@ func (c *cli) startRelay(ctx context.Context, o *options, s *relaySettings) (*ru
 		return nil, o.settingErr("broker", "%v", err)
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	relay, err := outbox.NewRelay(pool, pub, s.relayConfig(log, reg))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoGauge())
+	relay, err := outbox.NewRelay(pool, pub, withTracer(s.relayConfig(log, reg), tp))
 	if err != nil { // validated above; only a registry clash could fail here
 		brokerCloser.Close()
 		pool.Close()
 		return nil, err
 	}
-	return &runningRelay{relay: relay, reg: reg, log: log, brokerURL: brokerURL.Redacted(), shutdown: func() {
+	started = true
+	return &runningRelay{relay: relay, reg: reg, log: log, brokerURL: brokerURL.Redacted(), stopTracing: stopTracing, shutdown: func() {
 		brokerCloser.Close()
 		pool.Close()
 	}}, nil

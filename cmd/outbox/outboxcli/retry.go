@@ -3,6 +3,7 @@ package outboxcli
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -10,47 +11,113 @@ import (
 	"github.com/pgoutbox/outbox"
 )
 
+// selectorFlags are the flags that choose dead letters for retry and
+// dead-letters discard.
+type selectorFlags struct {
+	eventType  string
+	errorGroup string
+	olderThan  time.Duration
+	all        bool
+	dryRun     bool
+	asJSON     bool
+}
+
+func (s *selectorFlags) register(o *options, verb string) {
+	o.fs.StringVar(&s.eventType, "type", "", verb+" the dead letters of this event type")
+	o.fs.StringVar(&s.errorGroup, "error-group", "", verb+" the dead letters whose normalised error is this (the ERROR column of outbox dead-letters --group-by error)")
+	o.fs.DurationVar(&s.olderThan, "older-than", 0, "only dead letters created at least this long ago, e.g. 24h (alone: every such dead letter)")
+	o.fs.BoolVar(&s.all, "all", false, verb+" every dead letter")
+	o.fs.BoolVar(&s.dryRun, "dry-run", false, "count without changing anything")
+	o.fs.BoolVar(&s.asJSON, "json", false, "print JSON")
+	o.flagOnly("type", "error-group", "older-than", "all", "dry-run", "json")
+}
+
+// selector checks the flags and the id arguments and returns the selector.
+func (s *selectorFlags) selector(o *options) (outbox.RetrySelector, error) {
+	sel := outbox.RetrySelector{EventType: s.eventType, ErrorGroup: s.errorGroup, OlderThan: s.olderThan, All: s.all, DryRun: s.dryRun}
+	for _, a := range o.args {
+		id, err := uuid.Parse(a)
+		if err != nil {
+			return sel, usageErr("%s: %q is not an event id (want a UUID)", o.cmd, a)
+		}
+		sel.IDs = append(sel.IDs, id)
+	}
+	filter := s.eventType != "" || s.errorGroup != "" || s.olderThan != 0
+	switch {
+	case s.olderThan < 0:
+		return sel, usageErr("--older-than: %s: must not be negative", s.olderThan)
+	case len(sel.IDs) > 0 && (filter || s.all):
+		return sel, usageErr("%s: event ids cannot be combined with --type, --error-group, --older-than or --all", o.cmd)
+	case s.all && (s.eventType != "" || s.errorGroup != ""):
+		return sel, usageErr("%s: --all cannot be combined with --type or --error-group (--older-than can)", o.cmd)
+	case len(sel.IDs) == 0 && !filter && !s.all:
+		return sel, usageErr("%s: give event ids, --all, or at least one of --type, --error-group, --older-than", o.cmd)
+	}
+	return sel, nil
+}
+
+// idsNotDone is a partial success: the command did what it could, and these
+// ids were left alone. Scripts gate on its exit code.
+func idsNotDone(what string, ids []uuid.UUID) error {
+	s := make([]string, len(ids))
+	for i, id := range ids {
+		s[i] = id.String()
+	}
+	return &exitError{code: ExitNotFound, err: fmt.Errorf("%d id(s) %s: %s", len(ids), what, strings.Join(s, " "))}
+}
+
+// missing returns the ids of want that are not in have, in want's order.
+func missing(want, have []uuid.UUID) []uuid.UUID {
+	in := make(map[uuid.UUID]bool, len(have))
+	for _, id := range have {
+		in[id] = true
+	}
+	var out []uuid.UUID
+	for _, id := range want {
+		if !in[id] {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// retryJSON is retry's --json output.
+type retryJSON struct {
+	Table    string   `json:"table"`
+	DryRun   bool     `json:"dry_run"`
+	Requeued int64    `json:"requeued"`
+	Skipped  []string `json:"skipped_ids,omitempty"` // unknown or already published
+}
+
 func retryCommand() (*options, func(context.Context, *cli, *options) error) {
 	var (
-		d         dbOptions
-		eventType string
-		all       bool
-		dryRun    bool
+		d   dbOptions
+		sel selectorFlags
 	)
-	o := newOptions("retry", "[flags] (ID... | --type TYPE | --all)", `
+	o := newOptions("retry", "[flags] (ID... | --all | --type T | --error-group E | --older-than D)", `
 The manual retry path: resets attempts, retry_after and the dead-letter mark of
 the selected events so the relay publishes them again at once, and prints how
 many it re-queued.
 
-  outbox retry ID...         these events: dead letters, or pending events
-                             waiting for their backoff
-  outbox retry --type TYPE   every dead letter of an event type
-  outbox retry --all         every dead letter
+  outbox retry ID...                these events: dead letters, or pending
+                                    events waiting for their backoff
+  outbox retry --type TYPE          every dead letter of an event type
+  outbox retry --error-group ERROR  every dead letter with this normalised
+                                    error (see dead-letters --group-by error)
+  outbox retry --older-than 24h     every dead letter created a day ago or
+                                    more (combines with --type, --error-group
+                                    and --all)
+  outbox retry --all                every dead letter
 
-Events already published are never re-queued. --dry-run counts without
-changing anything.`)
+Events already published are never re-queued: an id that is unknown or
+already published is named on stderr and the command exits 6 after
+re-queuing the others. --dry-run counts without changing anything.`)
 	d.register(o)
-	o.fs.StringVar(&eventType, "type", "", "re-queue every dead letter of this event type")
-	o.fs.BoolVar(&all, "all", false, "re-queue every dead letter")
-	o.fs.BoolVar(&dryRun, "dry-run", false, "count the events without re-queuing them")
-	o.flagOnly("type", "all", "dry-run")
+	sel.register(o, "re-queue")
 	return o, func(ctx context.Context, c *cli, o *options) error {
-		sel := outbox.RetrySelector{EventType: eventType, All: all, DryRun: dryRun}
-		for _, a := range o.args {
-			id, err := uuid.Parse(a)
-			if err != nil {
-				return usageErr("retry: %q is not an event id (want a UUID)", a)
-			}
-			sel.IDs = append(sel.IDs, id)
-		}
-		n := 0
-		for _, set := range []bool{len(sel.IDs) > 0, eventType != "", all} {
-			if set {
-				n++
-			}
-		}
-		if n != 1 {
-			return usageErr("retry: give event ids, --type TYPE or --all (exactly one of them)")
+		s, err := sel.selector(o)
+		if err != nil {
+			return err
 		}
 		admin, done, err := c.adminFor(ctx, o, &d)
 		if err != nil {
@@ -58,21 +125,46 @@ changing anything.`)
 		}
 		defer done()
 		start := time.Now()
-		count, err := admin.Retry(ctx, sel)
+		var skipped []uuid.UUID
+		if len(s.IDs) > 0 {
+			found, err := admin.Unprocessed(ctx, s.IDs)
+			if err != nil {
+				return notMigrated(admin.Table(), &d, err)
+			}
+			skipped = missing(s.IDs, found)
+		}
+		count, err := admin.Retry(ctx, s)
 		if err != nil {
 			return notMigrated(admin.Table(), &d, err)
 		}
-		verb := "re-queued"
-		if dryRun {
-			verb = "dry run: would re-queue"
+		if sel.asJSON {
+			out := retryJSON{Table: admin.Table(), DryRun: s.DryRun, Requeued: count}
+			for _, id := range skipped {
+				out.Skipped = append(out.Skipped, id.String())
+			}
+			if err := writeJSON(c, out); err != nil {
+				return err
+			}
+		} else {
+			verb := "re-queued"
+			if s.DryRun {
+				verb = "dry run: would re-queue"
+			}
+			fmt.Fprintf(c.stdout, "%s %d event(s) in %s [%s]\n", verb, count, admin.Table(), time.Since(start).Round(time.Millisecond))
 		}
-		fmt.Fprintf(c.stdout, "%s %d event(s) in %s", verb, count, admin.Table())
-		if len(sel.IDs) > 0 && count < int64(len(sel.IDs)) {
-			fmt.Fprintf(c.stdout, " (%d of the %d ids are unknown or already published)", int64(len(sel.IDs))-count, len(sel.IDs))
+		if len(skipped) > 0 {
+			return idsNotDone("unknown or already published, not re-queued", skipped)
 		}
-		fmt.Fprintf(c.stdout, " [%s]\n", time.Since(start).Round(time.Millisecond))
 		return nil
 	}
+}
+
+// cleanupJSON is cleanup's --json output.
+type cleanupJSON struct {
+	Table            string  `json:"table"`
+	Deleted          int64   `json:"deleted"`
+	RetentionSeconds float64 `json:"retention_seconds"`
+	ElapsedSeconds   float64 `json:"elapsed_seconds"`
 }
 
 func cleanupCommand() (*options, func(context.Context, *cli, *options) error) {
@@ -80,15 +172,18 @@ func cleanupCommand() (*options, func(context.Context, *cli, *options) error) {
 		d         dbOptions
 		retention time.Duration
 		batch     int
+		asJSON    bool
 	)
 	o := newOptions("cleanup", "--retention DURATION [flags]", `
 Deletes events published more than --retention ago, --cleanup-batch rows per
 statement (each its own short transaction), reporting progress. Pending events
 and dead letters are never deleted. The relay can do the same continuously
-(outbox relay --retention).`)
+(outbox relay --retention). Durations are Go durations: 168h for 7 days.`)
 	d.register(o)
 	o.fs.DurationVar(&retention, "retention", 0, "delete events published more than this long ago, e.g. 168h (required)")
 	o.fs.IntVar(&batch, "cleanup-batch", outbox.DefaultCleanupBatch, "rows deleted per statement")
+	o.fs.BoolVar(&asJSON, "json", false, "print JSON (and no progress lines)")
+	o.flagOnly("json")
 	return o, func(ctx context.Context, c *cli, o *options) error {
 		switch {
 		case len(o.args) > 0:
@@ -104,13 +199,24 @@ and dead letters are never deleted. The relay can do the same continuously
 		}
 		defer done()
 		start := time.Now()
-		p := c.progress()
-		n, err := admin.Cleanup(ctx, retention, batch, func(total int64) {
-			p.update(fmt.Sprintf("cleanup: deleted %d so far [%s]", total, time.Since(start).Round(time.Millisecond)))
-		})
-		p.done()
+		var report func(int64)
+		var p *progress
+		if !asJSON {
+			p = c.progress()
+			report = func(total int64) {
+				p.update(fmt.Sprintf("cleanup: deleted %d so far [%s]", total, time.Since(start).Round(time.Millisecond)))
+			}
+		}
+		n, err := admin.Cleanup(ctx, retention, batch, report)
+		if p != nil {
+			p.done()
+		}
 		if err != nil {
 			return notMigrated(admin.Table(), &d, fmt.Errorf("%w (deleted %d before the failure)", err, n))
+		}
+		if asJSON {
+			return writeJSON(c, cleanupJSON{Table: admin.Table(), Deleted: n,
+				RetentionSeconds: retention.Seconds(), ElapsedSeconds: time.Since(start).Seconds()})
 		}
 		fmt.Fprintf(c.stdout, "deleted %d event(s) published more than %s ago from %s [%s]\n",
 			n, retention, admin.Table(), time.Since(start).Round(time.Millisecond))

@@ -123,19 +123,27 @@ func deadLettersCommand() (*options, func(context.Context, *cli, *options) error
 		limit       int
 		asJSON      bool
 		showPayload bool
+		groupBy     string
 	)
 	o := newOptions("dead-letters", "[flags]", `
 Lists dead letters, oldest first: events that failed permanently or --max-attempts
 times and that the relay no longer tries. Payloads are never printed unless
 --show-payload is given: they may hold personal data. Re-queue dead letters
-with outbox retry.`)
+with outbox retry; delete the ones nobody will retry with outbox dead-letters
+discard (see outbox dead-letters discard --help).
+
+--group-by error counts dead letters per normalised error (numbers and ids
+replaced by <n> and <id>), the largest groups first; --group-by type per event
+type and error. A group's error is what retry and discard take as
+--error-group.`)
 	d.register(o)
 	o.fs.StringVar(&eventType, "type", "", "only dead letters of this event type")
 	o.fs.DurationVar(&olderThan, "older-than", 0, "only events created at least this long ago")
 	o.fs.IntVar(&limit, "limit", 100, "list at most this many")
 	o.fs.BoolVar(&asJSON, "json", false, "print JSON")
 	o.fs.BoolVar(&showPayload, "show-payload", false, "include payloads and headers")
-	o.flagOnly("type", "older-than", "limit", "json", "show-payload")
+	o.fs.StringVar(&groupBy, "group-by", "", "count dead letters per error, or per type (event type and error), instead of listing them")
+	o.flagOnly("type", "older-than", "limit", "json", "show-payload", "group-by")
 	return o, func(ctx context.Context, c *cli, o *options) error {
 		switch {
 		case len(o.args) > 0:
@@ -144,12 +152,19 @@ with outbox retry.`)
 			return usageErr("--limit: %d: must be at least 1", limit)
 		case olderThan < 0:
 			return usageErr("--older-than: %s: must not be negative", olderThan)
+		case groupBy != "" && groupBy != "error" && groupBy != "type":
+			return usageErr("--group-by: %q: want error or type", groupBy)
+		case groupBy != "" && (eventType != "" || olderThan != 0 || showPayload):
+			return usageErr("--group-by cannot be combined with --type, --older-than or --show-payload")
 		}
 		admin, done, err := c.adminFor(ctx, o, &d)
 		if err != nil {
 			return err
 		}
 		defer done()
+		if groupBy != "" {
+			return printDeadLetterGroups(ctx, c, admin, &d, groupBy, asJSON)
+		}
 		recs, err := admin.DeadLetters(ctx, outbox.DeadLetterFilter{EventType: eventType, OlderThan: olderThan, Limit: limit})
 		if err != nil {
 			return notMigrated(admin.Table(), &d, err)
@@ -196,7 +211,7 @@ with outbox retry.`)
 		if err := tw.Flush(); err != nil {
 			return err
 		}
-		fmt.Fprintf(c.stdout, "%d dead letter(s); re-queue with: outbox retry <id>... | --type T | --all\n", len(recs))
+		fmt.Fprintf(c.stdout, "%d dead letter(s); re-queue with: outbox retry <id>... | --type T | --all; delete with: outbox dead-letters discard <id>... | --type T | --all\n", len(recs))
 		return nil
 	}
 }
