@@ -12,21 +12,27 @@ import (
 	"github.com/pgoutbox/outbox"
 )
 
-// target is what an action applies to: one event (ID) or a dead-letter
-// group (EventType and Error, either may be empty for "any").
+// target is what an action applies to: one event (scope "one", ID) or a
+// dead-letter group (scope "group", EventType and Error, either may be empty
+// for "any"). The scope is explicit so that a request missing its id can
+// never widen into a group.
 type target struct {
 	Action    string // retry or discard
+	Scope     string // one or group
 	ID        string
 	EventType string
 	Error     string
 }
 
-func (t target) group() bool { return t.ID == "" }
+func (t target) group() bool { return t.Scope == "group" }
 
 // selector is t as the Admin selector, or an error to show.
 func (t target) selector(dryRun bool) (outbox.RetrySelector, error) {
-	if t.Action != "retry" && t.Action != "discard" {
+	switch {
+	case t.Action != "retry" && t.Action != "discard":
 		return outbox.RetrySelector{}, fmt.Errorf("unknown action %q", t.Action)
+	case t.Scope != "one" && t.Scope != "group":
+		return outbox.RetrySelector{}, fmt.Errorf("unknown scope %q (want one or group)", t.Scope)
 	}
 	if !t.group() {
 		id, err := uuid.Parse(t.ID)
@@ -48,7 +54,7 @@ func (t target) String() string {
 }
 
 func targetOf(v url.Values, action string) target {
-	return target{Action: action, ID: v.Get("id"), EventType: v.Get("type"), Error: v.Get("error")}
+	return target{Action: action, Scope: v.Get("scope"), ID: v.Get("id"), EventType: v.Get("type"), Error: v.Get("error")}
 }
 
 type confirmData struct {
@@ -105,6 +111,10 @@ func (c *Console) action(w http.ResponseWriter, r *http.Request) {
 		return
 	case !checkCSRF(r, who):
 		c.fail(w, r, http.StatusForbidden, "missing or wrong CSRF token: reload the page and try again")
+		return
+	}
+	if err := r.ParseForm(); err != nil {
+		c.fail(w, r, http.StatusBadRequest, "cannot read the form")
 		return
 	}
 	action := "retry"

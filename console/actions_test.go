@@ -27,14 +27,14 @@ func TestRetryAndDiscardGroups(t *testing.T) {
 	e.login(c)
 
 	// The confirmation page shows the dry run's count and changes nothing.
-	conf := e.get(c, "/confirm?action=retry&type=order.created&error="+url.QueryEscape("broker: connection refused"))
+	conf := e.get(c, "/confirm?action=retry&scope=group&type=order.created&error="+url.QueryEscape("broker: connection refused"))
 	mustContain(t, conf.body, `id="confirm-count">3<`, `action="/actions/retry"`, `name="csrf"`)
 	if n := e.count("dead_at IS NOT NULL"); n != 5 {
 		t.Fatalf("the confirmation page changed rows: %d dead", n)
 	}
 	csrf := csrfField.FindStringSubmatch(conf.body)[1]
 
-	r := e.post(c, "/actions/retry", url.Values{"csrf": {csrf}, "type": {"order.created"}, "error": {"broker: connection refused"}}, nil)
+	r := e.post(c, "/actions/retry", url.Values{"csrf": {csrf}, "scope": {"group"}, "type": {"order.created"}, "error": {"broker: connection refused"}}, nil)
 	if r.status != http.StatusSeeOther {
 		t.Fatalf("retry group: %d\n%s", r.status, r.body)
 	}
@@ -47,7 +47,7 @@ func TestRetryAndDiscardGroups(t *testing.T) {
 	after := e.get(c, r.header.Get("Location"))
 	mustContain(t, after.body, "Re-queued 3 event(s)", `id="total">2<`)
 
-	r = e.post(c, "/actions/discard", url.Values{"csrf": {csrf}, "type": {"order.created"}, "error": {"payload too large"}}, nil)
+	r = e.post(c, "/actions/discard", url.Values{"csrf": {csrf}, "scope": {"group"}, "type": {"order.created"}, "error": {"payload too large"}}, nil)
 	if r.status != http.StatusSeeOther {
 		t.Fatalf("discard group: %d\n%s", r.status, r.body)
 	}
@@ -79,15 +79,15 @@ func TestRetryAndDiscardOne(t *testing.T) {
 	e.login(c)
 	csrf := e.csrf(c)
 
-	r := e.post(c, "/actions/retry", url.Values{"csrf": {csrf}, "id": {ids[0].String()}}, nil)
+	r := e.post(c, "/actions/retry", url.Values{"csrf": {csrf}, "scope": {"one"}, "id": {ids[0].String()}}, nil)
 	if r.status != http.StatusSeeOther || !strings.HasPrefix(r.header.Get("Location"), "/events/"+ids[0].String()) {
 		t.Fatalf("retry one: %d %s", r.status, r.header.Get("Location"))
 	}
 	mustContain(t, e.get(c, r.header.Get("Location")).body, "Re-queued 1 event(s)", `id="state">retrying<`) // waiting for the relay, its last error kept
 
-	conf := e.get(c, "/confirm?action=discard&id="+ids[1].String())
+	conf := e.get(c, "/confirm?action=discard&scope=one&id="+ids[1].String())
 	mustContain(t, conf.body, `id="confirm-count">1<`, "Delete for good")
-	r = e.post(c, "/actions/discard", url.Values{"csrf": {csrf}, "id": {ids[1].String()}}, nil)
+	r = e.post(c, "/actions/discard", url.Values{"csrf": {csrf}, "scope": {"one"}, "id": {ids[1].String()}}, nil)
 	if r.status != http.StatusSeeOther {
 		t.Fatalf("discard one: %d\n%s", r.status, r.body)
 	}
@@ -100,7 +100,7 @@ func TestRetryAndDiscardOne(t *testing.T) {
 	}
 
 	// Nothing to do: the confirmation says so and offers no form.
-	conf = e.get(c, "/confirm?action=discard&id="+ids[0].String())
+	conf = e.get(c, "/confirm?action=discard&scope=one&id="+ids[0].String())
 	mustContain(t, conf.body, `id="confirm-count">0<`, "Nothing to do")
 	mustNotContain(t, conf.body, `action="/actions/discard"`)
 }
@@ -108,8 +108,19 @@ func TestRetryAndDiscardOne(t *testing.T) {
 func TestBearerToken(t *testing.T) {
 	t.Parallel()
 	e := setup(t, withToken())
-	ids := deadGroup(e, 1, "o-1", "boom")
-	r := e.post(nil, "/actions/retry", url.Values{"id": {ids[0].String()}},
+	ids := deadGroup(e, 2, "o-1", "boom")
+	bearer := map[string]string{"Authorization": "Bearer " + testToken, "Origin": "", "Sec-Fetch-Site": ""}
+	// A request without its scope is refused: a missing id never widens into a group.
+	if r := e.post(nil, "/actions/retry", url.Values{"id": {ids[0].String()}}, bearer); r.status != http.StatusBadRequest {
+		t.Errorf("no scope: %d", r.status)
+	}
+	if r := e.post(nil, "/actions/retry", url.Values{"scope": {"one"}}, bearer); r.status != http.StatusBadRequest {
+		t.Errorf("scope one without an id: %d", r.status)
+	}
+	if n := e.count("dead_at IS NOT NULL"); n != 2 {
+		t.Fatalf("refused requests re-queued %d dead letters", 2-n)
+	}
+	r := e.post(nil, "/actions/retry", url.Values{"scope": {"one"}, "id": {ids[0].String()}},
 		map[string]string{"Authorization": "Bearer " + testToken, "Origin": "", "Sec-Fetch-Site": ""})
 	if r.status != http.StatusSeeOther {
 		t.Fatalf("bearer retry: %d\n%s", r.status, r.body)
@@ -117,7 +128,10 @@ func TestBearerToken(t *testing.T) {
 	if n := e.count("dead_at IS NULL AND id = $1", ids[0]); n != 1 {
 		t.Error("not re-queued")
 	}
-	r = e.post(nil, "/actions/retry", url.Values{"id": {ids[0].String()}},
+	if n := e.count("dead_at IS NOT NULL AND id = $1", ids[1]); n != 1 {
+		t.Error("the other dead letter was re-queued too")
+	}
+	r = e.post(nil, "/actions/retry", url.Values{"scope": {"one"}, "id": {ids[0].String()}},
 		map[string]string{"Authorization": "Bearer wrong-token-wrong-token"})
 	if r.status != http.StatusUnauthorized {
 		t.Errorf("wrong bearer: %d", r.status)
@@ -131,7 +145,7 @@ func TestCSRF(t *testing.T) {
 	c := e.client()
 	e.login(c)
 	csrf := e.csrf(c)
-	form := url.Values{"csrf": {csrf}, "id": {ids[0].String()}}
+	form := url.Values{"csrf": {csrf}, "scope": {"one"}, "id": {ids[0].String()}}
 
 	for _, tc := range []struct {
 		name string
@@ -141,8 +155,8 @@ func TestCSRF(t *testing.T) {
 	}{
 		{"cross-site POST with the session and its token", form, map[string]string{"Sec-Fetch-Site": "cross-site", "Origin": "https://evil.example"}, http.StatusForbidden},
 		{"cross-origin POST from an old browser", form, map[string]string{"Sec-Fetch-Site": "", "Origin": "https://evil.example"}, http.StatusForbidden},
-		{"missing CSRF token", url.Values{"id": form["id"]}, nil, http.StatusForbidden},
-		{"wrong CSRF token", url.Values{"csrf": {strings.Repeat("0", 64)}, "id": form["id"]}, nil, http.StatusForbidden},
+		{"missing CSRF token", url.Values{"scope": {"one"}, "id": form["id"]}, nil, http.StatusForbidden},
+		{"wrong CSRF token", url.Values{"csrf": {strings.Repeat("0", 64)}, "scope": {"one"}, "id": form["id"]}, nil, http.StatusForbidden},
 	} {
 		r := e.post(c, "/actions/discard", tc.form, tc.hdr)
 		if r.status != tc.want {
@@ -155,7 +169,7 @@ func TestCSRF(t *testing.T) {
 	}
 	// GET never acts.
 	for _, p := range []string{"/actions/retry?id=" + ids[0].String(), "/actions/discard?id=" + ids[0].String() + "&csrf=" + csrf,
-		"/confirm?action=discard&id=" + ids[0].String()} {
+		"/confirm?action=discard&scope=one&id=" + ids[0].String()} {
 		r := e.get(c, p)
 		if strings.HasPrefix(p, "/actions/") && r.status != http.StatusMethodNotAllowed {
 			t.Errorf("GET %s: %d, want 405", p, r.status)
@@ -183,10 +197,10 @@ func TestReadOnly(t *testing.T) {
 		e := setup(t, cfg)
 		ids := deadGroup(e, 1, "o-1", "boom")
 		hdr := map[string]string{"Authorization": "Bearer " + testToken}
-		if r := e.post(nil, "/actions/retry", url.Values{"id": {ids[0].String()}}, hdr); r.status != http.StatusForbidden {
+		if r := e.post(nil, "/actions/retry", url.Values{"scope": {"one"}, "id": {ids[0].String()}}, hdr); r.status != http.StatusForbidden {
 			t.Errorf("read-only (tokens %d): retry %d, want 403", len(cfg.Tokens), r.status)
 		}
-		conf := e.get(nil, "/confirm?action=retry&id="+ids[0].String())
+		conf := e.get(nil, "/confirm?action=retry&scope=one&id="+ids[0].String())
 		mustContain(t, conf.body, "This console is read-only.")
 		mustNotContain(t, conf.body, `action="/actions/retry"`)
 		if n := e.count("dead_at IS NOT NULL"); n != 1 {
@@ -225,7 +239,7 @@ func TestLogin(t *testing.T) {
 	}
 	mustContain(t, e.get(c, "/").body, `id="signin"`)
 	// The cookie is gone: the client cannot act any more.
-	if r := e.post(c, "/actions/retry", url.Values{"csrf": {csrf}, "id": {uuid.NewString()}}, nil); r.status != http.StatusUnauthorized {
+	if r := e.post(c, "/actions/retry", url.Values{"csrf": {csrf}, "scope": {"one"}, "id": {uuid.NewString()}}, nil); r.status != http.StatusUnauthorized {
 		t.Errorf("after logout: %d", r.status)
 	}
 }

@@ -82,8 +82,8 @@ func TestDeadLetterGroupsAndGroupPage(t *testing.T) {
 		t.Fatalf("group page: %d\n%s", g.status, g.body)
 	}
 	mustContain(t, g.body, `id="group-count">3<`, ids[0].String(), ids[2].String(), "offset 1 out of range",
-		`confirm?action=retry&amp;type=order.created&amp;error=offset%20%3cn%3e%20out%20of%20range`,
-		`confirm?action=discard&amp;id=`+ids[0].String())
+		`confirm?action=retry&amp;scope=group&amp;type=order.created&amp;error=offset%20%3cn%3e%20out%20of%20range`,
+		`confirm?action=discard&amp;scope=one&amp;id=`+ids[0].String())
 	mustNotContain(t, g.body, ids[3].String(), ids[4].String(), `action="/actions/`) // no form on a read-only console
 }
 
@@ -211,7 +211,7 @@ func TestStoredScriptRendersAsText(t *testing.T) {
 	g := "/dead-letters/group?type=" + url.QueryEscape("order.created"+x) + "&error=" + url.QueryEscape("failed: "+x)
 	for _, path := range []string{"/", "/dead-letters", "/dead-letters?by=error", g,
 		"/events/" + ids[0].String() + "?payload=1", "/aggregates?id=" + url.QueryEscape("o-1"+x),
-		"/confirm?action=retry&type=" + url.QueryEscape("order.created"+x) + "&error=" + url.QueryEscape("failed: "+x),
+		"/confirm?action=retry&scope=group&type=" + url.QueryEscape("order.created"+x) + "&error=" + url.QueryEscape("failed: "+x),
 		"/events/" + url.PathEscape(x), "/search?q=" + url.QueryEscape(x)} {
 		r := e.get(nil, path)
 		if strings.Contains(r.body, "<script") || strings.Contains(r.body, "<img") {
@@ -283,7 +283,7 @@ func TestServedUnderAPrefix(t *testing.T) {
 	if csrf == nil {
 		t.Fatal("no CSRF token: the session cookie is not sent under the prefix")
 	}
-	r = e.post(c, "/console/actions/retry", url.Values{"csrf": {csrf[1]}, "id": {ids[0].String()}}, nil)
+	r = e.post(c, "/console/actions/retry", url.Values{"csrf": {csrf[1]}, "scope": {"one"}, "id": {ids[0].String()}}, nil)
 	if r.status != http.StatusSeeOther || !strings.HasPrefix(r.header.Get("Location"), "/console/events/") {
 		t.Fatalf("retry: %d %s", r.status, r.header.Get("Location"))
 	}

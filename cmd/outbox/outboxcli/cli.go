@@ -44,6 +44,7 @@ func commands() []command {
 		{"status", "pending events, oldest pending age, dead letters, throughput, per event type", statusCommand},
 		{"dead-letters", "list dead letters (never their payloads unless --show-payload)", deadLettersCommand},
 		{"retry", "re-queue events by id, or dead letters by type or all (the manual retry path)", retryCommand},
+		{"console", "serve the operator console: state, dead-letter triage and actions, timelines", consoleCommand},
 		{"cleanup", "delete processed events older than a retention, in bounded batches", cleanupCommand},
 		{"version", "print the version", versionCommand},
 	}
