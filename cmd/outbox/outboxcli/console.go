@@ -62,17 +62,11 @@ func (f *consoleFlags) config(o *options, d *dbOptions, log *slog.Logger) (conso
 }
 
 // validateRelay checks the relay's console flags: the console needs the
-// HTTP server.
-func (f *consoleFlags) validateRelay(o *options, httpAddr string) error {
+// HTTP server. The console's other settings are ignored without --console,
+// so one environment can serve both commands.
+func (f *consoleFlags) validateRelay(httpAddr string) error {
 	if f.enabled && httpAddr == "" {
 		return usageErr("--console: needs --http-addr (e.g. --http-addr 127.0.0.1:9090)")
-	}
-	if !f.enabled && (f.token != "" || f.hidePayloads || f.readOnly) {
-		for _, n := range []string{"console-token", "console-hide-payloads", "console-read-only"} {
-			if o.fs.Lookup(n).Value.String() != o.fs.Lookup(n).DefValue {
-				return o.settingErr(n, "set without --console")
-			}
-		}
 	}
 	return nil
 }

@@ -119,7 +119,7 @@ func TestRelayMountsTheConsole(t *testing.T) {
 	if err := o.parse([]string{"--console", "--console-hide-payloads"}, env(nil), io.Discard); err != nil {
 		t.Fatal(err)
 	}
-	if err := cf.validateRelay(o, s.httpAddr); err != nil {
+	if err := cf.validateRelay(s.httpAddr); err != nil {
 		t.Fatal(err)
 	}
 	relay, err := outbox.NewRelay(f.pool, memory.New(), s.relayConfig(nil, nil))
@@ -154,7 +154,7 @@ func TestRelayMountsTheConsole(t *testing.T) {
 	if err := c.mountConsole(srv, o, off, s, f.pool, relay, "", nil); err != nil {
 		t.Errorf("mount without --console: %v", err)
 	}
-	if err := (&consoleFlags{enabled: true}).validateRelay(o, ""); err == nil || !strings.Contains(err.Error(), "--http-addr") {
+	if err := (&consoleFlags{enabled: true}).validateRelay(""); err == nil || !strings.Contains(err.Error(), "--http-addr") {
 		t.Errorf("--console without --http-addr: %v", err)
 	}
 }
