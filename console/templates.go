@@ -14,11 +14,10 @@ import (
 //go:embed templates/*.html
 var templateFS embed.FS
 
+// staticFS holds static/, served at /static/.
+//
 //go:embed static
-var embedded embed.FS
-
-// staticFS serves /static/ from the embedded files.
-var staticFS = must(fs.Sub(embedded, "."))
+var staticFS embed.FS
 
 // pages holds one template set per page: the layout plus the page's
 // "content", so every page defines the same block names.
@@ -67,11 +66,4 @@ func init() {
 		}
 		pages[name] = template.Must(template.New(name).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", n))
 	}
-}
-
-func must[T any](v T, err error) T {
-	if err != nil {
-		panic(err)
-	}
-	return v
 }
