@@ -49,6 +49,7 @@ func commands() []command {
 		{"dead-letters", "list dead letters (never their payloads unless --show-payload), --group-by error; `dead-letters discard`", deadLettersCommand,
 			[]command{{"discard", "delete dead letters for good", discardCommand, nil}}},
 		{"retry", "re-queue events by id, or dead letters by type, error, age or all (the manual retry path)", retryCommand, nil},
+		{"console", "serve the operator console: state, dead-letter triage and actions, timelines", consoleCommand, nil},
 		{"cleanup", "delete processed events older than a retention, in bounded batches", cleanupCommand, nil},
 		{"version", "print the version (same as --version)", versionCommand, nil},
 	}

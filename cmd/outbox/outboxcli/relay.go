@@ -36,6 +36,11 @@ type relaySettings struct {
 	logLevel     string
 	logFormat    string
 	dbWait       dbWaitSettings
+	console      consoleFlags
+	// createTopology and ensureStream opt in to creating a missing
+	// destination (BrokerOptions).
+	createTopology bool
+	ensureStream   string
 }
 
 // relayFlags lists the relay's numeric and boolean settings. A RelayConfig
@@ -103,7 +108,9 @@ process at once.
   stdout:            one JSON line per event on stdout (debugging; no
                      durability)
 Each broker package documents its URL options (go doc .../outbox/kafka ...).
-The relay never creates streams or topics: that is the operator's job.
+The relay creates no stream, topic, exchange or queue unless asked with
+--create-topology (or --ensure-stream NAME for NATS): a missing destination is
+an outage (no attempt counted, not ready, the log names the command creating it).
 
 --topic is the subject/topic template: {event_type}, {aggregate_type} and
 {aggregate_id} are replaced by the event's fields, e.g. "events.{aggregate_type}".
@@ -112,6 +119,7 @@ With --http-addr set (e.g. 127.0.0.1:9090) the relay serves
   /metrics   Prometheus metrics (outbox_*, Go and process collectors)
   /healthz   200 while the process is up
   /readyz    200 when the database answers and the broker is connected, else 503
+  /console/  the operator console, with --console (see outbox console --help)
 Logs are JSON on stderr, or text when stderr is a terminal.`)
 	s.db.register(o)
 	s.dbWait.register(o)
@@ -122,6 +130,9 @@ Logs are JSON on stderr, or text when stderr is a terminal.`)
 		st.register(o)
 	}
 	f.StringVar(&s.httpAddr, "http-addr", "", "address serving /metrics, /healthz and /readyz, e.g. 127.0.0.1:9090 (empty: off)")
+	s.console.registerRelay(o)
+	f.BoolVar(&s.createTopology, "create-topology", false, "create a missing destination: JetStream stream, Kafka topics, the RabbitMQ exchange named in the URL, SQS queues (opt-in)")
+	f.StringVar(&s.ensureStream, "ensure-stream", "", "NATS: JetStream stream to create or update so it captures --topic's subjects (default OUTBOX with --create-topology)")
 	f.StringVar(&s.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&s.logFormat, "log-format", "", "json or text (default: text when stderr is a terminal, else json)")
 	return o, func(ctx context.Context, c *cli, o *options) error {
@@ -152,7 +163,7 @@ func (s *relaySettings) validate(o *options) error {
 			return o.settingErr("http-addr", "%q: %v (want host:port, e.g. 127.0.0.1:9090)", s.httpAddr, err)
 		}
 	}
-	return nil
+	return s.console.validateRelay(s.httpAddr)
 }
 
 // relayConfig is the library configuration the settings describe.
@@ -195,7 +206,7 @@ func (c *cli) relay(ctx context.Context, o *options, s *relaySettings) error {
 	}
 	defer r.stopTracing()
 	if s.httpAddr != "" {
-		if err := c.serveHTTP(r, s.httpAddr); err != nil {
+		if err := c.serveHTTP(r, o, s); err != nil {
 			r.shutdown()
 			return err
 		}
@@ -210,6 +221,7 @@ func (c *cli) relay(ctx context.Context, o *options, s *relaySettings) error {
 // runningRelay is a relay ready to run, and what it holds.
 type runningRelay struct {
 	relay     *outbox.Relay
+	pool      *pgxpool.Pool
 	reg       *prometheus.Registry
 	log       *slog.Logger
 	brokerURL string // redacted
@@ -280,6 +292,7 @@ func (c *cli) startRelay(ctx context.Context, o *options, s *relaySettings) (*ru
 
 	pub, brokerCloser, err := openBroker(ctx, brokerURL, BrokerOptions{
 		Topic: s.topic, Logger: log, Stdout: c.stdout, ClientName: "pgoutbox relay", Getenv: c.getenv,
+		CreateTopology: s.createTopology || s.ensureStream != "", StreamName: s.ensureStream,
 	})
 	if err != nil {
 		pool.Close()
@@ -294,20 +307,24 @@ func (c *cli) startRelay(ctx context.Context, o *options, s *relaySettings) (*ru
 		return nil, err
 	}
 	started = true
-	return &runningRelay{relay: relay, reg: reg, log: log, brokerURL: brokerURL.Redacted(), stopTracing: stopTracing, shutdown: func() {
+	return &runningRelay{relay: relay, pool: pool, reg: reg, log: log, brokerURL: brokerURL.Redacted(), stopTracing: stopTracing, shutdown: func() {
 		brokerCloser.Close()
 		pool.Close()
 	}}, nil
 }
 
-// serveHTTP serves /metrics, /healthz and /readyz on addr until the relay
+// serveHTTP serves /metrics, /healthz, /readyz and the console on --http-addr until the relay
 // shuts down.
-func (c *cli) serveHTTP(r *runningRelay, addr string) error {
-	ln, err := net.Listen("tcp", addr)
+func (c *cli) serveHTTP(r *runningRelay, o *options, s *relaySettings) error {
+	ln, err := net.Listen("tcp", s.httpAddr)
 	if err != nil {
 		return fmt.Errorf("--http-addr: %w", err)
 	}
 	srv := c.httpServer(r.relay, r.reg)
+	if err := c.mountConsole(srv, o, &s.console, s, r.pool, r.relay, r.brokerURL, r.log); err != nil {
+		ln.Close()
+		return err
+	}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			r.log.Error("http server failed", "err", err)

@@ -1,0 +1,163 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/outbox/internal/store"
+)
+
+// MinuteCount is how many events were published in one minute.
+type MinuteCount struct {
+	Minute time.Time `json:"minute"` // the minute's start
+	Count  int64     `json:"count"`
+}
+
+// PublishedPerMinute counts the events published in each of the last minutes
+// minutes, the current (partial) minute last; minutes without any are
+// zero. Rows deleted on publish (RelayConfig.DeleteOnPublish) or by cleanup
+// are not counted.
+func (a *Admin) PublishedPerMinute(ctx context.Context, minutes int) ([]MinuteCount, error) {
+	if minutes < 1 || minutes > 24*60 {
+		return nil, errors.New("outbox: PublishedPerMinute: minutes must be between 1 and 1440")
+	}
+	var now time.Time
+	if err := a.pool.QueryRow(ctx, `SELECT date_trunc('minute', now())`).Scan(&now); err != nil {
+		return nil, a.wrap("published per minute", err)
+	}
+	rows, err := a.pool.Query(ctx, store.NewConsole(a.names).PublishedPerMinute, minutes)
+	if err != nil {
+		return nil, a.wrap("published per minute", err)
+	}
+	out := make([]MinuteCount, minutes)
+	first := now.Add(-time.Duration(minutes-1) * time.Minute)
+	for i := range out {
+		out[i].Minute = first.Add(time.Duration(i) * time.Minute)
+	}
+	var m time.Time
+	var n int64
+	_, err = pgx.ForEachRow(rows, []any{&m, &n}, func() error {
+		if i := int(m.Sub(first) / time.Minute); i >= 0 && i < minutes {
+			out[i].Count = n
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, a.wrap("published per minute", err)
+	}
+	return out, nil
+}
+
+// DeadLetterGroupMembers lists the dead letters of one group, as
+// DeadLetterGroups shows it (eventType "" for any type), in insertion order,
+// at most limit (default 100).
+func (a *Admin) DeadLetterGroupMembers(ctx context.Context, eventType, errorGroup string, limit int) ([]EventInfo, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	rows, err := a.pool.Query(ctx, store.NewConsole(a.names).DeadInGroup, eventType, errorGroup, limit)
+	if err != nil {
+		return nil, a.wrap("dead-letter group", err)
+	}
+	return a.collectEvents(rows, "dead-letter group")
+}
+
+// DefaultTimelineWindow is how many of the latest published events
+// AggregateTimeline looks through for an aggregate's published history.
+const DefaultTimelineWindow = 20000
+
+// TimelineQuery selects an aggregate's events for AggregateTimeline.
+type TimelineQuery struct {
+	AggregateType string // "" for any type
+	AggregateID   string
+	// Limit caps the events returned, the latest kept. Defaults to 100.
+	Limit int
+	// PublishedWindow bounds the search for published events to the latest
+	// this many published rows of the table: the aggregate index holds
+	// unprocessed rows only, and a scan of every published row would grow
+	// with the table. Defaults to DefaultTimelineWindow.
+	PublishedWindow int
+}
+
+// AggregateTimeline reads an aggregate's events in insertion order, with
+// their state: every unprocessed one (pending, retrying, dead, held) and the
+// published ones among the latest PublishedWindow published rows. Unlike
+// Events, its cost does not grow with the number of published rows kept.
+func (a *Admin) AggregateTimeline(ctx context.Context, q TimelineQuery) ([]EventInfo, error) {
+	if q.AggregateID == "" {
+		return nil, errors.New("outbox: TimelineQuery.AggregateID: must not be empty")
+	}
+	if q.Limit <= 0 {
+		q.Limit = 100
+	}
+	if q.PublishedWindow <= 0 {
+		q.PublishedWindow = DefaultTimelineWindow
+	}
+	rows, err := a.pool.Query(ctx, store.NewConsole(a.names).Timeline, q.AggregateType, q.AggregateID, q.Limit, q.PublishedWindow)
+	if err != nil {
+		return nil, a.wrap("timeline", err)
+	}
+	out, err := a.collectEvents(rows, "timeline")
+	if err != nil {
+		return nil, err
+	}
+	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 { // read latest first; show in order
+		out[i], out[j] = out[j], out[i]
+	}
+	return out, nil
+}
+
+func (a *Admin) collectEvents(rows pgx.Rows, op string) ([]EventInfo, error) {
+	out := []EventInfo{}
+	var e EventInfo
+	_, err := pgx.ForEachRow(rows, []any{&e.ID, &e.Seq, &e.AggregateType, &e.AggregateID, &e.EventType, &e.Payload,
+		&e.Headers, &e.Attempts, &e.CreatedAt, &e.ProcessedAt, &e.RetryAfter, &e.DeadAt, &e.LastError, &e.HeldBy}, func() error {
+		e.State = stateOf(&e)
+		out = append(out, e)
+		e = EventInfo{}
+		return nil
+	})
+	if err != nil {
+		return nil, a.wrap(op, err)
+	}
+	return out, nil
+}
+
+// BlockedAggregate is an aggregate whose later events wait behind a dead
+// letter (held in ordered mode).
+type BlockedAggregate struct {
+	AggregateType string    `json:"aggregate_type"`
+	AggregateID   string    `json:"aggregate_id"`
+	DeadLetter    uuid.UUID `json:"dead_letter"`
+	EventType     string    `json:"event_type"`
+	ErrorGroup    string    `json:"error_group"`
+	// Behind counts the unprocessed events after the dead letter.
+	Behind int64 `json:"behind"`
+}
+
+// BlockedAggregateList lists at most limit (default 20) aggregates held back
+// by a dead letter, the oldest dead letter first. Status.BlockedAggregates
+// counts them all.
+func (a *Admin) BlockedAggregateList(ctx context.Context, limit int) ([]BlockedAggregate, error) {
+	if limit <= 0 {
+		limit = 20
+	}
+	rows, err := a.pool.Query(ctx, store.NewConsole(a.names).Blocked, limit)
+	if err != nil {
+		return nil, a.wrap("blocked aggregates", err)
+	}
+	out := []BlockedAggregate{}
+	var b BlockedAggregate
+	_, err = pgx.ForEachRow(rows, []any{&b.AggregateType, &b.AggregateID, &b.DeadLetter, &b.EventType, &b.ErrorGroup, &b.Behind}, func() error {
+		out = append(out, b)
+		return nil
+	})
+	if err != nil {
+		return nil, a.wrap("blocked aggregates", err)
+	}
+	return out, nil
+}

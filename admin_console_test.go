@@ -1,0 +1,95 @@
+package outbox_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/pgoutbox/outbox"
+)
+
+func (e *env) execSQL(sql string, args ...any) {
+	e.t.Helper()
+	if _, err := e.pool.Exec(ctx(e.t), sql, args...); err != nil {
+		e.t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+func TestAdminPublishedPerMinute(t *testing.T) {
+	e := setup(t)
+	ids := e.writeBatch(6)
+	e.execSQL(`UPDATE outbox_events SET processed_at = now() WHERE id = ANY($1)`, ids[:2])
+	e.execSQL(`UPDATE outbox_events SET processed_at = now() - interval '10 minutes' WHERE id = ANY($1)`, ids[2:5])
+	var old time.Time
+	if err := e.pool.QueryRow(ctx(t), `SELECT date_trunc('minute', processed_at) FROM outbox_events WHERE id = $1`, ids[2]).Scan(&old); err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.admin().PublishedPerMinute(ctx(t), 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 60 {
+		t.Fatalf("%d minutes, want 60", len(got))
+	}
+	var sum int64
+	for i, m := range got {
+		sum += m.Count
+		if i > 0 && m.Minute.Sub(got[i-1].Minute) != time.Minute {
+			t.Errorf("minute %d is %s after the previous one", i, m.Minute.Sub(got[i-1].Minute))
+		}
+		if m.Minute.Equal(old) && m.Count != 3 {
+			t.Errorf("minute %s: %d published, want 3", m.Minute, m.Count)
+		}
+	}
+	if sum != 5 {
+		t.Errorf("%d published in the hour, want 5 (the pending one is not counted)", sum)
+	}
+	if _, err := e.admin().PublishedPerMinute(ctx(t), 0); err == nil {
+		t.Error("0 minutes accepted")
+	}
+}
+
+func TestAdminAggregateTimelineWindow(t *testing.T) {
+	e := setup(t)
+	first := e.writeAgg("a-1", 0, 1)[0]
+	e.execSQL(`UPDATE outbox_events SET processed_at = now() - interval '1 minute' WHERE id = $1`, first)
+	dead := e.writeAgg("a-1", 1, 1)[0]
+	e.execSQL(`UPDATE outbox_events SET dead_at = now(), attempts = 10, last_error = 'offset 42 refused' WHERE id = $1`, dead)
+	later := e.writeAgg("a-1", 2, 1)[0]
+	others := e.writeBatch(3) // published after the aggregate's first event
+	e.execSQL(`UPDATE outbox_events SET processed_at = now() WHERE id = ANY($1)`, others)
+	a := e.admin()
+
+	got, err := a.AggregateTimeline(ctx(t), outbox.TimelineQuery{AggregateType: "order", AggregateID: "a-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 || got[0].ID != first || got[0].State != outbox.StatePublished || got[1].State != outbox.StateDead ||
+		got[2].ID != later || got[2].State != outbox.StatePending {
+		t.Fatalf("timeline = %+v", got)
+	}
+	// Its published event is older than the 3 latest published rows: outside
+	// a window of 3, the unprocessed ones still shown.
+	got, err = a.AggregateTimeline(ctx(t), outbox.TimelineQuery{AggregateID: "a-1", PublishedWindow: 3})
+	if err != nil || len(got) != 2 || got[0].ID != dead {
+		t.Fatalf("timeline in a window of 3 = %+v, %v", got, err)
+	}
+	if got, err := a.AggregateTimeline(ctx(t), outbox.TimelineQuery{AggregateID: "a-1", Limit: 1}); err != nil || len(got) != 1 || got[0].ID != later {
+		t.Errorf("timeline limited to 1 = %+v, %v; want the latest", got, err)
+	}
+	if _, err := a.AggregateTimeline(ctx(t), outbox.TimelineQuery{}); err == nil {
+		t.Error("no aggregate id accepted")
+	}
+
+	blocked, err := a.BlockedAggregateList(ctx(t), 0)
+	if err != nil || len(blocked) != 1 || blocked[0].AggregateID != "a-1" || blocked[0].DeadLetter != dead ||
+		blocked[0].Behind != 1 || blocked[0].ErrorGroup != "offset <n> refused" {
+		t.Errorf("blocked = %+v, %v", blocked, err)
+	}
+	members, err := a.DeadLetterGroupMembers(ctx(t), "order.created", "offset <n> refused", 0)
+	if err != nil || len(members) != 1 || members[0].ID != dead || members[0].LastError != "offset 42 refused" {
+		t.Errorf("group members = %+v, %v", members, err)
+	}
+	if members, err := a.DeadLetterGroupMembers(ctx(t), "order.paid", "", 0); err != nil || len(members) != 0 {
+		t.Errorf("members of another type = %+v, %v", members, err)
+	}
+}

@@ -1,0 +1,302 @@
+// Package console is pgoutbox's operator console: a few server-rendered pages
+// over the outbox table for what operators would rather look at than read
+// (is the relay keeping up, what is stuck and why) and the dead-letter
+// actions of outbox.Admin, behind a token.
+//
+// A Console is an http.Handler. `outbox console` serves one on its own and
+// `outbox relay --console` mounts one on the relay's HTTP server; an
+// application can mount one on its admin server:
+//
+//	c, err := console.New(pool, console.Config{Tokens: map[string]string{"ops": secret}, Prefix: "/outbox/"})
+//	mux.Handle("/outbox/", c)
+//
+// Security model: without a token the console is read-only. With tokens,
+// the actions (retry, discard) need one, as a bearer header or through the
+// login form, which sets an HttpOnly, SameSite=Strict session cookie. Every
+// state-changing request is a POST checked against cross-origin requests
+// (Sec-Fetch-Site and Origin), and a POST authenticated by the cookie must
+// also carry the session's CSRF token. No GET changes anything. Every value
+// read from the table is escaped by html/template; pages carry a
+// Content-Security-Policy that allows no script at all. Payloads are shown
+// only on an explicit click, only to a signed-in user when tokens are set, and
+// never with HidePayloads. Each action is logged (token name, action,
+// selector, count).
+package console
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgoutbox/outbox"
+)
+
+// Defaults of Config.
+const (
+	// DefaultSessionTTL is how long a login lasts.
+	DefaultSessionTTL = 12 * time.Hour
+	// DefaultQueryTimeout bounds the queries of one page or action.
+	DefaultQueryTimeout = 10 * time.Second
+	// MinTokenLength is the shortest token accepted: a console token guards
+	// deletes.
+	MinTokenLength = 16
+)
+
+// Config configures a Console. Zero values mean the documented defaults.
+type Config struct {
+	// Schema and Table name the outbox table, as in outbox.AdminConfig.
+	Schema string
+	Table  string
+	// Tokens maps each token's name, which the audit log records, to its
+	// secret (at least MinTokenLength bytes). Without tokens the console is
+	// read-only.
+	Tokens map[string]string
+	// ReadOnly disables the actions even for a signed-in user.
+	ReadOnly bool
+	// HidePayloads never shows payloads, even on request.
+	HidePayloads bool
+	// Logger receives the audit lines and errors. Defaults to discarding.
+	Logger *slog.Logger
+	// Relay, when set, is called by the overview to show the state of the
+	// relay serving the console.
+	Relay func(ctx context.Context) RelayState
+	// Prefix is the path the console is served under, with a trailing
+	// slash. Defaults to "/".
+	Prefix string
+	// SessionTTL is how long a login lasts. Defaults to DefaultSessionTTL.
+	SessionTTL time.Duration
+	// QueryTimeout bounds one page's queries. Defaults to
+	// DefaultQueryTimeout.
+	QueryTimeout time.Duration
+}
+
+// RelayState is what the overview shows of the relay serving the console.
+type RelayState struct {
+	Source    string // the table the relay reads, quoted
+	Broker    string // the broker's URL, without credentials
+	Workers   int
+	BatchSize int
+	Ordered   bool
+	// Ready is nil when the relay is ready (database and broker reachable),
+	// else why not.
+	Ready error
+	// BrokerDown says the broker was unreachable on the last batch or fails
+	// its health check.
+	BrokerDown bool
+}
+
+// Console is the console's http.Handler.
+type Console struct {
+	admin   *outbox.Admin
+	cfg     Config
+	log     *slog.Logger
+	handler http.Handler
+
+	mu       sync.Mutex
+	sessions map[string]*session
+}
+
+// session is one login.
+type session struct {
+	name    string // the token's name
+	csrf    string
+	expires time.Time
+}
+
+// ParseTokens reads tokens from a flag or environment value: a
+// comma-separated list of name:secret, or a single bare secret, named
+// "operator".
+func ParseTokens(s string) (map[string]string, error) {
+	out := map[string]string{}
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return out, nil
+	}
+	if !strings.Contains(s, ":") && !strings.Contains(s, ",") {
+		out["operator"] = s
+		return out, nil
+	}
+	for _, part := range strings.Split(s, ",") {
+		name, secret, ok := strings.Cut(strings.TrimSpace(part), ":")
+		if !ok || name == "" || secret == "" {
+			return nil, errors.New("want a secret, or name:secret pairs separated by commas")
+		}
+		if _, dup := out[name]; dup {
+			return nil, fmt.Errorf("token name %q given twice", name)
+		}
+		out[name] = secret
+	}
+	return out, nil
+}
+
+// New validates cfg and returns a console on pool's outbox table. It does not
+// touch the database.
+func New(pool *pgxpool.Pool, cfg Config) (*Console, error) {
+	admin, err := outbox.NewAdmin(pool, outbox.AdminConfig{Schema: cfg.Schema, Table: cfg.Table})
+	if err != nil {
+		return nil, fmt.Errorf("console: %w", err)
+	}
+	for name, secret := range cfg.Tokens {
+		switch {
+		case name == "" || strings.ContainsAny(name, ":,\n\r"):
+			return nil, fmt.Errorf("console: Config.Tokens: name %q: must be non-empty, without ':', ',' or newlines", name)
+		case len(secret) < MinTokenLength:
+			return nil, fmt.Errorf("console: Config.Tokens: token %q: %d bytes, want at least %d", name, len(secret), MinTokenLength)
+		}
+	}
+	switch {
+	case cfg.Prefix == "":
+		cfg.Prefix = "/"
+	case !strings.HasPrefix(cfg.Prefix, "/") || !strings.HasSuffix(cfg.Prefix, "/"):
+		return nil, fmt.Errorf("console: Config.Prefix: %q must start and end with /", cfg.Prefix)
+	}
+	if cfg.SessionTTL < 0 || cfg.QueryTimeout < 0 {
+		return nil, errors.New("console: Config.SessionTTL and QueryTimeout must not be negative")
+	}
+	if cfg.SessionTTL == 0 {
+		cfg.SessionTTL = DefaultSessionTTL
+	}
+	if cfg.QueryTimeout == 0 {
+		cfg.QueryTimeout = DefaultQueryTimeout
+	}
+	c := &Console{admin: admin, cfg: cfg, log: cfg.Logger, sessions: map[string]*session{}}
+	if c.log == nil {
+		c.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", c.overview)
+	mux.HandleFunc("GET /dead-letters", c.deadLetters)
+	mux.HandleFunc("GET /dead-letters/group", c.deadLetterGroup)
+	mux.HandleFunc("GET /events/{id}", c.event)
+	mux.HandleFunc("GET /aggregates", c.timeline)
+	mux.HandleFunc("GET /search", c.search)
+	mux.HandleFunc("GET /confirm", c.confirm)
+	mux.HandleFunc("POST /actions/retry", c.action)
+	mux.HandleFunc("POST /actions/discard", c.action)
+	mux.HandleFunc("/actions/", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", http.MethodPost)
+		c.fail(w, r, http.StatusMethodNotAllowed, "actions are taken by POST only, from their confirmation page")
+	})
+	mux.HandleFunc("GET /login", c.loginPage)
+	mux.HandleFunc("POST /login", c.login)
+	mux.HandleFunc("POST /logout", c.logout)
+	mux.Handle("GET /static/", http.FileServerFS(staticFS))
+	mux.HandleFunc("/", c.notFound)
+
+	cop := http.NewCrossOriginProtection()
+	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c.fail(w, r, http.StatusForbidden, "cross-origin request refused")
+	}))
+	c.handler = cop.Handler(mux)
+	if p := strings.TrimSuffix(cfg.Prefix, "/"); p != "" {
+		c.handler = http.StripPrefix(p, c.handler)
+	}
+	return c, nil
+}
+
+// ServeHTTP serves the console's pages, static files and actions.
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("X-Frame-Options", "DENY")
+	c.handler.ServeHTTP(w, r)
+}
+
+// canAct says whether the console accepts actions at all.
+func (c *Console) canAct() bool { return len(c.cfg.Tokens) > 0 && !c.cfg.ReadOnly }
+
+const cookieName = "outbox_console"
+
+// caller is who makes a request.
+type caller struct {
+	name    string   // token name; "" when not signed in
+	session *session // set when signed in by the cookie
+}
+
+// who authenticates r by its bearer header or its session cookie.
+func (c *Console) who(r *http.Request) caller {
+	if auth := r.Header.Get("Authorization"); auth != "" {
+		if tok, ok := strings.CutPrefix(auth, "Bearer "); ok {
+			if name := c.tokenName(strings.TrimSpace(tok)); name != "" {
+				return caller{name: name}
+			}
+		}
+		return caller{}
+	}
+	ck, err := r.Cookie(cookieName)
+	if err != nil || ck.Value == "" {
+		return caller{}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.sessions[ck.Value]
+	if s == nil {
+		return caller{}
+	}
+	if time.Now().After(s.expires) {
+		delete(c.sessions, ck.Value)
+		return caller{}
+	}
+	return caller{name: s.name, session: s}
+}
+
+// tokenName returns the name of the token tok, or "". Every token is
+// compared in constant time.
+func (c *Console) tokenName(tok string) string {
+	found := ""
+	for name, secret := range c.cfg.Tokens {
+		if subtle.ConstantTimeCompare([]byte(tok), []byte(secret)) == 1 {
+			found = name
+		}
+	}
+	return found
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // never fails (crypto/rand)
+	return hex.EncodeToString(b)
+}
+
+func (c *Console) newSession(name string) (id string, s *session) {
+	id = randomHex(32)
+	s = &session{name: name, csrf: randomHex(32), expires: time.Now().Add(c.cfg.SessionTTL)}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	for k, old := range c.sessions { // the map stays as small as the live logins
+		if now.After(old.expires) {
+			delete(c.sessions, k)
+		}
+	}
+	c.sessions[id] = s
+	return id, s
+}
+
+// checkCSRF verifies a cookie-authenticated POST's CSRF token. Cross-origin
+// requests are refused before this, by http.CrossOriginProtection; a bearer
+// header is never sent by a browser on its own, so it needs no token.
+func checkCSRF(r *http.Request, who caller) bool {
+	if who.session == nil {
+		return who.name != ""
+	}
+	got := r.PostFormValue("csrf")
+	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(who.session.csrf)) == 1
+}
+
+func (c *Console) ctx(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), c.cfg.QueryTimeout)
+}
