@@ -314,9 +314,9 @@ func TestMigrationSQLRejectsControlCharacters(t *testing.T) {
 			t.Errorf("MigrationSQL(%+q) accepted the name; applying its script left the canary table existing=%v", cfg, exists)
 			continue
 		}
-		want := "MigrateConfig.table"
+		want := "MigrateConfig.Table"
 		if cfg.Schema != "" {
-			want = "MigrateConfig.schema"
+			want = "MigrateConfig.Schema"
 		}
 		if !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "control character") {
 			t.Errorf("MigrationSQL(%+q) error = %q, want it to name %s and the control character", cfg, err, want)

@@ -234,7 +234,7 @@ func TestNewValidates(t *testing.T) {
 		{console.Config{Tokens: map[string]string{"a": "short"}}, "Config.Tokens"},
 		{console.Config{Tokens: map[string]string{"a:b": testToken}}, "Config.Tokens"},
 		{console.Config{Prefix: "console"}, "Config.Prefix"},
-		{console.Config{Table: strings.Repeat("x", 80)}, "AdminConfig.table"},
+		{console.Config{Table: strings.Repeat("x", 80)}, "AdminConfig.Table"},
 	} {
 		if _, err := console.New(pool, tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("New(%+v) = %v, want an error naming %s", tc.cfg, err, tc.want)
