@@ -21,8 +21,8 @@ type AdminConfig struct {
 	Table  string
 }
 
-// Admin is the operator's side of the outbox: status, dead letters, the
-// article's manual retry path, cleanup. The `outbox` command is built on it;
+// Admin is the operator's side of the outbox: status, dead letters,
+// manual retry and discard, cleanup. The `outbox` command is built on it;
 // an application can expose the same operations on its own admin endpoints.
 type Admin struct {
 	pool  *pgxpool.Pool

@@ -58,7 +58,7 @@ func TestPromtool(t *testing.T) {
 		runPromtool(t, "prometheus", "check", "config", "prometheus.yml")
 	})
 	for _, m := range []struct{ alert, old, new string }{
-		// The article's 1000 pending events moved to 1500 (the firing case
+		// The pending threshold of 1000 events moved to 1500 (the firing case
 		// has 1500).
 		{"OutboxPendingHigh", "(outbox_events_pending) > 1000", "(outbox_events_pending) > 1500"},
 		// 10 minutes moved to 20 (the firing case reaches 16).

@@ -79,7 +79,7 @@ func testGrants(t *testing.T, grants string, columns bool) {
 	relay := poolAs(t, relayRole, password)
 	table := qs + ".outbox_events"
 
-	// The application writes events with the Writer, and with the article's
+	// The application writes events with the Writer, and with a
 	// plain INSERT, and wakes relays with a Notifier.
 	w, err := outbox.NewWriter(outbox.WriterConfig{Schema: schema})
 	if err != nil {
@@ -102,7 +102,7 @@ func testGrants(t *testing.T, grants string, columns bool) {
 	write(ev("order.created", "1"), ev("order.paid", "1"), ev("order.failed", "2"))
 	if _, err := app.Exec(ctx, `INSERT INTO `+table+` (aggregate_type, aggregate_id, event_type, payload)
 		VALUES ('order', '3', 'order.created', '{"total": 7}')`); err != nil {
-		t.Fatalf("application role: the article's plain INSERT: %v", err)
+		t.Fatalf("application role: a plain INSERT: %v", err)
 	}
 	notifier, err := outbox.NewNotifier(app, outbox.NotifierConfig{Schema: schema, Logger: failOnLog(t, slog.LevelDebug)})
 	if err != nil {

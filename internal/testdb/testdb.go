@@ -38,7 +38,7 @@ func NewSchemaName(prefix string) string {
 
 // Pool returns a pool on the test database, closed when the test ends. If
 // searchPath is not empty it becomes the pool's search_path, so unqualified
-// statements (the article's plain INSERT) land in that schema.
+// statements (a plain INSERT without the Writer) land in that schema.
 func Pool(t testing.TB, searchPath string) *pgxpool.Pool {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(URL())
