@@ -23,7 +23,7 @@ RUN --mount=type=cache,target=/go/pkg/mod \
 COPY . .
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
-    CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X github.com/pgoutbox/outbox/cmd/outbox/outboxcli.version=${VERSION}" -o /out/outbox ./cmd/outbox
+    CGO_ENABLED=0 go build -trimpath -tags noembeddednats -ldflags "-s -w -X github.com/pgoutbox/outbox/cmd/outbox/outboxcli.version=${VERSION}" -o /out/outbox ./cmd/outbox
 
 # distroless/static: CA certificates, tzdata and /etc/passwd with the
 # "nonroot" user (65532), no shell, no package manager.

@@ -20,10 +20,11 @@ LDFLAGS := -s -w -X github.com/pgoutbox/outbox/cmd/outbox/outboxcli.version=$(VE
 release: $(PLATFORMS)
 	cd $(DIST) && sha256sum outbox-$(VERSION)-* > SHA256SUMS
 
-# CGO_ENABLED=0: a static binary, no libc; -trimpath: no build paths inside.
+# CGO_ENABLED=0: a static binary, no libc; -trimpath: no build paths inside;
+# noembeddednats: the demo's NATS server stays out (its demo needs --broker).
 $(PLATFORMS):
 	CGO_ENABLED=0 GOOS=$(word 1,$(subst /, ,$@)) GOARCH=$(word 2,$(subst /, ,$@)) \
-		$(GO) build -trimpath -ldflags "$(LDFLAGS)" \
+		$(GO) build -trimpath -tags noembeddednats -ldflags "$(LDFLAGS)" \
 		-o $(DIST)/outbox-$(VERSION)-$(word 1,$(subst /, ,$@))-$(word 2,$(subst /, ,$@)) ./cmd/outbox
 
 image:

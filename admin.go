@@ -320,53 +320,15 @@ type EventInfo struct {
 	HeldBy *uuid.UUID
 }
 
-// EventQuery selects events for Events: by IDs, or by aggregate (AggregateID,
-// with AggregateType or across types).
-type EventQuery struct {
-	IDs           []uuid.UUID
-	AggregateType string
-	AggregateID   string
-	// Limit caps an aggregate's events, the latest kept. Defaults to 100.
-	Limit int
-}
-
-// Events reads events in any state, in insertion order: an event by id, or an
-// aggregate's timeline.
-func (a *Admin) Events(ctx context.Context, q EventQuery) ([]EventInfo, error) {
-	var rows pgx.Rows
-	var err error
-	switch {
-	case len(q.IDs) > 0 && q.AggregateID == "" && q.AggregateType == "":
-		rows, err = a.pool.Query(ctx, a.aq.EventsByID, q.IDs)
-	case len(q.IDs) == 0 && q.AggregateID != "":
-		if q.Limit <= 0 {
-			q.Limit = 100
-		}
-		rows, err = a.pool.Query(ctx, a.aq.EventsByAggregate, q.AggregateType, q.AggregateID, q.Limit)
-	default:
-		return nil, errors.New("outbox: EventQuery: set either IDs or AggregateID (with AggregateType or not)")
-	}
+// Events reads the events among ids, in any state, in insertion order; ids
+// that match no row are left out. An aggregate's events are read with
+// AggregateTimeline.
+func (a *Admin) Events(ctx context.Context, ids ...uuid.UUID) ([]EventInfo, error) {
+	rows, err := a.pool.Query(ctx, a.aq.EventsByID, ids)
 	if err != nil {
 		return nil, a.wrap("events", err)
 	}
-	out := []EventInfo{}
-	var e EventInfo
-	_, err = pgx.ForEachRow(rows, []any{&e.ID, &e.Seq, &e.AggregateType, &e.AggregateID, &e.EventType, &e.Payload,
-		&e.Headers, &e.Attempts, &e.CreatedAt, &e.ProcessedAt, &e.RetryAfter, &e.DeadAt, &e.LastError, &e.HeldBy}, func() error {
-		e.State = stateOf(&e)
-		out = append(out, e)
-		e = EventInfo{}
-		return nil
-	})
-	if err != nil {
-		return nil, a.wrap("events", err)
-	}
-	if len(q.IDs) == 0 { // read latest first; show in order
-		for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
-			out[i], out[j] = out[j], out[i]
-		}
-	}
-	return out, nil
+	return a.collectEvents(rows, "events")
 }
 
 func stateOf(e *EventInfo) EventState {
@@ -377,7 +339,7 @@ func stateOf(e *EventInfo) EventState {
 		return StateHeld
 	case e.DeadAt != nil:
 		return StateDead
-	case e.Attempts > 0 || e.LastError != "":
+	case e.Attempts > 0: // a re-queued event keeps its last error but is pending again
 		return StateRetrying
 	}
 	return StatePending

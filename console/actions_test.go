@@ -83,7 +83,7 @@ func TestRetryAndDiscardOne(t *testing.T) {
 	if r.status != http.StatusSeeOther || !strings.HasPrefix(r.header.Get("Location"), "/events/"+ids[0].String()) {
 		t.Fatalf("retry one: %d %s", r.status, r.header.Get("Location"))
 	}
-	mustContain(t, e.get(c, r.header.Get("Location")).body, "Re-queued 1 event(s)", `id="state">retrying<`) // waiting for the relay, its last error kept
+	mustContain(t, e.get(c, r.header.Get("Location")).body, "Re-queued 1 event(s)", `id="state">pending<`) // waiting for the relay again, its last error kept
 
 	conf := e.get(c, "/confirm?action=discard&scope=one&id="+ids[1].String())
 	mustContain(t, conf.body, `id="confirm-count">1<`, "Delete for good")

@@ -201,7 +201,7 @@ func (c *Console) event(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := c.ctx(r)
 	defer cancel()
-	evs, err := c.admin.Events(ctx, outbox.EventQuery{IDs: []uuid.UUID{id}})
+	evs, err := c.admin.Events(ctx, id)
 	if err != nil {
 		c.dbFail(w, r, err)
 		return
@@ -281,7 +281,7 @@ func (c *Console) search(w http.ResponseWriter, r *http.Request) {
 	if id, err := uuid.Parse(q); err == nil {
 		ctx, cancel := c.ctx(r)
 		defer cancel()
-		evs, err := c.admin.Events(ctx, outbox.EventQuery{IDs: []uuid.UUID{id}})
+		evs, err := c.admin.Events(ctx, id)
 		if err != nil {
 			c.dbFail(w, r, err)
 			return

@@ -39,11 +39,9 @@ type AdminQueries struct {
 	// group, count, first and last dead_at, the first id of the group. $1
 	// true groups by error alone (event type returned as '').
 	DeadGroups string
-	// EventsByID reads the events among $1 uuid[]; EventsByAggregate reads
-	// an aggregate's events ($1 type, '' = any type; $2 id), at most $3,
-	// the latest first. Both return the columns of DeadLetters plus held_by.
-	EventsByID        string
-	EventsByAggregate string
+	// EventsByID reads the events among $1 uuid[]: the columns of
+	// DeadLetters plus held_by.
+	EventsByID string
 	// Unprocessed returns which of $1 uuid[] exist and are not processed.
 	Unprocessed string
 }
@@ -77,10 +75,6 @@ ORDER BY 3 DESC, 1, 2`,
 		EventsByID: eventCols + t + `
 WHERE id = ANY($1::uuid[])
 ORDER BY seq`,
-		EventsByAggregate: eventCols + t + `
-WHERE ($1 = '' OR aggregate_type = $1) AND aggregate_id = $2
-ORDER BY seq DESC
-LIMIT $3`,
 		Unprocessed: `SELECT id FROM ` + t + ` WHERE processed_at IS NULL AND id = ANY($1::uuid[])`,
 	}
 }

@@ -58,7 +58,7 @@ named on stderr and the command exits 6 after deleting the others.`)
 		start := time.Now()
 		var skipped []uuid.UUID
 		if len(s.IDs) > 0 {
-			evs, err := admin.Events(ctx, outbox.EventQuery{IDs: s.IDs})
+			evs, err := admin.Events(ctx, s.IDs...)
 			if err != nil {
 				return notMigrated(admin.Table(), &d, err)
 			}
