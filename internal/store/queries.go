@@ -77,13 +77,10 @@ type Queries struct {
 	// DeadLetters lists dead letters: $1 event type ('' = any), $2 minimum
 	// age (interval), $3 limit.
 	DeadLetters string
-	// RetryIDs re-queues unprocessed rows by id ($1 uuid[]); RetryDead
-	// re-queues dead letters of a type ($1, '' = every type). The Count
-	// variants are their dry runs.
-	RetryIDs       string
-	RetryDead      string
-	CountRetryIDs  string
-	CountRetryDead string
+	// RetryIDs re-queues unprocessed rows by id ($1 uuid[]); CountRetryIDs
+	// is its dry run. Dead letters by filter: AdminQueries.
+	RetryIDs      string
+	CountRetryIDs string
 	// CheckColumns fails when the table is missing or lacks a column this
 	// version needs.
 	CheckColumns string
@@ -163,10 +160,8 @@ WHERE dead_at IS NOT NULL AND processed_at IS NULL AND held_by IS NULL
   AND created_at <= now() - $2::interval
 ORDER BY seq
 LIMIT $3`,
-		RetryIDs:       `UPDATE ` + t + ` SET attempts = 0, retry_after = NULL, dead_at = NULL, held_by = NULL WHERE processed_at IS NULL AND id = ANY($1::uuid[])`,
-		RetryDead:      `UPDATE ` + t + ` SET attempts = 0, retry_after = NULL, dead_at = NULL WHERE dead_at IS NOT NULL AND processed_at IS NULL AND held_by IS NULL AND ($1 = '' OR event_type = $1)`,
-		CountRetryIDs:  `SELECT count(*) FROM ` + t + ` WHERE processed_at IS NULL AND id = ANY($1::uuid[])`,
-		CountRetryDead: `SELECT count(*) FROM ` + t + ` WHERE dead_at IS NOT NULL AND processed_at IS NULL AND held_by IS NULL AND ($1 = '' OR event_type = $1)`,
+		RetryIDs:      `UPDATE ` + t + ` SET attempts = 0, retry_after = NULL, dead_at = NULL, held_by = NULL WHERE processed_at IS NULL AND id = ANY($1::uuid[])`,
+		CountRetryIDs: `SELECT count(*) FROM ` + t + ` WHERE processed_at IS NULL AND id = ANY($1::uuid[])`,
 		CheckColumns: `SELECT id, seq, aggregate_type, aggregate_id, event_type, payload, headers,
        attempts, created_at, processed_at, retry_after, last_error, dead_at, held_by
 FROM ` + t + ` LIMIT 0`,
