@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -15,20 +17,62 @@ import (
 	"github.com/pgoutbox/outbox/internal/store"
 )
 
-// AdminConfig names the outbox table, as in WriterConfig.
+// DefaultAdminStatementTimeout bounds each Admin call when
+// AdminConfig.StatementTimeout is zero and the pool sets no statement_timeout.
+const DefaultAdminStatementTimeout = 30 * time.Second
+
+// adminTimeoutGrace is what an Admin call waits beyond the server's own
+// statement_timeout, so the server's clean cancellation wins when the server
+// is there to send it.
+const adminTimeoutGrace = 5 * time.Second
+
+// AdminConfig names the outbox table, as in WriterConfig, and bounds the
+// statements an Admin runs.
 type AdminConfig struct {
 	Schema string
 	Table  string
+	// StatementTimeout bounds each Admin call (each batch, for Cleanup): past
+	// it the call returns an error naming the database and the operation,
+	// and the connection is dropped, instead of waiting for a server that
+	// stopped answering (a dead host or a partition is otherwise only
+	// noticed by the kernel, minutes later; see SetTCPTimeouts). A deadline
+	// on the caller's ctx still applies. Negative means no bound beyond ctx.
+	// Defaults to DefaultAdminStatementTimeout (30s), or, when the pool's
+	// connections set statement_timeout (a run-time parameter in the
+	// connection string), that plus 5s.
+	StatementTimeout time.Duration
 }
+
+// StatementTimeoutError is returned by an Admin call that outlived
+// AdminConfig.StatementTimeout. errors.Is(err, context.DeadlineExceeded)
+// holds.
+type StatementTimeoutError struct {
+	Op       string        // the Admin operation ("status", "retry", ...)
+	Database string        // host:port/database
+	Timeout  time.Duration // the bound that was exceeded
+	Err      error         // the driver's error
+}
+
+func (e *StatementTimeoutError) Error() string {
+	return fmt.Sprintf("outbox: %s: no answer from the database %s within %s (AdminConfig.StatementTimeout); the connection was dropped: %v",
+		e.Op, e.Database, e.Timeout, e.Err)
+}
+
+func (e *StatementTimeoutError) Unwrap() []error { return []error{e.Err, context.DeadlineExceeded} }
+
+// errAdminDeadline is the cause of an Admin call's own deadline, told apart
+// from the caller's.
+var errAdminDeadline = errors.New("outbox: admin statement deadline")
 
 // Admin is the operator's side of the outbox: status, dead letters,
 // manual retry and discard, cleanup. The `outbox` command is built on it;
 // an application can expose the same operations on its own admin endpoints.
 type Admin struct {
-	pool  *pgxpool.Pool
-	names ident.Names
-	q     *store.Queries
-	aq    *store.AdminQueries
+	pool    *pgxpool.Pool
+	names   ident.Names
+	q       *store.Queries
+	aq      *store.AdminQueries
+	timeout time.Duration // <= 0: none
 }
 
 // NewAdmin validates cfg and returns an Admin.
@@ -40,7 +84,45 @@ func NewAdmin(pool *pgxpool.Pool, cfg AdminConfig) (*Admin, error) {
 	if err != nil {
 		return nil, configErr("AdminConfig", err)
 	}
-	return &Admin{pool: pool, names: n, q: store.New(n, false), aq: store.NewAdmin(n)}, nil
+	timeout := cfg.StatementTimeout
+	if timeout == 0 {
+		timeout = defaultAdminTimeout(pool.Config())
+	}
+	return &Admin{pool: pool, names: n, q: store.New(n, false), aq: store.NewAdmin(n), timeout: timeout}, nil
+}
+
+// defaultAdminTimeout is AdminConfig.StatementTimeout's default for pool.
+func defaultAdminTimeout(cfg *pgxpool.Config) time.Duration {
+	if v, ok := cfg.ConnConfig.RuntimeParams["statement_timeout"]; ok {
+		if ms, err := strconv.ParseInt(v, 10, 64); err == nil && ms > 0 {
+			return time.Duration(ms)*time.Millisecond + adminTimeoutGrace
+		}
+		if d, err := time.ParseDuration(v); err == nil && d > 0 {
+			return d + adminTimeoutGrace
+		}
+	}
+	return DefaultAdminStatementTimeout
+}
+
+// bound returns ctx with the call's statement deadline.
+func (a *Admin) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if a.timeout <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeoutCause(ctx, a.timeout, errAdminDeadline)
+}
+
+// fail is wrap for a call bounded by bound: past the statement deadline it
+// says so, naming the database.
+func (a *Admin) fail(ctx context.Context, op string, err error) error {
+	if context.Cause(ctx) == errAdminDeadline {
+		cc := a.pool.Config().ConnConfig
+		return &StatementTimeoutError{
+			Op: op, Database: fmt.Sprintf("%s/%s", net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))), cc.Database),
+			Timeout: a.timeout, Err: err,
+		}
+	}
+	return a.wrap(op, err)
 }
 
 // Table returns the quoted, qualified outbox table name.
@@ -87,17 +169,21 @@ type Status struct {
 
 // Status reads the outbox's state.
 func (a *Admin) Status(ctx context.Context) (*Status, error) {
+	ctx, cancel := a.bound(ctx)
+	defer cancel()
 	var now time.Time
 	if err := a.pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
-		return nil, a.wrap("status", err)
+		return nil, a.fail(ctx, "status", err)
+	}
+	// Before the rows are opened: with them open a second statement needs
+	// a second connection, and a pool of one would wait forever.
+	st := &Status{ByType: []TypeStatus{}}
+	if err := a.pool.QueryRow(ctx, a.q.BlockedAggregates).Scan(&st.BlockedAggregates); err != nil {
+		return nil, a.fail(ctx, "status", err)
 	}
 	rows, err := a.pool.Query(ctx, a.q.Status)
 	if err != nil {
-		return nil, a.wrap("status", err)
-	}
-	st := &Status{ByType: []TypeStatus{}}
-	if err := a.pool.QueryRow(ctx, a.q.BlockedAggregates).Scan(&st.BlockedAggregates); err != nil {
-		return nil, a.wrap("status", err)
+		return nil, a.fail(ctx, "status", err)
 	}
 	var ts TypeStatus
 	var oldest *time.Time
@@ -118,7 +204,7 @@ func (a *Admin) Status(ctx context.Context) (*Status, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, a.wrap("status", err)
+		return nil, a.fail(ctx, "status", err)
 	}
 	return st, nil
 }
@@ -132,6 +218,8 @@ type DeadLetterFilter struct {
 
 // DeadLetters lists dead letters in insertion order.
 func (a *Admin) DeadLetters(ctx context.Context, f DeadLetterFilter) ([]Record, error) {
+	ctx, cancel := a.bound(ctx)
+	defer cancel()
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
@@ -140,7 +228,7 @@ func (a *Admin) DeadLetters(ctx context.Context, f DeadLetterFilter) ([]Record, 
 	}
 	rows, err := a.pool.Query(ctx, a.q.DeadLetters, f.EventType, f.OlderThan, f.Limit)
 	if err != nil {
-		return nil, a.wrap("dead letters", err)
+		return nil, a.fail(ctx, "dead letters", err)
 	}
 	out := []Record{}
 	var r Record
@@ -151,7 +239,7 @@ func (a *Admin) DeadLetters(ctx context.Context, f DeadLetterFilter) ([]Record, 
 		return nil
 	})
 	if err != nil {
-		return nil, a.wrap("dead letters", err)
+		return nil, a.fail(ctx, "dead letters", err)
 	}
 	return out, nil
 }
@@ -203,6 +291,8 @@ func deadFilter(what string, sel RetrySelector) (args []any, byID bool, err erro
 // dead-letter mark of the selected rows, so the relay publishes them again at
 // once. It returns how many rows it re-queued (or would, with DryRun).
 func (a *Admin) Retry(ctx context.Context, sel RetrySelector) (int64, error) {
+	ctx, cancel := a.bound(ctx)
+	defer cancel()
 	args, byID, err := deadFilter("RetrySelector", sel)
 	if err != nil {
 		return 0, err
@@ -219,13 +309,13 @@ func (a *Admin) Retry(ctx context.Context, sel RetrySelector) (int64, error) {
 	if sel.DryRun {
 		var n int64
 		if err := a.pool.QueryRow(ctx, query, args...).Scan(&n); err != nil {
-			return 0, a.wrap("retry", err)
+			return 0, a.fail(ctx, "retry", err)
 		}
 		return n, nil
 	}
 	tag, err := a.pool.Exec(ctx, query, args...)
 	if err != nil {
-		return 0, a.wrap("retry", err)
+		return 0, a.fail(ctx, "retry", err)
 	}
 	return tag.RowsAffected(), nil
 }
@@ -245,6 +335,8 @@ type DiscardResult struct {
 // same statement, so its aggregate moves on. Only dead letters are touched:
 // an id of a pending, held or published event is not discarded.
 func (a *Admin) Discard(ctx context.Context, sel DiscardSelector) (DiscardResult, error) {
+	ctx, cancel := a.bound(ctx)
+	defer cancel()
 	args, byID, err := deadFilter("DiscardSelector", RetrySelector(sel))
 	if err != nil {
 		return DiscardResult{}, err
@@ -263,7 +355,7 @@ func (a *Admin) Discard(ctx context.Context, sel DiscardSelector) (DiscardResult
 		err = a.pool.QueryRow(ctx, a.aq.DiscardDead, args...).Scan(&res.Discarded, &res.Released)
 	}
 	if err != nil {
-		return DiscardResult{}, a.wrap("discard", err)
+		return DiscardResult{}, a.fail(ctx, "discard", err)
 	}
 	return res, nil
 }
@@ -285,9 +377,11 @@ type DeadLetterGroup struct {
 // groups first; with byErrorOnly, per error across event types. A group is
 // acted on with Retry or Discard by its EventType and Error as ErrorGroup.
 func (a *Admin) DeadLetterGroups(ctx context.Context, byErrorOnly bool) ([]DeadLetterGroup, error) {
+	ctx, cancel := a.bound(ctx)
+	defer cancel()
 	rows, err := a.pool.Query(ctx, a.aq.DeadGroups, byErrorOnly)
 	if err != nil {
-		return nil, a.wrap("dead-letter groups", err)
+		return nil, a.fail(ctx, "dead-letter groups", err)
 	}
 	out := []DeadLetterGroup{}
 	var g DeadLetterGroup
@@ -296,7 +390,7 @@ func (a *Admin) DeadLetterGroups(ctx context.Context, byErrorOnly bool) ([]DeadL
 		return nil
 	})
 	if err != nil {
-		return nil, a.wrap("dead-letter groups", err)
+		return nil, a.fail(ctx, "dead-letter groups", err)
 	}
 	return out, nil
 }
@@ -324,11 +418,17 @@ type EventInfo struct {
 // that match no row are left out. An aggregate's events are read with
 // AggregateTimeline.
 func (a *Admin) Events(ctx context.Context, ids ...uuid.UUID) ([]EventInfo, error) {
+	ctx, cancel := a.bound(ctx)
+	defer cancel()
 	rows, err := a.pool.Query(ctx, a.aq.EventsByID, ids)
 	if err != nil {
-		return nil, a.wrap("events", err)
+		return nil, a.fail(ctx, "events", err)
 	}
-	return a.collectEvents(rows, "events")
+	ev, err := a.collectEvents(rows, "events")
+	if err != nil && context.Cause(ctx) == errAdminDeadline {
+		return nil, a.fail(ctx, "events", err)
+	}
+	return ev, err
 }
 
 func stateOf(e *EventInfo) EventState {
@@ -348,13 +448,15 @@ func stateOf(e *EventInfo) EventState {
 // Unprocessed returns the ids among ids that exist and are not published:
 // what Retry by IDs can act on. The others are unknown or already published.
 func (a *Admin) Unprocessed(ctx context.Context, ids []uuid.UUID) ([]uuid.UUID, error) {
+	ctx, cancel := a.bound(ctx)
+	defer cancel()
 	rows, err := a.pool.Query(ctx, a.aq.Unprocessed, ids)
 	if err != nil {
-		return nil, a.wrap("lookup", err)
+		return nil, a.fail(ctx, "lookup", err)
 	}
 	found, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
 	if err != nil {
-		return nil, a.wrap("lookup", err)
+		return nil, a.fail(ctx, "lookup", err)
 	}
 	return found, nil
 }
@@ -369,9 +471,24 @@ func (a *Admin) Cleanup(ctx context.Context, olderThan time.Duration, batchSize 
 	if batchSize <= 0 {
 		batchSize = DefaultCleanupBatch
 	}
-	n, err := engine.Cleanup(ctx, a.pool, a.q, olderThan, batchSize, progress)
+	// The deadline is per batch: a long cleanup is fine, a batch that
+	// never answers is not.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	each := progress
+	if a.timeout > 0 {
+		timer := time.AfterFunc(a.timeout, func() { cancel(errAdminDeadline) })
+		defer timer.Stop()
+		each = func(deleted int64) {
+			timer.Reset(a.timeout)
+			if progress != nil {
+				progress(deleted)
+			}
+		}
+	}
+	n, err := engine.Cleanup(ctx, a.pool, a.q, olderThan, batchSize, each)
 	if err != nil {
-		return n, a.wrap("cleanup", err)
+		return n, a.fail(ctx, "cleanup", err)
 	}
 	return n, nil
 }

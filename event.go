@@ -68,8 +68,36 @@ func (e *ValidationError) Error() string {
 	return fmt.Sprintf("outbox: event %d: %s: %s", e.Index, e.Field, e.Reason)
 }
 
-// Validate checks e as Write will, without touching the database.
-func (e *Event) Validate() error { return e.validate(0) }
+// Validate checks e as Write will, without touching the database, with the
+// default size limit (DefaultMaxPayloadBytes).
+func (e *Event) Validate() error {
+	if err := e.validate(0); err != nil {
+		return err
+	}
+	return e.checkSize(0, DefaultMaxPayloadBytes)
+}
+
+// Size is what WriterConfig.MaxPayloadBytes limits: the payload plus the
+// headers' keys and values, in bytes.
+func (e *Event) Size() int {
+	n := len(e.Payload)
+	for k, v := range e.Headers {
+		n += len(k) + len(v)
+	}
+	return n
+}
+
+// checkSize refuses an event larger than limit (< 0: no limit).
+func (e *Event) checkSize(i, limit int) error {
+	if limit < 0 {
+		return nil
+	}
+	if n := e.Size(); n > limit {
+		return &ValidationError{Index: i, Field: "payload", Reason: fmt.Sprintf(
+			"%d bytes with its headers, more than the limit of %d (WriterConfig.MaxPayloadBytes)", n, limit)}
+	}
+	return nil
+}
 
 func (e *Event) validate(i int) error {
 	bad := func(field, reason string, args ...any) error {

@@ -26,14 +26,30 @@ type WriterConfig struct {
 	Schema string
 	// Table is the outbox table's name. Default "outbox_events".
 	Table string
+	// MaxPayloadBytes caps an event's size: its payload plus its headers'
+	// keys and values, in bytes. Write refuses a larger event with a
+	// ValidationError before touching the database, instead of storing a
+	// row the broker will refuse (a dead letter) or that weighs on every
+	// relay that claims it. The default fits the smallest default limit
+	// among the supported brokers, NATS's max_payload of 1 MiB (Kafka's
+	// message.max.bytes and SQS's limit are about the same; RabbitMQ and
+	// Redis accept more), less 4 KiB for the headers the relay adds (event
+	// id, type, aggregate, trace context). Raise it when your broker is
+	// configured for more. Negative means no limit. Defaults to
+	// DefaultMaxPayloadBytes (1 MiB - 4 KiB).
+	MaxPayloadBytes int
 }
+
+// DefaultMaxPayloadBytes is WriterConfig.MaxPayloadBytes's default.
+const DefaultMaxPayloadBytes = 1<<20 - 4<<10
 
 // Writer adds events to the outbox inside the caller's transaction. It never
 // begins, commits or rolls back a transaction and never talks to a broker: the
 // event becomes visible to the relay when, and only if, the caller commits.
 // A Writer is safe for concurrent use.
 type Writer struct {
-	names ident.Names
+	names      ident.Names
+	maxPayload int // < 0: no limit
 }
 
 // maxParamsPerStatement is PostgreSQL's bind-parameter limit.
@@ -51,10 +67,14 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 	if err != nil {
 		return nil, configErr("WriterConfig", err)
 	}
-	return &Writer{names: n}, nil
+	maxPayload := cfg.MaxPayloadBytes
+	if maxPayload == 0 {
+		maxPayload = DefaultMaxPayloadBytes
+	}
+	return &Writer{names: n, maxPayload: maxPayload}, nil
 }
 
-var defaultWriter = &Writer{names: must(ident.New("", ""))}
+var defaultWriter = &Writer{names: must(ident.New("", "")), maxPayload: DefaultMaxPayloadBytes}
 
 func must[T any](v T, err error) T {
 	if err != nil {
@@ -98,6 +118,9 @@ func (w *Writer) write(ctx context.Context, tx dbtx.Querier, events []Event) ([]
 	ids := make([]uuid.UUID, len(events))
 	for i := range events {
 		if err := events[i].validate(i); err != nil {
+			return nil, err
+		}
+		if err := events[i].checkSize(i, w.maxPayload); err != nil {
 			return nil, err
 		}
 		ids[i] = events[i].ID

@@ -356,3 +356,81 @@ func FuzzPayloadValidationAgreesWithJSONB(f *testing.F) {
 		}
 	})
 }
+
+// TestWriteMaxPayloadBytes: an event over the Writer's size limit is refused
+// before the database is touched (the caller's transaction goes on), with an
+// error naming the event, its size and the limit; the default fits NATS's
+// default max_payload; a negative limit disables the check.
+func TestWriteMaxPayloadBytes(t *testing.T) {
+	e := setup(t)
+	sized := func(n int, headers map[string]string) outbox.Event {
+		return outbox.Event{AggregateType: "a", AggregateID: "1", EventType: "t", Headers: headers,
+			Payload: []byte(`"` + strings.Repeat("x", n-2) + `"`)}
+	}
+	writer := func(limit int) *outbox.Writer {
+		w, err := outbox.NewWriter(outbox.WriterConfig{Schema: e.schema, MaxPayloadBytes: limit})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	// write writes evs then one small event in one transaction and returns
+	// the first write's error; the second write must succeed.
+	write := func(t *testing.T, w *outbox.Writer, evs ...outbox.Event) error {
+		t.Helper()
+		var first error
+		err := pgx.BeginFunc(ctx(t), e.pool, func(tx pgx.Tx) error {
+			_, first = w.Write(ctx(t), tx, evs...)
+			_, err := w.Write(ctx(t), tx, sized(10, nil))
+			return err
+		})
+		if err != nil {
+			t.Fatalf("the caller's transaction is unusable after the refused write: %v", err)
+		}
+		return first
+	}
+	t.Run("over the limit", func(t *testing.T) {
+		err := write(t, writer(1000), sized(10, nil), sized(1001, nil))
+		var ve *outbox.ValidationError
+		if !errors.As(err, &ve) || ve.Index != 1 || ve.Field != "payload" {
+			t.Fatalf("err = %v, want a *ValidationError for event 1's payload", err)
+		}
+		for _, want := range []string{"event 1", "1001 bytes", "limit of 1000", "MaxPayloadBytes"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q does not say %q", err, want)
+			}
+		}
+	})
+	t.Run("headers count", func(t *testing.T) {
+		err := write(t, writer(1000), sized(990, map[string]string{"k": "0123456789"}))
+		var ve *outbox.ValidationError
+		if !errors.As(err, &ve) || !strings.Contains(err.Error(), "1001 bytes") {
+			t.Fatalf("err = %v, want the payload plus headers (1001 bytes) refused", err)
+		}
+	})
+	t.Run("at the limit", func(t *testing.T) {
+		if err := write(t, writer(1000), sized(1000, nil)); err != nil {
+			t.Fatalf("an event of exactly the limit: %v", err)
+		}
+	})
+	t.Run("default", func(t *testing.T) {
+		if outbox.DefaultMaxPayloadBytes > 1<<20 || outbox.DefaultMaxPayloadBytes < 1<<19 {
+			t.Fatalf("DefaultMaxPayloadBytes = %d, want under NATS's default max_payload (1 MiB)", outbox.DefaultMaxPayloadBytes)
+		}
+		if err := write(t, writer(0), sized(outbox.DefaultMaxPayloadBytes+1, nil)); err == nil {
+			t.Fatal("the default Writer accepted an event over DefaultMaxPayloadBytes")
+		}
+		if err := write(t, writer(0), sized(outbox.DefaultMaxPayloadBytes, nil)); err != nil {
+			t.Fatalf("the default Writer refused an event of DefaultMaxPayloadBytes: %v", err)
+		}
+		big := sized(outbox.DefaultMaxPayloadBytes+1, nil)
+		if err := big.Validate(); err == nil {
+			t.Fatal("Event.Validate accepted an event over DefaultMaxPayloadBytes")
+		}
+	})
+	t.Run("no limit", func(t *testing.T) {
+		if err := write(t, writer(-1), sized(2<<20, nil)); err != nil {
+			t.Fatalf("MaxPayloadBytes -1 refused a 2 MiB event: %v", err)
+		}
+	})
+}

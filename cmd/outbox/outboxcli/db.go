@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 
@@ -32,7 +33,14 @@ func (c *cli) poolConfig(o *options, d *dbOptions, maxConns int32) (*pgxpool.Con
 	}
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = connectTimeout
+		cfg.ConnConfig.DialFunc = (&net.Dialer{Timeout: connectTimeout}).DialContext
 	}
+	// A server that vanished (host down, partition) fails the statement in
+	// outbox.DefaultTCPUserTimeout instead of the kernel's ~15 minutes; the
+	// commands' Admin calls have their own deadline on top
+	// (outbox.DefaultAdminStatementTimeout, or the DSN's statement_timeout
+	// plus 5s).
+	outbox.SetTCPTimeouts(&cfg.ConnConfig.Config, 0)
 	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "outbox " + o.cmd
 	}

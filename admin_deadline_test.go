@@ -1,0 +1,131 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/tcpproxy"
+	"github.com/pgoutbox/outbox/internal/testdb"
+)
+
+// frozenAdmin returns an Admin on e's table whose pool goes through a proxy,
+// connected, and the proxy; Partition freezes the open connection.
+func frozenAdmin(t *testing.T, e *env, cfg outbox.AdminConfig, dsnParams map[string]string) (*outbox.Admin, *tcpproxy.Proxy) {
+	t.Helper()
+	px := tcpproxy.Start(t, pgHostPort(t))
+	pcfg, err := pgxpool.ParseConfig(testdb.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	viaProxy(t, pcfg, px.Addr())
+	pcfg.MaxConns = 1
+	maps := pcfg.ConnConfig.RuntimeParams
+	for k, v := range dsnParams {
+		maps[k] = v
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if err := pool.Ping(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Schema = e.schema
+	a, err := outbox.NewAdmin(pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Status(ctx(t)); err != nil { // the connection works
+		t.Fatal(err)
+	}
+	t.Cleanup(px.Restore)
+	return a, px
+}
+
+// TestAdminStatementDeadline: an Admin call on a connection that stopped
+// answering (a frozen proxy: the server's host is gone, TCP still open)
+// returns within its statement deadline with an error naming the operation
+// and the database, instead of hanging until the kernel gives up.
+func TestAdminStatementDeadline(t *testing.T) {
+	e := setup(t)
+	e.write(1)
+	calls := []struct {
+		op   string
+		call func(context.Context, *outbox.Admin) error
+	}{
+		{"status", func(c context.Context, a *outbox.Admin) error { _, err := a.Status(c); return err }},
+		{"dead letters", func(c context.Context, a *outbox.Admin) error {
+			_, err := a.DeadLetters(c, outbox.DeadLetterFilter{})
+			return err
+		}},
+		{"retry", func(c context.Context, a *outbox.Admin) error {
+			_, err := a.Retry(c, outbox.RetrySelector{All: true})
+			return err
+		}},
+		{"cleanup", func(c context.Context, a *outbox.Admin) error {
+			_, err := a.Cleanup(c, 0, 10, nil)
+			return err
+		}},
+	}
+	for _, c := range calls {
+		t.Run(strings.ReplaceAll(c.op, " ", "_"), func(t *testing.T) {
+			t.Parallel()
+			a, px := frozenAdmin(t, e, outbox.AdminConfig{StatementTimeout: time.Second}, nil)
+			px.Partition()
+			start := time.Now()
+			err := c.call(context.Background(), a)
+			took := time.Since(start)
+			if took > 5*time.Second {
+				t.Fatalf("%s on a frozen connection took %s, want about the 1s deadline", c.op, took)
+			}
+			var te *outbox.StatementTimeoutError
+			if !errors.As(err, &te) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("err = %v (%T), want a *StatementTimeoutError", err, err)
+			}
+			msg := err.Error()
+			for _, want := range []string{c.op, px.Addr(), "within 1s", "AdminConfig.StatementTimeout"} {
+				if !strings.Contains(msg, want) {
+					t.Errorf("error %q does not name %q", msg, want)
+				}
+			}
+		})
+	}
+}
+
+// TestAdminStatementDeadlineFromDSN: with no StatementTimeout, a pool whose
+// connection string sets statement_timeout bounds Admin calls by it plus a
+// grace; the caller's own deadline is reported as the caller's.
+func TestAdminStatementDeadlineFromDSN(t *testing.T) {
+	e := setup(t)
+	t.Run("statement_timeout", func(t *testing.T) {
+		t.Parallel()
+		a, px := frozenAdmin(t, e, outbox.AdminConfig{}, map[string]string{"statement_timeout": "500"})
+		px.Partition()
+		start := time.Now()
+		_, err := a.Status(context.Background())
+		took := time.Since(start)
+		var te *outbox.StatementTimeoutError
+		if !errors.As(err, &te) || te.Timeout != 5500*time.Millisecond || took > 10*time.Second {
+			t.Fatalf("Status: err = %v after %s, want a StatementTimeoutError after 5.5s", err, took)
+		}
+	})
+	t.Run("caller deadline", func(t *testing.T) {
+		t.Parallel()
+		a, px := frozenAdmin(t, e, outbox.AdminConfig{}, nil)
+		px.Partition()
+		c, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		_, err := a.Status(c)
+		var te *outbox.StatementTimeoutError
+		if err == nil || errors.As(err, &te) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Status under the caller's deadline: err = %v, want the caller's deadline, not a StatementTimeoutError", err)
+		}
+	})
+}

@@ -1,0 +1,146 @@
+package outbox_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sys/unix"
+
+	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/tcpproxy"
+	"github.com/pgoutbox/outbox/internal/testdb"
+)
+
+// TestSetTCPTimeouts checks that the connections a pool opens carry the
+// TCP user timeout and keepalive, and still honour connect_timeout.
+func TestSetTCPTimeouts(t *testing.T) {
+	t.Parallel()
+	if runtime.GOOS != "linux" {
+		t.Skip("TCP_USER_TIMEOUT is Linux-only")
+	}
+	for _, tc := range []struct {
+		name string
+		set  time.Duration
+		want int
+	}{{"default", 0, int(outbox.DefaultTCPUserTimeout.Milliseconds())}, {"7s", 7 * time.Second, 7000}} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := pgxpool.ParseConfig(testdb.URL())
+			if err != nil {
+				t.Fatal(err)
+			}
+			outbox.SetTCPTimeouts(&cfg.ConnConfig.Config, tc.set)
+			pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pool.Close()
+			c, err := pool.Acquire(ctx(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Release()
+			tcp, ok := c.Conn().PgConn().Conn().(*net.TCPConn)
+			if !ok {
+				t.Fatalf("connection is %T, want *net.TCPConn (TEST_DATABASE_URL must use TCP)", c.Conn().PgConn().Conn())
+			}
+			raw, err := tcp.SyscallConn()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ut, ka int
+			var gerr error
+			_ = raw.Control(func(fd uintptr) {
+				ut, gerr = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT)
+				if gerr == nil {
+					ka, gerr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_KEEPALIVE)
+				}
+			})
+			if gerr != nil {
+				t.Fatal(gerr)
+			}
+			if ut != tc.want || ka != 1 {
+				t.Fatalf("TCP_USER_TIMEOUT = %d ms, SO_KEEPALIVE = %d; want %d ms and 1", ut, ka, tc.want)
+			}
+		})
+	}
+}
+
+// TestSetTCPTimeoutsKeepsConnectTimeout: wrapping the dialer keeps
+// connect_timeout: a server that accepts and never answers fails the
+// connection in time.
+func TestSetTCPTimeoutsKeepsConnectTimeout(t *testing.T) {
+	t.Parallel()
+	px := tcpproxy.Start(t, pgHostPort(t))
+	px.Partition()
+	cfg, err := pgxpool.ParseConfig(testdb.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	viaProxy(t, cfg, px.Addr())
+	cfg.ConnConfig.ConnectTimeout = time.Second
+	outbox.SetTCPTimeouts(&cfg.ConnConfig.Config, 0)
+	start := time.Now()
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	err = pool.Ping(context.Background())
+	if err == nil || time.Since(start) > 5*time.Second {
+		t.Fatalf("ping through a partition: err=%v after %s, want an error within 5s", err, time.Since(start))
+	}
+}
+
+func pgHostPort(t *testing.T) string {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(testdb.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port)))
+}
+
+// viaProxy points cfg at addr (a tcpproxy in front of the test database).
+func viaProxy(t *testing.T, cfg *pgxpool.Config, addr string) {
+	t.Helper()
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.Host = host
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.Port = uint16(p)
+	cfg.ConnConfig.Fallbacks = nil
+	cfg.ConnConfig.TLSConfig = nil
+}
+
+// Give the pool the relay and Admin use a TCP user timeout, so a statement
+// on a connection to a vanished server fails in seconds instead of after the
+// kernel's retransmissions (about 15 minutes).
+func ExampleSetTCPTimeouts() {
+	cfg, err := pgxpool.ParseConfig(testdb.URL()) // your DATABASE_URL
+	if err != nil {
+		panic(err)
+	}
+	outbox.SetTCPTimeouts(&cfg.ConnConfig.Config, 0) // DefaultTCPUserTimeout
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	var one int
+	if err := pool.QueryRow(context.Background(), "SELECT 1").Scan(&one); err != nil {
+		panic(err)
+	}
+	fmt.Println("connected:", one == 1)
+	// Output: connected: true
+}
