@@ -2,9 +2,12 @@ package outboxcli
 
 import (
 	"bytes"
+	"context"
 	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/outbox/internal/testdb"
 )
@@ -74,9 +77,12 @@ func TestCanaryPasswordNeverPrinted(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, has := u.User.Password(); has {
-		t.Skip("TEST_DATABASE_URL has a password: the canary cannot replace it")
+		// The server checks passwords: log in as a role of the test's own
+		// whose password is the canary.
+		u.User = url.UserPassword(canaryRole(t, f, canary), canary)
+	} else {
+		u.User = url.UserPassword(u.User.Username(), canary) // trust authentication ignores it
 	}
-	u.User = url.UserPassword(u.User.Username(), canary) // trust authentication ignores it
 	dsn := u.String()
 	var all strings.Builder
 	collect := func(r result) result {
@@ -143,4 +149,31 @@ func TestCanaryPasswordNeverPrinted(t *testing.T) {
 			t.Errorf("the password %q appears in the output: ...%s...", secret, s[max(0, i-200):min(len(s), i+100)])
 		}
 	}
+}
+
+// canaryRole creates a login role with password pw, able to do all the
+// test's commands on f's schema (a superuser: migrate and the relay need the
+// table's owner rights), dropped when the test ends, and returns its name.
+func canaryRole(t *testing.T, f *fixture, pw string) string {
+	t.Helper()
+	var super bool
+	if err := f.pool.QueryRow(testCtx(t), `SELECT rolsuper FROM pg_roles WHERE rolname = current_user`).Scan(&super); err != nil {
+		t.Fatal(err)
+	}
+	if !super {
+		t.Fatal("TEST_DATABASE_URL has a password and its role is not a superuser: the test cannot create the canary's role")
+	}
+	role := "canary_" + strings.ToLower(f.schema)
+	q := pgx.Identifier{role}.Sanitize()
+	f.exec(`CREATE ROLE ` + q + ` LOGIN SUPERUSER PASSWORD '` + strings.ReplaceAll(pw, "'", "''") + `'`)
+	t.Cleanup(func() {
+		ctx := context.Background()
+		_, _ = f.pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1`, role)
+		for _, stmt := range []string{`REASSIGN OWNED BY ` + q + ` TO current_user`, `DROP OWNED BY ` + q, `DROP ROLE ` + q} {
+			if _, err := f.pool.Exec(ctx, stmt); err != nil {
+				t.Errorf("%s: %v", stmt, err)
+			}
+		}
+	})
+	return role
 }
