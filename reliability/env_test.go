@@ -43,6 +43,10 @@ type env struct {
 	// ignore lists event ids finish leaves out of the check (bad rows a
 	// test inserted on purpose and judges itself).
 	ignore map[string]bool
+	// dbURL and pgTarget are the database the scenario runs on: the test
+	// database, or a private cluster the test may restart.
+	dbURL    string
+	pgTarget string
 }
 
 type envOpts struct {
@@ -50,6 +54,25 @@ type envOpts struct {
 	noNATS    bool
 	dupWindow time.Duration // the stream's duplicate window; 0: the default (2m)
 	natsCA    string        // CA file the test's NATS clients trust (a TLS server)
+	// cluster, when set, is the database instead of the test database.
+	cluster *pgCluster
+}
+
+// clusterPool is a pool on a private cluster's database, closed when the
+// test ends.
+func clusterPool(t *testing.T, dsn string) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 8
+	pool, err := pgxpool.NewWithConfig(ctxT(t, 30*time.Second), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
 }
 
 func ctxT(t *testing.T, d time.Duration) context.Context {
@@ -60,12 +83,22 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 
 func newEnv(t *testing.T, o envOpts) *env {
 	t.Helper()
-	e := &env{t: t, schema: testdb.Schema(t), wire: newWireCounter(), hist: NewHistory(), ignore: map[string]bool{}}
+	e := &env{t: t, wire: newWireCounter(), hist: NewHistory(), ignore: map[string]bool{}, dbURL: testdb.URL(), pgTarget: pgAddr(t)}
+	if o.cluster != nil {
+		e.dbURL, e.pgTarget = o.cluster.url(), o.cluster.addr()
+		e.schema = testdb.NewSchemaName("t")
+		e.pool = clusterPool(t, e.dbURL)
+		if _, err := e.pool.Exec(ctxT(t, 30*time.Second), "CREATE SCHEMA "+pgx.Identifier{e.schema}.Sanitize()); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		e.schema = testdb.Schema(t)
+		e.pool = testdb.Pool(t, "")
+	}
 	if o.natsCA != "" {
 		e.clientOpts = append(e.clientOpts, natsgo.RootCAs(o.natsCA))
 	}
 	e.table = pgx.Identifier{e.schema, "outbox_events"}.Sanitize()
-	e.pool = testdb.Pool(t, "")
 	if _, err := outbox.Migrate(ctxT(t, 60*time.Second), e.pool, outbox.MigrateConfig{Schema: e.schema}); err != nil {
 		t.Fatal(err)
 	}
@@ -113,6 +146,23 @@ func (e *env) count(where string) int {
 }
 
 func (e *env) pending() int { return e.count("processed_at IS NULL AND dead_at IS NULL") }
+
+// attemptsBurned sums the attempts counted on the scenario's rows (the bad
+// rows a test inserted on purpose and judges itself left out): what the
+// faults cost in retries, delivered or not.
+func (e *env) attemptsBurned() int {
+	e.t.Helper()
+	ignored := make([]string, 0, len(e.ignore))
+	for id := range e.ignore {
+		ignored = append(ignored, id)
+	}
+	var n int
+	if err := e.pool.QueryRow(ctxT(e.t, 60*time.Second), `SELECT COALESCE(sum(attempts), 0) FROM `+e.table+
+		` WHERE NOT (id::text = ANY($1::text[]))`, ignored).Scan(&n); err != nil {
+		e.t.Fatalf("attempts burned: %v", err)
+	}
+	return n
+}
 func (e *env) dead() int    { return e.count("dead_at IS NOT NULL AND processed_at IS NULL") }
 
 // waitDrained waits until no row is pending and returns how long that took.
@@ -531,6 +581,23 @@ func (e *env) finish(row Row) Result {
 	res := Check(e.hist, ds)
 	row.Result = res
 	row.DeadLetters = e.dead()
+	row.AttemptsBurned, row.AttemptsMeasured = e.attemptsBurned(), true
+	if b := row.Bound; b != nil {
+		row.Details = append(row.Details, fmt.Sprintf("asserted: lost 0, attempts burned ≤ %d, resent ≤ %d, duplicates delivered ≤ %d, dead letters ≤ %d",
+			b.Attempts, b.Resent, b.Duplicated, b.DeadLetters))
+		if row.AttemptsBurned > b.Attempts {
+			e.t.Errorf("%d attempts burned, bound %d", row.AttemptsBurned, b.Attempts)
+		}
+		if row.Resent > b.Resent {
+			e.t.Errorf("%d publishes resent, bound %d", row.Resent, b.Resent)
+		}
+		if res.Duplicated > b.Duplicated {
+			e.t.Errorf("%d duplicate deliveries, bound %d", res.Duplicated, b.Duplicated)
+		}
+		if row.DeadLetters > b.DeadLetters {
+			e.t.Errorf("%d dead letters, bound %d", row.DeadLetters, b.DeadLetters)
+		}
+	}
 	row.Passed = res.OK(row.Ordered) && !e.t.Failed()
 	report.row(row)
 	e.t.Logf("%s: committed=%d ambiguous=%d (committed %d) rolled back=%d stored=%d delivered=%d lost=%d unexpected=%d unknown=%d corrupted=%d duplicated=%d (events %d) resent=%d inversions=%d dead=%d drain=%s",

@@ -318,14 +318,19 @@ func (r *relay) dsn() string {
 	if r.opts.dsn != "" {
 		return r.opts.dsn
 	}
-	return relayDSN(r.t, r.pg.Addr(), r.name, "")
+	return relayDSNFrom(r.t, r.e.dbURL, r.pg.Addr(), r.name, "")
 }
 
 // relayDSN is the test database's URL pointed at addr, with an
 // application_name (so the test can find the relay's sessions) and a small
 // pool. user, if set, replaces the user.
 func relayDSN(t *testing.T, addr, app, user string) string {
-	u, err := url.Parse(testdb.URL())
+	return relayDSNFrom(t, testdb.URL(), addr, app, user)
+}
+
+// relayDSNFrom is relayDSN on the database at base.
+func relayDSNFrom(t *testing.T, base, addr, app, user string) string {
+	u, err := url.Parse(base)
 	if err != nil {
 		t.Fatalf("TEST_DATABASE_URL must be a URL for the reliability suite: %v", err)
 	}
@@ -515,7 +520,7 @@ func (e *env) newRelay(name string, o relayOpts) *relay {
 	}
 	r := &relay{t: t, e: e, name: e.schema + "-" + name, opts: o}
 	var err error
-	if r.pg, err = tcpproxy.New(pgAddr(t)); err != nil {
+	if r.pg, err = tcpproxy.New(e.pgTarget); err != nil {
 		t.Fatal(err)
 	}
 	if e.nats != nil {

@@ -34,6 +34,18 @@ type Row struct {
 	// Details are extra lines under the table (rates, memory, latencies).
 	Details []string
 	Passed  bool
+	// Bound, when set, is what finish asserts beyond lost = 0: upper bounds
+	// on attempts burned, publishes resent, duplicates delivered and dead
+	// letters. The bounds are listed under the table.
+	Bound *Bounds
+}
+
+// Bounds are a scenario's asserted upper limits; a test fails past any.
+type Bounds struct {
+	Attempts    int // attempts burned (sum of attempts on the scenario's rows)
+	Resent      int // publishes beyond the first of each event on the wire (ignored when not measured)
+	Duplicated  int // duplicate deliveries the consumer saw
+	DeadLetters int
 }
 
 // Assertion is one bad-input or security check, or the state of a bug the

@@ -160,9 +160,16 @@ func TestScenario5PostgresFaults(t *testing.T) {
 		fmt.Sprintf("the relay process never exited; it logged %d failed batches and backed off (e.g. retry_in %s) then reconnected", len(failed), maxRetry),
 		fmt.Sprintf("writers: %d transactions, %d errors (first: %s)", w.txs.Load(), w.errs.Load(), firstErr(w)),
 	}
+	// A lost session costs at most the batches in flight (2 workers of 50):
+	// published again when the mark was lost, and one attempt each under
+	// the poison-row rule (a claim never followed by an outcome); never a
+	// dead letter.
+	runs := terminated + writerKills + outages + partitions
+	inFlight := runs * 2 * 50
 	res := e.finish(Row{Key: "5", Scenario: "PostgreSQL connections killed and PostgreSQL \"restarted\"",
 		Fault: "pg_terminate_backend of relay and writer sessions; all sessions terminated + connections refused for 3s; partitions; latency; COMMITs cut",
-		Runs:  terminated + writerKills + outages + partitions, Resent: e.wire.resent(), Drain: drain, Details: details})
+		Runs:  runs, Resent: e.wire.resent(), Drain: drain, Details: details,
+		Bound: &Bounds{Attempts: inFlight, Resent: inFlight, Duplicated: inFlight, DeadLetters: 0}})
 	if res.Ambiguous == 0 {
 		t.Error("no ambiguous COMMIT happened: the ambiguity path was not exercised")
 	}
