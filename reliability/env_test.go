@@ -163,7 +163,7 @@ func (e *env) attemptsBurned() int {
 	}
 	return n
 }
-func (e *env) dead() int    { return e.count("dead_at IS NOT NULL AND processed_at IS NULL") }
+func (e *env) dead() int { return e.count("dead_at IS NOT NULL AND processed_at IS NULL") }
 
 // waitDrained waits until no row is pending and returns how long that took.
 func (e *env) waitDrained(d time.Duration) (time.Duration, bool) {

@@ -23,6 +23,7 @@ type pgCluster struct {
 	t    *testing.T
 	bin  string
 	dir  string // data directory
+	log  string // the server's log (pg_ctl -l: the server must not hold our pipes)
 	port int
 	asPG bool // run the binaries as the postgres user (we are root)
 }
@@ -48,7 +49,7 @@ func startCluster(t *testing.T) *pgCluster {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(root) })
-	c := &pgCluster{t: t, bin: bin, dir: filepath.Join(root, "data"), port: freePort(t), asPG: os.Geteuid() == 0}
+	c := &pgCluster{t: t, bin: bin, dir: filepath.Join(root, "data"), log: filepath.Join(root, "log"), port: freePort(t), asPG: os.Geteuid() == 0}
 	if c.asPG { // initdb refuses to run as root
 		u, err := user.Lookup("postgres")
 		if err != nil {
@@ -74,7 +75,7 @@ func startCluster(t *testing.T) *pgCluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.pgctl("start", "-w", "-t", "60", "-l", filepath.Join(root, "log"))
+	c.pgctl("start", "-w", "-t", "60", "-l", c.log)
 	t.Cleanup(func() { c.pgctlNoFail("stop", "-m", "immediate", "-w", "-t", "30") })
 	conn, err := pgx.Connect(context.Background(), fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", c.port))
 	if err != nil {
@@ -105,7 +106,7 @@ func (c *pgCluster) addr() string { return fmt.Sprintf("127.0.0.1:%d", c.port) }
 func (c *pgCluster) restart(mode string) time.Duration {
 	c.t.Helper()
 	start := time.Now()
-	c.pgctl("restart", "-m", mode, "-w", "-t", "60")
+	c.pgctl("restart", "-m", mode, "-w", "-t", "60", "-l", c.log)
 	return time.Since(start)
 }
 

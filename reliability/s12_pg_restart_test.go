@@ -29,6 +29,10 @@ func TestScenario12PostgresRestart(t *testing.T) {
 	for i := 0; i < cycles; i++ {
 		for _, mode := range []string{"fast", "immediate"} {
 			time.Sleep(2 * time.Second)
+			// A backlog, so the restart lands mid-drain: batches claimed,
+			// published, their marks committing.
+			e.writeBacklog(long(3000, 30000), 500, 50, 2)
+			time.Sleep(200 * time.Millisecond)
 			before := e.pending()
 			down := c.restart(mode)
 			restarts++
