@@ -351,7 +351,11 @@ func relayDSNFrom(t *testing.T, base, addr, app, user string) string {
 func (r *relay) args() []string {
 	o := r.opts
 	broker := o.broker
-	if broker == "" {
+	switch {
+	case broker != "":
+	case r.e.broker != nil:
+		broker = r.e.broker.url(r.nats.Addr())
+	default:
 		broker = "nats://" + r.nats.Addr()
 	}
 	a := []string{"relay",
@@ -523,12 +527,18 @@ func (e *env) newRelay(name string, o relayOpts) *relay {
 	if r.pg, err = tcpproxy.New(e.pgTarget); err != nil {
 		t.Fatal(err)
 	}
-	if e.nats != nil {
+	switch {
+	case e.nats != nil:
 		if r.nats, err = tcpproxy.New(e.nats.addr()); err != nil {
 			t.Fatal(err)
 		}
 		r.wire = e.wire.hookFor(e.relays.Add(1))
 		r.nats.SetHook(r.wire)
+	case e.broker != nil: // no wire counter: publishes are not counted
+		if r.nats, err = tcpproxy.New(e.broker.addr); err != nil {
+			t.Fatal(err)
+		}
+		r.wire = func(int64, tcpproxy.Direction, []byte) tcpproxy.Action { return tcpproxy.Forward }
 	}
 	t.Cleanup(func() {
 		if p := r.current(); p != nil && !p.exited() {

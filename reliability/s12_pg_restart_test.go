@@ -31,12 +31,19 @@ func TestScenario12PostgresRestart(t *testing.T) {
 			time.Sleep(2 * time.Second)
 			// A backlog, so the restart lands mid-drain: batches claimed,
 			// published, their marks committing.
+			// Latency on the relay's broker path slows the drain so the
+			// restart finds it under way.
+			r.nats.SetLatency(20 * time.Millisecond)
 			e.writeBacklog(long(3000, 30000), 500, 50, 2)
-			time.Sleep(200 * time.Millisecond)
+			time.Sleep(300 * time.Millisecond)
 			before := e.pending()
 			down := c.restart(mode)
+			r.nats.SetLatency(0)
 			restarts++
 			e.pool.Reset() // the test's own idle connections died with the server
+			if before == 0 {
+				t.Errorf("restart -m %s: nothing pending, not mid-drain", mode)
+			}
 			details = append(details, fmt.Sprintf("pg_ctl restart -m %s mid-drain: %d pending before, restarted in %s", mode, before, down.Round(10*time.Millisecond)))
 		}
 	}
