@@ -130,7 +130,11 @@ broker holds and compares.
 How the faults are injected (` + "`reliability/`" + `):
 
 - processes: SIGKILL, SIGSTOP/SIGCONT of relay processes; nats-server stopped and restarted;
-  in the long version, ` + "`pg_ctlcluster ... restart -m fast`" + ` of the real PostgreSQL;
+  a PostgreSQL cluster of the test's own (initdb + pg_ctl on a free port) restarted mid-drain
+  with ` + "`-m fast`" + ` and ` + "`-m immediate`" + `; in the long version, ` + "`pg_ctlcluster ... restart -m fast`" + `
+  of the real PostgreSQL;
+- full destinations: a JetStream stream at max_msgs with discard new, a RabbitMQ queue at
+  x-max-length with reject-publish, a Redis server of the test's own at maxmemory (noeviction);
 - sessions: ` + "`pg_terminate_backend`" + ` on the relay's, the writers' and the LISTEN sessions; the
   relay's own ` + "`idle_in_transaction_session_timeout`" + `; a REPEATABLE READ transaction holding xmin;
 - network: every relay reaches PostgreSQL and the broker through a proxy the test controls
@@ -166,9 +170,11 @@ const footer = `## Definitions
   is tiny, to show the raw duplicates at-least-once delivery produces.
 - **re-sent**: publishes beyond the first of each event, counted on the wire between relay and broker
   by the fault proxy, whether or not the broker then stored them.
-- **attempts burned**: publish attempts the fault cost events that were finally delivered (their
-  ` + "`attempts`" + ` column); an outage that the relay recognises as one burns none. "—" when the scenario
-  does not measure it.
+- **attempts burned**: the sum of the ` + "`attempts`" + ` column over the scenario's rows at the end: what
+  the faults cost in retries; an outage that the relay recognises as one burns none.
+- **asserted bounds**: beyond lost = 0, a scenario may assert upper bounds on attempts burned,
+  re-sends, duplicates and dead letters (listed in its paragraph, "asserted: ..."); a run past any
+  bound fails.
 - **expected**: what the scenario must show to pass: nothing lost (or delivered though rolled back),
   and in ordered mode no inversion.
 - **inversions**: events first stored in the stream after a later event of the same aggregate (the
@@ -179,12 +185,11 @@ const footer = `## Definitions
 
 ## Not covered
 
-- Kafka, RabbitMQ and Redis are exercised for bad input (oversized events) only; the crash, outage
-  and network scenarios run against NATS JetStream, the broker whose server the suite can stop.
-  SQS and webhooks are not exercised here.
+- The crash, outage and network scenarios run in full against NATS JetStream (the broker whose
+  server the suite can stop) and at a smaller size against RabbitMQ and Redis (scenario 14: their
+  shared servers are not stopped; the outage is a proxy refusing connections). Kafka is exercised
+  for bad input and missing topics only; SQS and webhooks are not exercised here.
 - Disk faults (full disk, fsync errors) and clock jumps are not injected.
-- PostgreSQL itself crashing (` + "`-m immediate`" + `, losing the relay's asynchronous marks) is not injected;
-  the long version restarts it with ` + "`-m fast`" + `.
 `
 
 // Section renders r's results: one short row per scenario and per check in
