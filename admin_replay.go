@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgoutbox/outbox/internal/store"
 )
@@ -525,4 +526,42 @@ func (a *Admin) ReplayTotals(ctx context.Context) (ReplayTotals, error) {
 		return t, a.wrap("replay totals", err)
 	}
 	return t, nil
+}
+
+// ReplayCollector returns a Prometheus collector of the replayed rows, read
+// by one query per scrape (bounded by a 5s timeout): the gauges
+// outbox_replayed_events{state="pending"|"delivered"} (copies in the outbox
+// table not yet delivered, and delivered but not yet cleaned up or
+// archived) and outbox_replays_active (replays with copies pending).
+// constLabels are added to every series, as RelayConfig.MetricLabels. The
+// relay's own counters (outbox_events_published_total and the others)
+// count replayed events with live ones. A failed query fails the scrape's
+// collection with its error (Gather returns it).
+func (a *Admin) ReplayCollector(constLabels prometheus.Labels) prometheus.Collector {
+	return &replayCollector{a: a,
+		events: prometheus.NewDesc("outbox_replayed_events",
+			"Replayed outbox events in the outbox table, by state (pending, delivered).", []string{"state"}, constLabels),
+		active: prometheus.NewDesc("outbox_replays_active",
+			"Replays with copies not yet delivered.", nil, constLabels),
+	}
+}
+
+type replayCollector struct {
+	a              *Admin
+	events, active *prometheus.Desc
+}
+
+func (c *replayCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.events; ch <- c.active }
+
+func (c *replayCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	t, err := c.a.ReplayTotals(ctx)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(c.events, err)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(c.events, prometheus.GaugeValue, float64(t.Pending), "pending")
+	ch <- prometheus.MustNewConstMetric(c.events, prometheus.GaugeValue, float64(t.Delivered), "delivered")
+	ch <- prometheus.MustNewConstMetric(c.active, prometheus.GaugeValue, float64(t.Active))
 }

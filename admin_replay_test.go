@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/memory"
@@ -398,5 +399,52 @@ func TestArchiveMovesAndReplayReadsIt(t *testing.T) {
 	c, err := a.Cancel(ctx(t), ids[0])
 	if err != nil || len(c.Published) != 1 {
 		t.Errorf("cancel of an archived event = %+v (%v), want it reported published", c, err)
+	}
+}
+
+// TestReplayCollector: the replay gauges follow the copies, pending then
+// delivered.
+func TestReplayCollector(t *testing.T) {
+	e := setup(t)
+	a := e.admin()
+	e.writeAggN("M", 1, 3)
+	r := e.relay(memory.New(), outbox.RelayConfig{})
+	e.drain(r)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(a.ReplayCollector(prometheus.Labels{"table": "t"}))
+	if _, err := a.Replay(ctx(t), outbox.ReplaySelector{All: true, Mode: outbox.ReplayNewID}); err != nil {
+		t.Fatal(err)
+	}
+	read := func() (pending, delivered, active float64) {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				v, state := m.GetGauge().GetValue(), ""
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "state" {
+						state = l.GetValue()
+					}
+				}
+				switch {
+				case mf.GetName() == "outbox_replays_active":
+					active = v
+				case state == "delivered":
+					delivered = v
+				case state == "pending":
+					pending = v
+				}
+			}
+		}
+		return
+	}
+	if p, d, act := read(); p != 3 || d != 0 || act != 1 {
+		t.Errorf("before the relay: pending %v delivered %v active %v, want 3 0 1", p, d, act)
+	}
+	e.drain(r)
+	if p, d, act := read(); p != 0 || d != 3 || act != 0 {
+		t.Errorf("after the relay: pending %v delivered %v active %v, want 0 3 0", p, d, act)
 	}
 }
