@@ -79,7 +79,8 @@ events written after; they never interleave. Each batch (whole aggregates)
 briefly locks the table against inserts (see docs/REPLAY.md).
 
 --dry-run prints how many events would be replayed and the first --sample of
-them. The command prints the replay's id; outbox replay list follows it and
+them. An id that is unknown or not delivered yet is named on stderr and the
+command exits 6 after replaying the others. The command prints the replay's id; outbox replay list follows it and
 outbox replay cancel ID removes its copies not yet delivered.`)
 	d.register(o)
 	o.fs.StringVar(&mode, "mode", "", "same-id or new-id (required)")
@@ -134,6 +135,22 @@ outbox replay cancel ID removes its copies not yet delivered.`)
 			return err
 		}
 		defer done()
+		// Ids that select nothing (unknown, or not delivered yet) are named
+		// and make the exit code 6, as retry's.
+		var skipped []uuid.UUID
+		if len(s.IDs) > 0 {
+			pre := s
+			pre.DryRun, pre.Sample = true, len(s.IDs)
+			found, err := admin.Replay(ctx, pre)
+			if err != nil {
+				return notMigrated(admin.Table(), &d, err)
+			}
+			var ids []uuid.UUID
+			for _, r := range found.Sample {
+				ids = append(ids, r.ID)
+			}
+			skipped = missing(s.IDs, ids)
+		}
 		var p *progress
 		if !asJSON && !dryRun {
 			p = c.progress()
@@ -158,7 +175,10 @@ outbox replay cancel ID removes its copies not yet delivered.`)
 				out.Sample = append(out.Sample, replaySampleJSON{ID: r.ID.String(), Seq: r.Seq, EventType: r.EventType,
 					AggregateType: r.AggregateType, AggregateID: r.AggregateID, CreatedAt: r.CreatedAt})
 			}
-			return writeJSON(c, out)
+			if err := writeJSON(c, out); err != nil {
+				return err
+			}
+			return replaySkipped(skipped)
 		}
 		if dryRun {
 			fmt.Fprintf(c.stdout, "dry run: would replay %d event(s) from %s (mode %s)\n", res.Selected, admin.Table(), mode)
@@ -169,9 +189,11 @@ outbox replay cancel ID removes its copies not yet delivered.`)
 					fmt.Fprintf(tw, "%s\t%d\t%s\t%s/%s\t%s\n", r.ID, r.Seq, r.EventType, r.AggregateType, r.AggregateID,
 						r.CreatedAt.UTC().Format(time.RFC3339))
 				}
-				return tw.Flush()
+				if err := tw.Flush(); err != nil {
+					return err
+				}
 			}
-			return nil
+			return replaySkipped(skipped)
 		}
 		if res.Cancelled {
 			fmt.Fprintf(c.stdout, "replay %s cancelled after queuing %d of %d event(s)\n", res.ID, res.Queued, res.Selected)
@@ -182,8 +204,15 @@ outbox replay cancel ID removes its copies not yet delivered.`)
 			fmt.Fprintf(c.stdout, "; skipped %d (a copy already pending, or archived or cleaned up meanwhile)", res.Skipped)
 		}
 		fmt.Fprintf(c.stdout, " [%s]\nfollow it with: outbox replay list; cancel it with: outbox replay cancel %s\n", time.Since(now).Round(time.Millisecond), res.ID)
+		return replaySkipped(skipped)
+	}
+}
+
+func replaySkipped(ids []uuid.UUID) error {
+	if len(ids) == 0 {
 		return nil
 	}
+	return idsNotDone("unknown or not delivered yet, not replayed", ids)
 }
 
 func replayListCommand() (*options, func(context.Context, *cli, *options) error) {

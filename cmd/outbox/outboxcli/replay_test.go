@@ -142,3 +142,22 @@ func TestArchiveCommand(t *testing.T) {
 		t.Errorf("archive table holds %d (%v)", archived, err)
 	}
 }
+
+// TestReplayByIDs: ids that select nothing are named and exit 6; the
+// others are replayed.
+func TestReplayByIDs(t *testing.T) {
+	f := setup(t)
+	ids := f.write("order.created", 2)
+	f.exec(`UPDATE outbox_events SET processed_at = now() WHERE id = $1`, ids[0])
+	vars := dbEnv()
+	vars["OUTBOX_SCHEMA"] = f.schema
+	unknown := uuid.NewString()
+	r := run(t, vars, "replay", "--mode", "same-id", ids[0].String(), ids[1].String(), unknown)
+	wantExit(t, r, ExitNotFound)
+	if !strings.Contains(r.stdout, "queued 1 of 1 selected") || !strings.Contains(r.stderr, ids[1].String()) || !strings.Contains(r.stderr, unknown) {
+		t.Errorf("replay by ids:\n%s", r)
+	}
+	if f.count("id = $1 AND processed_at IS NULL AND replay_id IS NOT NULL", ids[0]) != 1 {
+		t.Error("the delivered event was not re-queued under its id")
+	}
+}
