@@ -89,6 +89,9 @@ func TestReplayNewIDQueuesCopiesInOriginalOrder(t *testing.T) {
 	}
 	rows, err := e.pool.Query(ctx(t), `SELECT id, headers->>'outbox-replay-of', headers->>'outbox-replay-id', seq > (SELECT max(seq) FROM outbox_events WHERE replay_id IS NULL)
 FROM outbox_events WHERE replay_id = $1 ORDER BY seq`, res.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
 	copies, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (copyRow, error) {
 		var c copyRow
 		return c, r.Scan(&c.id, &c.of, &c.rid, &c.atTheEnd)
@@ -446,5 +449,60 @@ func TestReplayCollector(t *testing.T) {
 	e.drain(r)
 	if p, d, act := read(); p != 0 || d != 3 || act != 0 {
 		t.Errorf("after the relay: pending %v delivered %v active %v, want 0 3 0", p, d, act)
+	}
+}
+
+// TestReplayWaitsForWritersInFlight: an event written in a transaction that
+// is still open when the replay starts has a lower seq than the copies but
+// is invisible to the relay's claims until it commits. The replay's batch
+// waits for that transaction (the table lock), so the event still goes out
+// before the copies.
+func TestReplayWaitsForWritersInFlight(t *testing.T) {
+	e := setup(t)
+	a := e.admin()
+	e.writeAggN("W", 1, 3)
+	pub := memory.New()
+	r := e.relay(pub, outbox.RelayConfig{Ordered: true})
+	e.drain(r)
+
+	tx, err := e.pool.Begin(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx(t)) //nolint:errcheck
+	if _, err := e.writer.Write(ctx(t), tx, event("W", 4)); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.Replay(ctx(t), outbox.ReplaySelector{AggregateID: "W", Mode: outbox.ReplayNewID, LockTimeout: time.Minute})
+		done <- err
+	}()
+	// The replay's lock request waits behind the writer.
+	waitFor(t, func() bool {
+		var waiting int
+		err := e.pool.QueryRow(ctx(t), `SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = $1::regclass`,
+			e.schema+".outbox_events").Scan(&waiting)
+		return err == nil && waiting > 0
+	})
+	e.drain(r) // nothing to claim meanwhile: no copy is queued yet
+	if err := tx.Commit(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	before := pub.Len()
+	e.drain(r)
+	var got []string
+	for _, m := range pub.Messages()[before:] {
+		s := fmt.Sprint(payloadN(t, m.Payload))
+		if m.Headers[outbox.HeaderReplayOf] != "" {
+			s += "'"
+		}
+		got = append(got, s)
+	}
+	if want := "4 1' 2' 3'"; strings.Join(got, " ") != want {
+		t.Errorf("published %q, want %q", strings.Join(got, " "), want)
 	}
 }
