@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/testdb"
 	"github.com/pgoutbox/outbox/memory"
 )
 
@@ -504,5 +505,28 @@ func TestReplayWaitsForWritersInFlight(t *testing.T) {
 	}
 	if want := "4 1' 2' 3'"; strings.Join(got, " ") != want {
 		t.Errorf("published %q, want %q", strings.Join(got, " "), want)
+	}
+}
+
+// TestReplayLongestTableName: the longest table name New accepts (its
+// aggregate index name at PostgreSQL's limit) migrates, and replay and
+// archive work on it.
+func TestReplayLongestTableName(t *testing.T) {
+	t.Parallel()
+	schema := testdb.Schema(t)
+	pool := testdb.Pool(t, schema)
+	table := strings.Repeat("t", 63-len("_aggregate_idx"))
+	if _, err := outbox.Migrate(ctx(t), pool, outbox.MigrateConfig{Schema: schema, Table: table}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := outbox.NewAdmin(pool, outbox.AdminConfig{Schema: schema, Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Replay(ctx(t), outbox.ReplaySelector{All: true, Mode: outbox.ReplayNewID}); err != nil {
+		t.Error(err)
+	}
+	if _, err := a.Archive(ctx(t), 0, 0, nil); err != nil {
+		t.Error(err)
 	}
 }

@@ -33,10 +33,10 @@ CREATE TABLE IF NOT EXISTS "outbox_events_archive" (
     archived_at    TIMESTAMPTZ  NOT NULL DEFAULT NOW()
 );
 
-CREATE INDEX IF NOT EXISTS "outbox_events_archive_id_idx"
+CREATE INDEX IF NOT EXISTS "outbox_events_arch_id_idx"
     ON "outbox_events_archive" (id);
 
-CREATE INDEX IF NOT EXISTS "outbox_events_archive_replay_idx"
+CREATE INDEX IF NOT EXISTS "outbox_events_arch_rep_idx"
     ON "outbox_events_archive" (replay_id)
     WHERE replay_id IS NOT NULL;
 

@@ -5,7 +5,8 @@ import "strings"
 // The objects of replay and archiving (migration 5) are derived here as
 // methods rather than Names fields, so the migration templates can call them
 // and a derived name too long for PostgreSQL fails the migration with a clear
-// error instead of being truncated by the server.
+// error instead of being truncated by the server. Their suffixes are no
+// longer than "_aggregate_idx", so every table name New accepts fits.
 
 // QArchive is the archive table, "schema"."<table>_archive": processed rows
 // moved out of the outbox table.
@@ -23,12 +24,12 @@ func (n Names) ReplayIndex() (string, error) { return n.local("replay index", n.
 // ArchiveIDIndex and ArchiveReplayIndex are the archive table's indexes by
 // event id and by replay, unqualified.
 func (n Names) ArchiveIDIndex() (string, error) {
-	return n.local("archive id index", n.Table+"_archive_id_idx")
+	return n.local("archive id index", n.Table+"_arch_id_idx")
 }
 
 // ArchiveReplayIndex: see ArchiveIDIndex.
 func (n Names) ArchiveReplayIndex() (string, error) {
-	return n.local("archive replay index", n.Table+"_archive_replay_idx")
+	return n.local("archive replay index", n.Table+"_arch_rep_idx")
 }
 
 func (n Names) local(what, name string) (string, error) {
