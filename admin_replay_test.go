@@ -530,3 +530,48 @@ func TestReplayLongestTableName(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestReplayCancelWhileQueuing: cancelling a paced replay stops its queuing
+// at the next batch, and no copy stays pending.
+func TestReplayCancelWhileQueuing(t *testing.T) {
+	e := setup(t)
+	a := e.admin()
+	for i := range 6 {
+		e.writeAggN(fmt.Sprint("Q", i), 1, 2)
+	}
+	e.drain(e.relay(memory.New(), outbox.RelayConfig{}))
+	first := make(chan struct{})
+	var once bool
+	done := make(chan outbox.ReplayResult, 1)
+	var replayErr error
+	go func() {
+		res, err := a.Replay(ctx(t), outbox.ReplaySelector{All: true, Mode: outbox.ReplayNewID, Rate: 4, BatchSize: 1,
+			Progress: func(int64) {
+				if !once {
+					once = true
+					close(first)
+				}
+			}})
+		replayErr = err
+		done <- res
+	}()
+	<-first
+	list, err := a.ReplayList(ctx(t), 1)
+	if err != nil || len(list) != 1 || list[0].State != "queuing" {
+		t.Fatalf("while queuing: %+v (%v)", list, err)
+	}
+	if _, err := a.ReplayCancel(ctx(t), list[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	res := <-done
+	if replayErr != nil || !res.Cancelled || res.Queued >= res.Selected {
+		t.Fatalf("replay = %+v, %v; want it cancelled before queuing all %d", res, replayErr, res.Selected)
+	}
+	if n := e.count("processed_at IS NULL"); n != 0 {
+		t.Errorf("%d copies pending after the cancel", n)
+	}
+	list, _ = a.ReplayList(ctx(t), 1)
+	if list[0].State != "cancelled" {
+		t.Errorf("state %q, want cancelled", list[0].State)
+	}
+}
