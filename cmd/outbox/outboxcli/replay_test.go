@@ -161,3 +161,20 @@ func TestReplayByIDs(t *testing.T) {
 		t.Error("the delivered event was not re-queued under its id")
 	}
 }
+
+// TestStatusBeforeMigration5: status still works on a table without the
+// replay column (version 4), without the replayed line.
+func TestStatusBeforeMigration5(t *testing.T) {
+	f := setup(t)
+	f.write("order.created", 1)
+	f.exec(`ALTER TABLE outbox_events DROP COLUMN replay_id`)
+	vars := dbEnv()
+	vars["OUTBOX_SCHEMA"] = f.schema
+	r := run(t, vars, "status")
+	wantExit(t, r, ExitOK)
+	if strings.Contains(r.stdout, "replayed") || !strings.Contains(r.stdout, "pending           1") {
+		t.Errorf("status on a version-4 table:\n%s", r)
+	}
+	r = run(t, vars, "replay", "--mode", "new-id", "--all")
+	wantExit(t, r, ExitNotMigrated)
+}
