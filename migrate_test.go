@@ -354,11 +354,18 @@ func TestMigrationSQLOddNames(t *testing.T) {
 		`Ordres "été"; x_dead_letters v`,
 		`Ordres "été"; x_events r`,
 		`Ordres "été"; x_events_aggregate_idx i`,
+		`Ordres "été"; x_events_arch_id_idx i`,
+		`Ordres "été"; x_events_arch_rep_idx i`,
+		`Ordres "été"; x_events_archive r`,
+		`Ordres "été"; x_events_archive_pkey i`,
 		`Ordres "été"; x_events_dead_idx i`,
 		`Ordres "été"; x_events_pending_idx i`,
 		`Ordres "été"; x_events_pkey i`,
 		`Ordres "été"; x_events_processed_idx i`,
+		`Ordres "été"; x_events_replay_idx i`,
 		`Ordres "été"; x_events_seq_seq S`,
+		`Ordres "été"; x_replays r`,
+		`Ordres "été"; x_replays_pkey i`,
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("objects in %q:\n%s\nwant:\n%s", schema, strings.Join(got, "\n"), strings.Join(want, "\n"))

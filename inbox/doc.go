@@ -89,6 +89,19 @@
 // whose id is missing or invalid wraps ErrInvalidMessage: it can never be
 // processed, and adapters terminate it instead of redelivering it forever.
 //
+// # Replays
+//
+// `outbox replay` re-sends delivered events in one of two modes (see
+// docs/REPLAY.md). A same-id replay keeps the event id: a consumer whose
+// inbox recorded the event skips it (Result.Duplicate), a new consumer or an
+// emptied inbox processes it. A new-id replay sends a copy under a fresh
+// id, so every consumer processes it again, on purpose. Message.ReplayID
+// (both modes) and Message.ReplayOf (new-id: the original id) say which is
+// which; a handler that must not reprocess a copy returns early when
+// ReplayOf is set, and one that must not see a same-id replay's effects
+// twice needs nothing (the inbox skips it). Retention bounds the same-id
+// semantics: an event whose inbox row was cleaned up is processed again.
+//
 // # The table
 //
 //	CREATE TABLE processed_events (

@@ -28,7 +28,21 @@ type Message struct {
 	// under the keys the broker delivered.
 	Headers map[string]string
 	Payload []byte
+	// ReplayID is the replay that re-sent this event (outbox.HeaderReplayID,
+	// set by `outbox replay` in both modes); zero for a live event.
+	ReplayID uuid.UUID
+	// ReplayOf is the original event a new-id replay copied
+	// (outbox.HeaderReplayOf); zero for a live event and for a same-id
+	// replay, whose ID is the original's. A new-id copy is a new event to
+	// the inbox (its ID is fresh), so a consumer that processed the original
+	// processes it again; one that must not can skip it when ReplayOf is
+	// set.
+	ReplayOf uuid.UUID
 }
+
+// IsReplay reports whether the message was re-sent by a replay (either
+// mode), not published live.
+func (m *Message) IsReplay() bool { return m.ReplayID != uuid.Nil }
 
 // Header returns the value of header key, matched case-insensitively (HTTP
 // canonicalizes header names, NATS and Kafka do not).
@@ -51,9 +65,11 @@ func lookup(h map[string]string, key string) string {
 // MessageFromHeaders builds a Message from the standard headers every
 // pgoutbox publisher sets (outbox.HeaderEventID, outbox.HeaderEventType,
 // outbox.HeaderAggregateType, outbox.HeaderAggregateID,
-// outbox.HeaderCreatedAt), matched case-insensitively. The event id is
-// required; the others may be absent. A missing or invalid id, or a
-// malformed created-at, returns an error wrapping ErrInvalidMessage.
+// outbox.HeaderCreatedAt) and the replay headers (outbox.HeaderReplayID,
+// outbox.HeaderReplayOf), matched case-insensitively. The event id is
+// required; the others may be absent (a replay header that is not a UUID
+// leaves the field zero). A missing or invalid id, or a malformed
+// created-at, returns an error wrapping ErrInvalidMessage.
 // headers is kept as Message.Headers, not copied.
 func MessageFromHeaders(headers map[string]string, payload []byte) (Message, error) {
 	m := Message{
@@ -78,6 +94,16 @@ func MessageFromHeaders(headers map[string]string, payload []byte) (Message, err
 			return Message{}, fmt.Errorf("inbox: header %s: %.64q is not an RFC 3339 time: %w", outbox.HeaderCreatedAt, s, ErrInvalidMessage)
 		}
 		m.CreatedAt = t
+	}
+	for _, r := range []struct {
+		key string
+		dst *uuid.UUID
+	}{{outbox.HeaderReplayID, &m.ReplayID}, {outbox.HeaderReplayOf, &m.ReplayOf}} {
+		// Not fatal when malformed: the event itself is intact, and an
+		// application may have written such a header itself.
+		if id, err := uuid.Parse(lookup(headers, r.key)); err == nil {
+			*r.dst = id
+		}
 	}
 	return m, nil
 }

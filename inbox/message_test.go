@@ -77,3 +77,40 @@ func FuzzMessageFromHeaders(f *testing.F) {
 		}
 	})
 }
+
+// TestMessageReplayHeaders: the replay headers a replay's copies carry
+// become ReplayID and ReplayOf, matched case-insensitively; a malformed one
+// is left zero (the event is intact); a live event has neither.
+func TestMessageReplayHeaders(t *testing.T) {
+	t.Parallel()
+	id, of, rid := uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7())
+	src := outbox.Message{ID: id, EventType: "order.created", AggregateType: "order", AggregateID: "42",
+		Headers: map[string]string{outbox.HeaderReplayOf: of.String(), outbox.HeaderReplayID: rid.String()}}
+	m, err := inbox.MessageFromHeaders(src.StandardHeaders(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.ReplayOf != of || m.ReplayID != rid || !m.IsReplay() {
+		t.Errorf("got ReplayOf %s ReplayID %s, want %s %s", m.ReplayOf, m.ReplayID, of, rid)
+	}
+	h := http.Header{}
+	for k, v := range src.StandardHeaders() {
+		h.Set(k, v)
+	}
+	flat := map[string]string{}
+	for k := range h {
+		flat[k] = h.Get(k)
+	}
+	if m, err := inbox.MessageFromHeaders(flat, nil); err != nil || m.ReplayOf != of {
+		t.Errorf("canonicalized headers: %+v, %v", m, err)
+	}
+	live := outbox.Message{ID: id, EventType: "x", AggregateType: "x", AggregateID: "x"}
+	if m, err := inbox.MessageFromHeaders(live.StandardHeaders(), nil); err != nil || m.IsReplay() || m.ReplayOf != uuid.Nil {
+		t.Errorf("live message: %+v, %v", m, err)
+	}
+	bad := src.StandardHeaders()
+	bad[outbox.HeaderReplayOf] = "nope"
+	if m, err := inbox.MessageFromHeaders(bad, nil); err != nil || m.ReplayOf != uuid.Nil || m.ReplayID != rid {
+		t.Errorf("malformed replay-of: %+v, %v; want the message, ReplayOf zero", m, err)
+	}
+}

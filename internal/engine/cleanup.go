@@ -42,11 +42,35 @@ func (e *Engine) Cleanup(ctx context.Context, olderThan time.Duration, batchSize
 
 // Cleanup is Engine.Cleanup without an engine, for the admin functions.
 func Cleanup(ctx context.Context, pool *pgxpool.Pool, q *store.Queries, olderThan time.Duration, batchSize int, progress func(deleted int64)) (int64, error) {
+	n, err := batched(ctx, pool, q.Cleanup, olderThan, batchSize, progress)
+	if err != nil {
+		return n, fmt.Errorf("cleanup: %w", err)
+	}
+	return n, nil
+}
+
+// Archive moves rows processed more than olderThan ago to the archive table
+// instead of deleting them, batchSize rows per statement, each batch one
+// statement (the DELETE and the archive's INSERT commit together, so a row
+// is always in exactly one of the two tables). It returns how many rows it
+// moved. rq is the table's store.ReplayQueries.
+func Archive(ctx context.Context, pool *pgxpool.Pool, rq *store.ReplayQueries, olderThan time.Duration, batchSize int, progress func(moved int64)) (int64, error) {
+	n, err := batched(ctx, pool, rq.Archive, olderThan, batchSize, progress)
+	if err != nil {
+		return n, fmt.Errorf("archive: %w", err)
+	}
+	return n, nil
+}
+
+// batched runs query ($1 age, $2 batch size) until a run touches fewer rows
+// than batchSize, each run its own short transaction, so no multi-minute
+// statement holds locks or bloats WAL in one go.
+func batched(ctx context.Context, pool *pgxpool.Pool, query string, olderThan time.Duration, batchSize int, progress func(int64)) (int64, error) {
 	var total int64
 	for {
-		tag, err := pool.Exec(ctx, q.Cleanup, olderThan, batchSize)
+		tag, err := pool.Exec(ctx, query, olderThan, batchSize)
 		if err != nil {
-			return total, fmt.Errorf("cleanup: %w", err)
+			return total, err
 		}
 		total += tag.RowsAffected()
 		if progress != nil {

@@ -40,4 +40,35 @@ type OutboxEvent struct {
 	Headers       []byte             `json:"headers"`
 	DeadAt        pgtype.Timestamptz `json:"dead_at"`
 	HeldBy        pgtype.UUID        `json:"held_by"`
+	ReplayID      pgtype.UUID        `json:"replay_id"`
+}
+
+type OutboxEventsArchive struct {
+	Seq           int64              `json:"seq"`
+	ID            pgtype.UUID        `json:"id"`
+	AggregateType string             `json:"aggregate_type"`
+	AggregateID   string             `json:"aggregate_id"`
+	EventType     string             `json:"event_type"`
+	Payload       []byte             `json:"payload"`
+	Headers       []byte             `json:"headers"`
+	Attempts      int32              `json:"attempts"`
+	CreatedAt     pgtype.Timestamptz `json:"created_at"`
+	ProcessedAt   pgtype.Timestamptz `json:"processed_at"`
+	LastError     pgtype.Text        `json:"last_error"`
+	ReplayID      pgtype.UUID        `json:"replay_id"`
+	ArchivedAt    pgtype.Timestamptz `json:"archived_at"`
+}
+
+type OutboxReplay struct {
+	ID         pgtype.UUID        `json:"id"`
+	Mode       string             `json:"mode"`
+	Selector   []byte             `json:"selector"`
+	Selected   int64              `json:"selected"`
+	Queued     int64              `json:"queued"`
+	Skipped    int64              `json:"skipped"`
+	Cancelled  int64              `json:"cancelled"`
+	State      string             `json:"state"`
+	Error      pgtype.Text        `json:"error"`
+	CreatedAt  pgtype.Timestamptz `json:"created_at"`
+	FinishedAt pgtype.Timestamptz `json:"finished_at"`
 }

@@ -23,7 +23,7 @@ const (
 	ExitDatabase     = 3 // cannot connect to the database
 	ExitNotMigrated  = 4 // the outbox table is missing or not migrated
 	ExitDrainTimeout = 5 // relay: the batch in flight outlived --drain-timeout
-	ExitNotFound     = 6 // retry, dead-letters discard: some ids were left alone (named on stderr); the rest was done
+	ExitNotFound     = 6 // retry, dead-letters discard, cancel: some ids were left alone (named on stderr); the rest was done
 )
 
 // command is one subcommand.
@@ -49,8 +49,12 @@ func commands() []command {
 		{"dead-letters", "list dead letters (never their payloads unless --show-payload), --group-by error; `dead-letters discard`", deadLettersCommand,
 			[]command{{"discard", "delete dead letters for good", discardCommand, nil}}},
 		{"retry", "re-queue events by id, or dead letters by type, error, age or all (the manual retry path)", retryCommand, nil},
+		{"cancel", "delete events not yet published, by id", cancelCommand, nil},
+		{"replay", "re-queue delivered events (same-id or new-id), in their original order; `replay list`, `replay cancel`", replayCommand,
+			[]command{{"list", "list replays", replayListCommand, nil}, {"cancel", "cancel a replay", replayCancelCommand, nil}}},
 		{"console", "serve the operator console: state, dead-letter triage and actions, timelines", consoleCommand, nil},
 		{"cleanup", "delete processed events older than a retention, in bounded batches", cleanupCommand, nil},
+		{"archive", "move processed events older than an age to the archive table, in bounded batches", archiveCommand, nil},
 		{"version", "print the version (same as --version)", versionCommand, nil},
 	}
 }
@@ -208,9 +212,9 @@ const exitCodesHelp = `Exit codes:
   4  the outbox table is missing or not migrated: run outbox migrate
      (also migrate status --exit-code when a migration is pending)
   5  relay: the batch in flight outlived --drain-timeout after SIGINT/SIGTERM
-  6  retry, dead-letters discard: some of the given ids were left alone
-     (unknown, already published, or not a dead letter; named on stderr);
-     the others were done
+  6  retry, dead-letters discard, cancel: some of the given ids were left
+     alone (unknown, already published, or not a dead letter; named on
+     stderr); the others were done. replay cancel: no such replay
 `
 
 func (c *cli) usage(w io.Writer) {

@@ -1,0 +1,73 @@
+package outbox_test
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/testdb"
+	"github.com/pgoutbox/outbox/memory"
+)
+
+// ExampleAdmin_Replay delivers an aggregate's two events, then replays them
+// with fresh ids: the relay publishes copies that name their originals.
+func ExampleAdmin_Replay() {
+	ctx := context.Background()
+	schema := testdb.NewSchemaName("example")
+	pool, err := pgxpool.New(ctx, testdb.URL())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pool.Close()
+	defer pool.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE") //nolint:errcheck
+	if _, err := outbox.Migrate(ctx, pool, outbox.MigrateConfig{Schema: schema}); err != nil {
+		fmt.Println(err)
+		return
+	}
+	w, _ := outbox.NewWriter(outbox.WriterConfig{Schema: schema})
+	var ids []string
+	for _, typ := range []string{"order.created", "order.paid"} {
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			got, err := w.Write(ctx, tx, outbox.Event{AggregateType: "order", AggregateID: "42", EventType: typ, Payload: []byte(`{}`)})
+			ids = append(ids, got[0].String())
+			return err
+		})
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+	}
+	pub := memory.New()
+	relay, _ := outbox.NewRelay(pool, pub, outbox.RelayConfig{Schema: schema, Ordered: true})
+	if _, err := relay.ProcessBatch(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	admin, _ := outbox.NewAdmin(pool, outbox.AdminConfig{Schema: schema})
+	res, err := admin.Replay(ctx, outbox.ReplaySelector{AggregateType: "order", AggregateID: "42", Mode: outbox.ReplayNewID})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("selected %d, queued %d\n", res.Selected, res.Queued)
+	if _, err := relay.ProcessBatch(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, m := range pub.Messages()[2:] {
+		n := 0
+		if m.Headers[outbox.HeaderReplayOf] != ids[0] {
+			n = 1
+		}
+		fmt.Printf("%s: a copy of event %d, fresh id %t\n", m.EventType, n, m.ID.String() != ids[n])
+	}
+	// Output:
+	// selected 2, queued 2
+	// order.created: a copy of event 0, fresh id true
+	// order.paid: a copy of event 1, fresh id true
+}

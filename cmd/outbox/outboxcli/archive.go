@@ -1,0 +1,77 @@
+package outboxcli
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/pgoutbox/outbox"
+)
+
+// archiveJSON is archive's --json output.
+type archiveJSON struct {
+	Table            string  `json:"table"`
+	Moved            int64   `json:"moved"`
+	OlderThanSeconds float64 `json:"older_than_seconds"`
+	ElapsedSeconds   float64 `json:"elapsed_seconds"`
+}
+
+func archiveCommand() (*options, func(context.Context, *cli, *options) error) {
+	var (
+		d         dbOptions
+		olderThan time.Duration
+		batch     int
+		asJSON    bool
+	)
+	o := newOptions("archive", "--older-than DURATION [flags]", `
+Moves events published more than --older-than ago from the outbox table to its
+archive table (<table>_archive), --archive-batch rows per statement (each its
+own short transaction: a row is always in exactly one of the two tables),
+reporting progress. Pending events and dead letters are never moved. Archived
+events stay available to outbox replay. pgoutbox never deletes from the
+archive: drop, truncate or delete from it as your retention policy says.
+Durations are Go durations: 168h for 7 days.`)
+	d.register(o)
+	o.fs.DurationVar(&olderThan, "older-than", 0, "move events published more than this long ago, e.g. 168h (required)")
+	o.fs.IntVar(&batch, "archive-batch", outbox.DefaultArchiveBatch, "rows moved per statement")
+	o.fs.BoolVar(&asJSON, "json", false, "print JSON (and no progress lines)")
+	o.flagOnly("older-than", "json")
+	return o, func(ctx context.Context, c *cli, o *options) error {
+		switch {
+		case len(o.args) > 0:
+			return usageErr("archive: unexpected argument %q", o.args[0])
+		case olderThan <= 0:
+			return usageErr("--older-than: required: a positive duration such as 168h, got %s", olderThan)
+		case batch < 1:
+			return o.settingErr("archive-batch", "%d: must be at least 1", batch)
+		}
+		admin, done, err := c.adminFor(ctx, o, &d)
+		if err != nil {
+			return err
+		}
+		defer done()
+		start := time.Now()
+		var report func(int64)
+		var p *progress
+		if !asJSON {
+			p = c.progress()
+			report = func(total int64) {
+				p.update(fmt.Sprintf("archive: moved %d so far [%s]", total, time.Since(start).Round(time.Millisecond)))
+			}
+		}
+		n, err := admin.Archive(ctx, olderThan, batch, report)
+		if p != nil {
+			p.done()
+		}
+		if err != nil {
+			return notMigrated(admin.Table(), &d, fmt.Errorf("%w (moved %d before the failure)", err, n))
+		}
+		if asJSON {
+			return writeJSON(c, archiveJSON{Table: admin.Table(), Moved: n,
+				OlderThanSeconds: olderThan.Seconds(), ElapsedSeconds: time.Since(start).Seconds()})
+		}
+		fmt.Fprintf(c.stdout, "archived %d event(s) published more than %s ago from %s [%s]\n",
+			n, olderThan, admin.Table(), time.Since(start).Round(time.Millisecond))
+		return nil
+	}
+}

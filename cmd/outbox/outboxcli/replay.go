@@ -1,0 +1,314 @@
+package outboxcli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/pgoutbox/outbox"
+)
+
+// replayJSON is replay's --json output.
+type replayJSON struct {
+	Table  string `json:"table"`
+	DryRun bool   `json:"dry_run"`
+	outbox.ReplayResult
+	Sample []replaySampleJSON `json:"sample,omitempty"`
+}
+
+type replaySampleJSON struct {
+	ID            string    `json:"id"`
+	Seq           int64     `json:"seq"`
+	EventType     string    `json:"event_type"`
+	AggregateType string    `json:"aggregate_type"`
+	AggregateID   string    `json:"aggregate_id"`
+	CreatedAt     time.Time `json:"created_at"`
+}
+
+// parseWhen reads --since/--until: an RFC 3339 time, or a duration meaning
+// that long ago.
+func parseWhen(flag, s string, now time.Time) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
+		return now.Add(-d), nil
+	}
+	return time.Time{}, usageErr("--%s: %q: want an RFC 3339 time (2026-03-01T12:00:00Z) or a duration ago (24h)", flag, s)
+}
+
+func replayCommand() (*options, func(context.Context, *cli, *options) error) {
+	var (
+		d                               dbOptions
+		eventType, aggType, aggID, mode string
+		since, until                    string
+		all, dryRun, asJSON             bool
+		rate                            float64
+		batch, sample                   int
+	)
+	o := newOptions("replay", "--mode same-id|new-id [flags] (ID... | --type T | --aggregate-type T | --aggregate-id A | --since S | --until U | --all)", `
+Re-queues delivered events for the running relays to publish again: a copy
+of each selected event is inserted at the tail of the outbox table, in the
+events' original order. Events are read from the outbox table (published rows
+it still keeps) and from its archive (outbox archive). The filters combine.
+
+  outbox replay --mode new-id --type order.created --since 24h
+  outbox replay --mode same-id --aggregate-type order --aggregate-id 42
+  outbox replay --mode new-id ID...
+  outbox replay --mode same-id --all --rate 500
+
+--mode is required:
+  same-id  the message id stays the original: a consumer whose inbox already
+           processed the event skips it; a new consumer or an emptied inbox
+           processes it (a broker that deduplicates by id, JetStream within
+           its duplicate window, drops it)
+  new-id   a fresh id, with outbox-replay-of: <original id> and
+           outbox-replay-id: <replay id> headers: every consumer processes
+           it again, on purpose
+
+Ordering: with ordered relays, each aggregate receives what was pending when
+the replay ran, then the replayed events in their original order, then the
+events written after; they never interleave. Each batch (whole aggregates)
+briefly locks the table against inserts (see docs/REPLAY.md).
+
+--dry-run prints how many events would be replayed and the first --sample of
+them. An id that is unknown or not delivered yet is named on stderr and the
+command exits 6 after replaying the others. The command prints the replay's id; outbox replay list follows it and
+outbox replay cancel ID removes its copies not yet delivered.`)
+	d.register(o)
+	o.fs.StringVar(&mode, "mode", "", "same-id or new-id (required)")
+	o.fs.StringVar(&eventType, "type", "", "replay the events of this event type")
+	o.fs.StringVar(&aggType, "aggregate-type", "", "replay the events of this aggregate type")
+	o.fs.StringVar(&aggID, "aggregate-id", "", "replay the events of this aggregate id")
+	o.fs.StringVar(&since, "since", "", "only events written at or after this time: RFC 3339, or a duration ago (24h)")
+	o.fs.StringVar(&until, "until", "", "only events written before this time: RFC 3339, or a duration ago")
+	o.fs.BoolVar(&all, "all", false, "replay every delivered event (the filters still apply)")
+	o.fs.BoolVar(&dryRun, "dry-run", false, "count and print a sample without changing anything")
+	o.fs.IntVar(&sample, "sample", outbox.DefaultReplaySample, "events printed by --dry-run")
+	o.fs.Float64Var(&rate, "rate", 0, "pace the replay to about this many events per second (0: no pacing)")
+	o.fs.IntVar(&batch, "replay-batch", outbox.DefaultReplayBatch, "copies inserted per transaction (whole aggregates)")
+	o.fs.BoolVar(&asJSON, "json", false, "print JSON (and no progress lines)")
+	o.flagOnly("mode", "type", "aggregate-type", "aggregate-id", "since", "until", "all", "dry-run", "sample", "rate", "json")
+	return o, func(ctx context.Context, c *cli, o *options) error {
+		now := time.Now()
+		s := outbox.ReplaySelector{Mode: outbox.ReplayMode(mode), EventType: eventType, AggregateType: aggType,
+			AggregateID: aggID, All: all, DryRun: dryRun, Rate: rate, BatchSize: batch, Sample: sample}
+		for _, a := range o.args {
+			id, err := uuid.Parse(a)
+			if err != nil {
+				return usageErr("replay: %q is not an event id (want a UUID)", a)
+			}
+			s.IDs = append(s.IDs, id)
+		}
+		var err error
+		if s.Since, err = parseWhen("since", since, now); err != nil {
+			return err
+		}
+		if s.Until, err = parseWhen("until", until, now); err != nil {
+			return err
+		}
+		switch {
+		case mode == "":
+			return usageErr("replay: --mode is required: same-id (consumers that processed an event skip it) or new-id (a fresh id: every consumer processes it again)")
+		case s.Mode != outbox.ReplaySameID && s.Mode != outbox.ReplayNewID:
+			return usageErr("--mode: %q: want same-id or new-id", mode)
+		case rate < 0:
+			return usageErr("--rate: %g: must not be negative", rate)
+		case batch < 1:
+			return o.settingErr("replay-batch", "%d: must be at least 1", batch)
+		case sample < 1:
+			return usageErr("--sample: %d: must be at least 1", sample)
+		case len(s.IDs) == 0 && !all && eventType == "" && aggType == "" && aggID == "" && since == "" && until == "":
+			return usageErr("replay: give event ids, --all, or at least one of --type, --aggregate-type, --aggregate-id, --since, --until")
+		case !s.Since.IsZero() && !s.Until.IsZero() && !s.Until.After(s.Since):
+			return usageErr("--until %s is not after --since %s", s.Until.Format(time.RFC3339), s.Since.Format(time.RFC3339))
+		}
+		admin, done, err := c.adminFor(ctx, o, &d)
+		if err != nil {
+			return err
+		}
+		defer done()
+		// Ids that select nothing (unknown, or not delivered yet) are named
+		// and make the exit code 6, as retry's.
+		var skipped []uuid.UUID
+		if len(s.IDs) > 0 {
+			pre := s
+			pre.DryRun, pre.Sample = true, len(s.IDs)
+			found, err := admin.Replay(ctx, pre)
+			if err != nil {
+				return notMigrated(admin.Table(), &d, err)
+			}
+			var ids []uuid.UUID
+			for _, r := range found.Sample {
+				ids = append(ids, r.ID)
+			}
+			skipped = missing(s.IDs, ids)
+		}
+		var p *progress
+		if !asJSON && !dryRun {
+			p = c.progress()
+			s.Progress = func(queued int64) {
+				p.update(fmt.Sprintf("replay: queued %d so far [%s]", queued, time.Since(now).Round(time.Millisecond)))
+			}
+		}
+		res, err := admin.Replay(ctx, s)
+		if p != nil {
+			p.done()
+		}
+		if err != nil {
+			var ce *outbox.ConfigError
+			if errors.As(err, &ce) {
+				return usageErr("%v", err)
+			}
+			return notMigrated(admin.Table(), &d, err)
+		}
+		if asJSON {
+			out := replayJSON{Table: admin.Table(), DryRun: dryRun, ReplayResult: res}
+			for _, r := range res.Sample {
+				out.Sample = append(out.Sample, replaySampleJSON{ID: r.ID.String(), Seq: r.Seq, EventType: r.EventType,
+					AggregateType: r.AggregateType, AggregateID: r.AggregateID, CreatedAt: r.CreatedAt})
+			}
+			if err := writeJSON(c, out); err != nil {
+				return err
+			}
+			return replaySkipped(skipped)
+		}
+		if dryRun {
+			fmt.Fprintf(c.stdout, "dry run: would replay %d event(s) from %s (mode %s)\n", res.Selected, admin.Table(), mode)
+			if len(res.Sample) > 0 {
+				tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+				fmt.Fprintln(tw, "ID\tSEQ\tEVENT TYPE\tAGGREGATE\tCREATED AT")
+				for _, r := range res.Sample {
+					fmt.Fprintf(tw, "%s\t%d\t%s\t%s/%s\t%s\n", r.ID, r.Seq, r.EventType, r.AggregateType, r.AggregateID,
+						r.CreatedAt.UTC().Format(time.RFC3339))
+				}
+				if err := tw.Flush(); err != nil {
+					return err
+				}
+			}
+			return replaySkipped(skipped)
+		}
+		if res.Cancelled {
+			fmt.Fprintf(c.stdout, "replay %s cancelled after queuing %d of %d event(s)\n", res.ID, res.Queued, res.Selected)
+			return nil
+		}
+		fmt.Fprintf(c.stdout, "replay %s: queued %d of %d selected event(s) in %s (mode %s)", res.ID, res.Queued, res.Selected, admin.Table(), mode)
+		if res.Skipped > 0 {
+			fmt.Fprintf(c.stdout, "; skipped %d (a copy already pending, or archived or cleaned up meanwhile)", res.Skipped)
+		}
+		fmt.Fprintf(c.stdout, " [%s]\nfollow it with: outbox replay list; cancel it with: outbox replay cancel %s\n", time.Since(now).Round(time.Millisecond), res.ID)
+		return replaySkipped(skipped)
+	}
+}
+
+func replaySkipped(ids []uuid.UUID) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	return idsNotDone("unknown or not delivered yet, not replayed", ids)
+}
+
+func replayListCommand() (*options, func(context.Context, *cli, *options) error) {
+	var (
+		d      dbOptions
+		limit  int
+		asJSON bool
+	)
+	o := newOptions("replay list", "[flags]", `
+Lists the last replays, newest first: their mode, how many events they
+selected and queued, how many copies are pending and delivered, and their
+state: queuing (outbox replay is still inserting copies), queued (copies
+pending), done, cancelled or failed.`)
+	d.register(o)
+	o.fs.IntVar(&limit, "limit", 20, "list at most this many")
+	o.fs.BoolVar(&asJSON, "json", false, "print JSON")
+	o.flagOnly("limit", "json")
+	return o, func(ctx context.Context, c *cli, o *options) error {
+		switch {
+		case len(o.args) > 0:
+			return usageErr("replay list: unexpected argument %q", o.args[0])
+		case limit < 1:
+			return usageErr("--limit: %d: must be at least 1", limit)
+		}
+		admin, done, err := c.adminFor(ctx, o, &d)
+		if err != nil {
+			return err
+		}
+		defer done()
+		list, err := admin.ReplayList(ctx, limit)
+		if err != nil {
+			return notMigrated(admin.Table(), &d, err)
+		}
+		if asJSON {
+			return writeJSON(c, list)
+		}
+		if len(list) == 0 {
+			fmt.Fprintf(c.stdout, "no replays of %s\n", admin.Table())
+			return nil
+		}
+		tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tCREATED AT\tMODE\tSTATE\tSELECTED\tQUEUED\tPENDING\tDELIVERED\tCANCELLED\tSELECTOR")
+		for _, r := range list {
+			state := r.State
+			if r.Error != "" {
+				state += ": " + oneLine(r.Error)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", r.ID, r.CreatedAt.UTC().Format(time.RFC3339), r.Mode, state,
+				r.Selected, r.Queued, r.Pending, r.Delivered, r.Cancelled, r.Selector)
+		}
+		return tw.Flush()
+	}
+}
+
+func replayCancelCommand() (*options, func(context.Context, *cli, *options) error) {
+	var (
+		d      dbOptions
+		asJSON bool
+	)
+	o := newOptions("replay cancel", "REPLAY-ID [flags]", `
+Cancels a replay: stops its queuing if outbox replay is still running (at its
+next batch) and deletes its copies not yet delivered, releasing what they held
+back in ordered mode. Copies already delivered stay delivered; the original
+events are untouched.`)
+	d.register(o)
+	o.fs.BoolVar(&asJSON, "json", false, "print JSON")
+	o.flagOnly("json")
+	return o, func(ctx context.Context, c *cli, o *options) error {
+		if len(o.args) != 1 {
+			return usageErr("replay cancel: give exactly one replay id (see outbox replay list)")
+		}
+		id, err := uuid.Parse(o.args[0])
+		if err != nil {
+			return usageErr("replay cancel: %q is not a replay id (want a UUID)", o.args[0])
+		}
+		admin, done, err := c.adminFor(ctx, o, &d)
+		if err != nil {
+			return err
+		}
+		defer done()
+		res, err := admin.ReplayCancel(ctx, id)
+		if errors.Is(err, outbox.ErrReplayNotFound) {
+			return &exitError{code: ExitNotFound, err: fmt.Errorf("replay cancel: no replay %s in %s (see outbox replay list)", id, admin.Table())}
+		}
+		if err != nil {
+			return notMigrated(admin.Table(), &d, err)
+		}
+		if asJSON {
+			return writeJSON(c, struct {
+				Table string `json:"table"`
+				ID    string `json:"id"`
+				outbox.ReplayCancelResult
+			}{admin.Table(), id.String(), res})
+		}
+		fmt.Fprintf(c.stdout, "replay %s cancelled: removed %d copy(ies) not yet delivered (%d already delivered); released %d event(s) they held back\n",
+			id, res.Removed, res.Delivered, res.Released)
+		return nil
+	}
+}
