@@ -53,7 +53,7 @@ const (
 	DefaultReplayBatch = 1000
 	// DefaultReplayLockTimeout bounds the wait for the outbox table's lock
 	// by one replay batch; on timeout the batch is tried again.
-	DefaultReplayLockTimeout = 2 * time.Second
+	DefaultReplayLockTimeout = 200 * time.Millisecond
 	// DefaultReplaySample is how many events a dry run returns.
 	DefaultReplaySample = 10
 )
@@ -352,10 +352,11 @@ func (a *Admin) replayBatch(ctx context.Context, rq *store.ReplayQueries, sel *R
 		}
 	}
 	wait := 50 * time.Millisecond
+	const replayLockTries = 30 // about a minute of backoff at most
 	for attempt := 1; ; attempt++ {
 		queued, cancelled, err = a.replayTx(ctx, rq, sel, replayID, ids, newIDs)
 		var pgErr *pgconn.PgError
-		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "55P03" || attempt == 10 {
+		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "55P03" || attempt == replayLockTries {
 			return queued, cancelled, err
 		}
 		// lock_not_available: a long writer transaction holds the table;
