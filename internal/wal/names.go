@@ -47,7 +47,9 @@ func slotName(schema, table string) string {
 	if schema == "" && clean == table && len(name) <= ident.MaxLen {
 		return name
 	}
-	sum := sha256.Sum256([]byte(target))
+	// The hash separates schema and table with a byte no identifier holds:
+	// "a.b"."c" and "a"."b.c" read the same joined with a dot.
+	sum := sha256.Sum256([]byte(schema + "\x00" + table))
 	suffix := "_" + hex.EncodeToString(sum[:4])
 	if max := ident.MaxLen - len(suffix); len(name) > max {
 		name = name[:max]
