@@ -17,9 +17,11 @@ type recorder struct {
 	errs     []string
 }
 
-func (r *recorder) Cleanup(f func())                  { r.cleanups = append(r.cleanups, f) }
-func (r *recorder) Errorf(format string, args ...any) { r.errs = append(r.errs, fmt.Sprintf(format, args...)) }
-func (r *recorder) Helper()                           {}
+func (r *recorder) Cleanup(f func()) { r.cleanups = append(r.cleanups, f) }
+func (r *recorder) Errorf(format string, args ...any) {
+	r.errs = append(r.errs, fmt.Sprintf(format, args...))
+}
+func (r *recorder) Helper() {}
 func (r *recorder) runCleanups() {
 	for i := len(r.cleanups) - 1; i >= 0; i-- {
 		r.cleanups[i]()
