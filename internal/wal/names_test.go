@@ -49,7 +49,7 @@ func TestScriptQuotes(t *testing.T) {
 	n := namesOf(t, "My Schema", `ta"ble`)
 	s := n.Script()
 	for _, want := range []string{
-		`CREATE PUBLICATION "` + n.Slot + `" FOR TABLE "My Schema"."ta""ble" WITH (publish = 'insert');`,
+		`CREATE PUBLICATION "` + n.Slot + `" FOR TABLE "My Schema"."ta""ble" WITH (publish = 'insert', publish_via_partition_root = true);`,
 		`SELECT pg_create_logical_replication_slot('` + n.Slot + `', 'pgoutput');`,
 		"rds.logical_replication", "cloudsql.logical_decoding", "max_slot_wal_keep_size",
 	} {

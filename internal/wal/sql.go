@@ -12,9 +12,10 @@ const Plugin = "pgoutput"
 // CreatePublicationSQL is the statement creating the table's publication.
 // It publishes inserts only: the stream reads new events, and the relay's
 // own updates and deletes of the table (marks, cleanup) never reach the WAL
-// decoder's output.
+// decoder's output. publish_via_partition_root makes a partitioned outbox
+// table's rows arrive under the table's own name (PostgreSQL 13+).
 func (n Names) CreatePublicationSQL() string {
-	return fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert')", n.QPublication, n.Table.QTable)
+	return fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert', publish_via_partition_root = true)", n.QPublication, n.Table.QTable)
 }
 
 // CreateSlotSQL is the statement creating the table's slot. Create the
