@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -22,13 +23,14 @@ import (
 
 // harness runs one variant at a time in a schema of its own.
 type harness struct {
-	url     string
-	admin   *pgxpool.Pool
-	writers int
-	window  time.Duration
+	url        string
+	postmaster int // the private cluster's postmaster, for its CPU time; 0 on a shared server
+	admin      *pgxpool.Pool
+	writers    int
+	window     time.Duration
 }
 
-func newHarness(ctx context.Context, url string, writers int, window time.Duration) (*harness, error) {
+func newHarness(ctx context.Context, url string, writers int, window time.Duration, postmaster int) (*harness, error) {
 	admin, err := pgxpool.New(ctx, url)
 	if err != nil {
 		return nil, err
@@ -42,7 +44,7 @@ func newHarness(ctx context.Context, url string, writers int, window time.Durati
 		admin.Close()
 		return nil, fmt.Errorf("wal_level is %s, the stream variants need logical", level)
 	}
-	return &harness{url: url, admin: admin, writers: writers, window: window}, nil
+	return &harness{url: url, admin: admin, writers: writers, window: window, postmaster: postmaster}, nil
 }
 
 func (h *harness) close() { h.admin.Close() }
@@ -51,11 +53,23 @@ func (h *harness) close() { h.admin.Close() }
 type result struct {
 	committed  int64
 	elapsed    time.Duration
-	behind     int64 // events committed but not yet received by the consumer when the writers stopped
-	tableBytes int64 // what the outbox table with its indexes (and partitions) grew by during the run; -1 without one
+	behind     int64         // events committed but not yet received by the consumer when the writers stopped
+	walBytes   int64         // WAL written from the writers' start until the consumer caught up (the whole server's)
+	serverCPU  time.Duration // the private cluster's CPU time over the same span (0 on a shared server)
+	selfCPU    time.Duration // this process's: writers' client side and the consumer
+	vacuums    int64         // autovacuums of the outbox table (or its partitions) during the run
+	tableBytes int64         // what the outbox table with its indexes (and partitions) grew by during the run; -1 without one
 }
 
 func (r result) perSec() float64 { return float64(r.committed) / r.elapsed.Seconds() }
+
+// per divides a total by the orders committed.
+func (r result) per(total float64) float64 {
+	if r.committed == 0 {
+		return 0
+	}
+	return total / float64(r.committed)
+}
 
 // env is what a variant's parts share during a run.
 type env struct {
@@ -123,6 +137,7 @@ func (h *harness) run(ctx context.Context, v variant) (res result, err error) {
 		}()
 	}
 	bg, stopBG := context.WithCancel(ctx)
+	defer stopBG()
 	var wg sync.WaitGroup
 	bgErr := make(chan error, 2)
 	for _, f := range []func(context.Context, *env) error{v.consume, v.maintain} {
@@ -136,10 +151,33 @@ func (h *harness) run(ctx context.Context, v variant) (res result, err error) {
 		})
 	}
 	time.Sleep(200 * time.Millisecond) // the consumer is streaming before the writers start
+	walStart, err := h.walPosition(ctx)
+	if err != nil {
+		return res, err
+	}
+	srvStart, err := serverCPU(h.postmaster)
+	if err != nil {
+		return res, err
+	}
+	selfStart := selfCPU()
 	res.committed, res.elapsed, err = e.write(ctx, v)
 	res.behind = res.committed - e.received.Load()
 	if v.consume == nil {
 		res.behind = 0
+	}
+	// Decoding and cleanup of what was written count too: wait for the
+	// consumer to catch up, and for one more maintenance pass.
+	for caught := time.Now().Add(10 * time.Second); v.consume != nil && e.received.Load() < res.committed && time.Now().Before(caught); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if v.maintain != nil {
+		time.Sleep(250 * time.Millisecond)
+	}
+	walEnd, werr := h.walPosition(ctx)
+	srvEnd, serr := serverCPU(h.postmaster)
+	res.walBytes, res.serverCPU, res.selfCPU = walEnd-walStart, srvEnd-srvStart, selfCPU()-selfStart
+	if err == nil {
+		err = errors.Join(werr, serr)
 	}
 	stopBG()
 	wg.Wait()
@@ -150,6 +188,11 @@ func (h *harness) run(ctx context.Context, v variant) (res result, err error) {
 	}
 	if err != nil {
 		return res, err
+	}
+	if v.migrate || v.ddl != "" {
+		if err := e.pool.QueryRow(ctx, `SELECT COALESCE(sum(autovacuum_count), 0)::bigint FROM pg_stat_user_tables WHERE schemaname = $1 AND relname LIKE 'outbox_events%'`, e.schema).Scan(&res.vacuums); err != nil {
+			return res, err
+		}
 	}
 	after, err := e.tableBytes(ctx, v)
 	res.tableBytes = after - empty
@@ -168,6 +211,13 @@ func (e *env) tableBytes(ctx context.Context, v variant) (int64, error) {
 	var n int64
 	err := e.pool.QueryRow(ctx, `SELECT COALESCE((SELECT sum(pg_total_relation_size(relid)) FROM pg_partition_tree('outbox_events'::regclass)),
 	                                             pg_total_relation_size('outbox_events'))::bigint`).Scan(&n)
+	return n, err
+}
+
+// walPosition is the server's current WAL position, in bytes.
+func (h *harness) walPosition(ctx context.Context) (int64, error) {
+	var n int64
+	err := h.admin.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint`).Scan(&n)
 	return n, err
 }
 

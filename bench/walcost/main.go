@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 )
@@ -31,22 +32,23 @@ func main() {
 		rounds  = flag.Int("rounds", 3, "rounds; each runs every variant once")
 		window  = flag.Duration("window", 4*time.Second, "how long the writers write in each run")
 		writers = flag.Int("writers", 8, "concurrent writers")
-		only    = flag.String("only", "", "run only this variant")
+		only    = flag.String("only", "", "run only these variants (comma-separated names)")
 		private = flag.Bool("private", false, "run against a private PostgreSQL 15 cluster started for the run (initdb, pg_ctl) instead of -db")
 	)
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	postmaster := 0
 	if *private {
 		c, err := startPrivate(ctx)
 		if err != nil {
 			log.Fatal(err)
 		}
 		defer c.stop()
-		*dbURL = c.url()
+		*dbURL, postmaster = c.url(), c.pid
 		log.Printf("private cluster at %s", *dbURL)
 	}
-	h, err := newHarness(ctx, *dbURL, *writers, *window)
+	h, err := newHarness(ctx, *dbURL, *writers, *window, postmaster)
 	if err != nil {
 		log.Print(err)
 		return
@@ -58,7 +60,7 @@ func main() {
 		// follows the same one.
 		for k := range variants {
 			v := variants[(k+r)%len(variants)]
-			if *only != "" && v.name != *only {
+			if *only != "" && !slices.Contains(strings.Split(*only, ","), v.name) {
 				continue
 			}
 			res, err := h.run(ctx, v)
@@ -66,7 +68,9 @@ func main() {
 				log.Printf("round %d, %s: %v", r+1, v.name, err)
 				return
 			}
-			log.Printf("round %d %-22s %8.0f orders/s, consumer behind by %d events, table +%s", r+1, v.name, res.perSec(), res.behind, size(res.tableBytes))
+			log.Printf("round %d %-22s %6.0f orders/s, %4.0f WAL B/order, server CPU %4.0f µs/order, bench process %4.0f µs/order, consumer behind by %d, table +%s, %d autovacuums",
+				r+1, v.name, res.perSec(), res.per(float64(res.walBytes)), res.per(float64(res.serverCPU.Microseconds())), res.per(float64(res.selfCPU.Microseconds())),
+				res.behind, size(res.tableBytes), res.vacuums)
 			results[v.name] = append(results[v.name], res)
 		}
 	}
@@ -77,14 +81,14 @@ func main() {
 func report(results map[string][]result, rounds, writers int, window time.Duration) {
 	fmt.Printf("\nwalcost: %d writers, %s per run, %d rounds; medians over the rounds; ratios within each round\n\n", writers, window, rounds)
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "variant\torders/s\tvs business only\tvs outbox row, no slot\tconsumer behind at end\toutbox table+indexes after")
+	fmt.Fprintln(w, "variant\torders/s\tvs business only\tvs outbox row, no slot\tWAL B/order\tserver CPU µs/order\tbench process CPU µs/order\tconsumer behind at end\toutbox table+indexes growth\tautovacuums")
 	base, row := results["business-only"], results["row-no-slot"]
 	for _, v := range variants {
 		rs := results[v.name]
 		if len(rs) == 0 {
 			continue
 		}
-		var per, vsBase, vsRow, behind, bytes []float64
+		var per, vsBase, vsRow, behind, bytes, vac, walB, srv, self []float64
 		for i, r := range rs {
 			per = append(per, r.perSec())
 			if i < len(base) {
@@ -95,8 +99,13 @@ func report(results map[string][]result, rounds, writers int, window time.Durati
 			}
 			behind = append(behind, float64(r.behind))
 			bytes = append(bytes, float64(r.tableBytes))
+			vac = append(vac, float64(r.vacuums))
+			walB = append(walB, r.per(float64(r.walBytes)))
+			srv = append(srv, r.per(float64(r.serverCPU.Microseconds())))
+			self = append(self, r.per(float64(r.selfCPU.Microseconds())))
 		}
-		fmt.Fprintf(w, "%s\t%.0f\t%s\t%s\t%.0f\t%s\n", v.name, median(per), ratio(vsBase), ratio(vsRow), median(behind), size(int64(median(bytes))))
+		fmt.Fprintf(w, "%s\t%.0f\t%s\t%s\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t%.0f\n", v.name, median(per), ratio(vsBase), ratio(vsRow),
+			median(walB), median(srv), median(self), median(behind), size(int64(median(bytes))), median(vac))
 	}
 	w.Flush()
 }

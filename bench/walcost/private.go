@@ -9,6 +9,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -21,12 +22,15 @@ const pgBin = "/usr/lib/postgresql/15/bin"
 type privateCluster struct {
 	dir  string
 	port int
+	pid  int      // the postmaster's
 	as   []string // runs a command as the postgres user when we are root
 }
 
 // startPrivate initdbs a cluster in a temporary directory with the shared
 // server's durability settings (fsync, synchronous_commit on) and
-// wal_level=logical, autovacuum on, and starts it on a free port.
+// wal_level=logical, autovacuum on (waking every 5 s, so that a run of
+// a few seconds pays for vacuuming what it deleted), and starts it on a
+// free port.
 func startPrivate(ctx context.Context) (*privateCluster, error) {
 	dir, err := os.MkdirTemp("", "walcost-pg-")
 	if err != nil {
@@ -51,11 +55,17 @@ func startPrivate(ctx context.Context) (*privateCluster, error) {
 		c.remove()
 		return nil, fmt.Errorf("initdb: %v\n%s", err, out)
 	}
-	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c wal_level=logical -c max_wal_senders=10 -c max_replication_slots=10 -c shared_buffers=128MB -c max_connections=100", c.port, dir)
+	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c wal_level=logical -c max_wal_senders=10 -c max_replication_slots=10 -c shared_buffers=128MB -c max_connections=100 -c autovacuum_naptime=5s", c.port, dir)
 	if out, err := c.cmd(ctx, "pg_ctl", "-D", data, "-o", opts, "-l", filepath.Join(dir, "log"), "-w", "-t", "60", "start").CombinedOutput(); err != nil {
 		c.remove()
 		return nil, fmt.Errorf("pg_ctl start: %v\n%s", err, out)
 	}
+	pidFile, err := os.ReadFile(filepath.Join(data, "postmaster.pid"))
+	if err != nil {
+		c.stop()
+		return nil, err
+	}
+	c.pid, _ = strconv.Atoi(strings.SplitN(string(pidFile), "\n", 2)[0])
 	return c, nil
 }
 

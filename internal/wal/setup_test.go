@@ -9,8 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/ident"
+	"github.com/pgoutbox/outbox/internal/migrate"
 	"github.com/pgoutbox/outbox/internal/testdb"
 )
 
@@ -31,7 +31,11 @@ func setup(t *testing.T) *bundle {
 	schema := testdb.Schema(t)
 	pool := testdb.Pool(t, schema)
 	ctx := context.Background()
-	if _, err := outbox.Migrate(ctx, pool, outbox.MigrateConfig{Schema: schema}); err != nil {
+	in, err := ident.New(schema, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := migrate.Up(ctx, pool, in); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
 	return withSlot(t, pool, schema, "outbox_events")
