@@ -42,12 +42,10 @@ type relation struct {
 	index  map[string]int
 }
 
-// The outbox columns a message is built from. id is required; the others
-// may be absent (the article's minimal table has no seq or headers).
-var (
-	requiredCols = []string{"id", "aggregate_type", "aggregate_id", "event_type", "payload"}
-	optionalCols = []string{"created_at", "seq", "headers"}
-)
+// requiredCols are the outbox columns no message goes without. created_at,
+// seq and headers are read when the table has them (the article's minimal
+// table has no seq or headers).
+var requiredCols = []string{"id", "aggregate_type", "aggregate_id", "event_type", "payload"}
 
 func newRelation(m *pglogrepl.RelationMessage, n Names) *relation {
 	r := &relation{cols: m.Columns, index: make(map[string]int, len(m.Columns))}
