@@ -20,6 +20,7 @@ import (
 	"log"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -33,11 +34,24 @@ func main() {
 		window  = flag.Duration("window", 4*time.Second, "how long the writers write in each run")
 		writers = flag.Int("writers", 8, "concurrent writers")
 		only    = flag.String("only", "", "run only these variants (comma-separated names)")
+		drainN  = flag.Int("drain", 0, "instead of the write-cost rounds: commit this many events with a slot and no reader, then time one stream reading them")
+		txSize  = flag.Int("drain-tx", 100, "-drain: events per transaction")
+		cpuProf = flag.String("cpuprofile", "", "write this process's CPU profile to the file")
 		private = flag.Bool("private", false, "run against a private PostgreSQL 15 cluster started for the run (initdb, pg_ctl) instead of -db")
 	)
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	if *cpuProf != "" {
+		f, err := os.Create(*cpuProf)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	postmaster := 0
 	if *private {
 		c, err := startPrivate(ctx)
@@ -47,6 +61,12 @@ func main() {
 		defer c.stop()
 		*dbURL, postmaster = c.url(), c.pid
 		log.Printf("private cluster at %s", *dbURL)
+	}
+	if *drainN > 0 {
+		if err := drain(ctx, *dbURL, *drainN, *txSize, postmaster); err != nil {
+			log.Print(err)
+		}
+		return
 	}
 	h, err := newHarness(ctx, *dbURL, *writers, *window, postmaster)
 	if err != nil {
