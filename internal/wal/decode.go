@@ -3,7 +3,6 @@ package wal
 import (
 	"encoding/json"
 	"fmt"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pglogrepl"
@@ -64,6 +63,24 @@ type decoder struct {
 
 func newDecoder() *decoder { return &decoder{types: pgtype.NewMap()} }
 
+// column is one value of a row with its type, as the Relation message
+// describes it.
+type column struct {
+	*pglogrepl.TupleDataColumn
+	oid uint32
+}
+
+func (c column) null() bool { return c.DataType == pglogrepl.TupleDataTypeNull }
+
+// text is the value's text: pgoutput sends every value in text format
+// unless a binary mode is asked for, which the stream never does.
+func (c column) text() ([]byte, error) {
+	if c.DataType != pglogrepl.TupleDataTypeText {
+		return nil, fmt.Errorf("value sent as %q, want text", c.DataType)
+	}
+	return c.Data, nil
+}
+
 // message decodes one inserted row of the outbox table.
 func (d *decoder) message(r *relation, t *pglogrepl.TupleData, lsn pglogrepl.LSN) (outboxtype.Message, *DecodeError) {
 	m := outboxtype.Message{Attempt: 1}
@@ -73,102 +90,83 @@ func (d *decoder) message(r *relation, t *pglogrepl.TupleData, lsn pglogrepl.LSN
 	if t == nil || len(t.Columns) != len(r.cols) {
 		return fail("the row has a different number of columns than its relation message")
 	}
-	col := func(name string) (*pglogrepl.TupleDataColumn, uint32, bool) {
+	col := func(name string) (column, bool) {
 		i, ok := r.index[name]
 		if !ok {
-			return nil, 0, false
+			return column{}, false
 		}
-		return t.Columns[i], r.cols[i].DataType, true
+		return column{t.Columns[i], r.cols[i].DataType}, true
 	}
+	cols := make(map[string]column, len(requiredCols))
 	for _, name := range requiredCols {
-		c, _, ok := col(name)
+		c, ok := col(name)
 		switch {
 		case !ok:
 			return fail("the table has no %s column", name)
-		case c.DataType == pglogrepl.TupleDataTypeNull:
+		case c.null():
 			return fail("%s is NULL", name)
 		}
+		cols[name] = c
 	}
-	var err error
-	if m.ID, err = d.uuid(col("id")); err != nil {
+	// Text is what uuid and any text-typed id column send alike.
+	id, err := cols["id"].text()
+	if err == nil {
+		m.ID, err = uuid.ParseBytes(id)
+	}
+	if err != nil {
 		return fail("id: %v", err)
 	}
-	if m.AggregateType, err = d.text(col("aggregate_type")); err != nil {
-		return fail("aggregate_type: %v", err)
+	for _, f := range []struct {
+		name string
+		dst  *string
+	}{{"aggregate_type", &m.AggregateType}, {"aggregate_id", &m.AggregateID}, {"event_type", &m.EventType}} {
+		if err := d.scan(cols[f.name], f.dst); err != nil {
+			return fail("%s: %v", f.name, err)
+		}
 	}
-	if m.AggregateID, err = d.text(col("aggregate_id")); err != nil {
-		return fail("aggregate_id: %v", err)
-	}
-	if m.EventType, err = d.text(col("event_type")); err != nil {
-		return fail("event_type: %v", err)
-	}
-	if m.Payload, err = d.bytes(col("payload")); err != nil {
+	// The payload's text is the JSON, as the table path reads it.
+	payload, err := cols["payload"].text()
+	if err != nil {
 		return fail("payload: %v", err)
 	}
-	if c, oid, ok := col("created_at"); ok && c.DataType != pglogrepl.TupleDataTypeNull {
-		if m.CreatedAt, err = d.time(c, oid); err != nil {
+	m.Payload = append([]byte(nil), payload...)
+	if c, ok := col("created_at"); ok && !c.null() {
+		if err := d.scan(c, &m.CreatedAt); err != nil {
 			return fail("created_at: %v", err)
 		}
 	}
-	if c, oid, ok := col("seq"); ok && c.DataType != pglogrepl.TupleDataTypeNull {
-		if err := d.scan(c, oid, &m.Seq); err != nil {
+	if c, ok := col("seq"); ok && !c.null() {
+		if err := d.scan(c, &m.Seq); err != nil {
 			return fail("seq: %v", err)
 		}
 	}
-	if c, oid, ok := col("headers"); ok && c.DataType != pglogrepl.TupleDataTypeNull {
-		if m.Headers, err = d.headers(c, oid); err != nil {
+	if c, ok := col("headers"); ok && !c.null() {
+		if m.Headers, err = headers(c); err != nil {
 			return fail("headers: %v", err)
 		}
 	}
 	return m, nil
 }
 
-func (d *decoder) scan(c *pglogrepl.TupleDataColumn, oid uint32, dst any) error {
-	if c.DataType != pglogrepl.TupleDataTypeText {
-		return fmt.Errorf("value sent as %q, want text", c.DataType)
+// scan decodes c's text into dst by c's type.
+func (d *decoder) scan(c column, dst any) error {
+	b, err := c.text()
+	if err != nil {
+		return err
 	}
-	return d.types.Scan(oid, pgtype.TextFormatCode, c.Data, dst)
-}
-
-func (d *decoder) uuid(c *pglogrepl.TupleDataColumn, oid uint32, _ bool) (uuid.UUID, error) {
-	var u uuid.UUID
-	if c.DataType != pglogrepl.TupleDataTypeText {
-		return u, fmt.Errorf("value sent as %q, want text", c.DataType)
-	}
-	// Text is what uuid and any text-typed id column send alike.
-	return uuid.ParseBytes(c.Data)
-}
-
-func (d *decoder) text(c *pglogrepl.TupleDataColumn, oid uint32, _ bool) (string, error) {
-	var s string
-	err := d.scan(c, oid, &s)
-	return s, err
-}
-
-// bytes returns the column's text as it is: a jsonb payload's text is the
-// JSON, as the table path reads it.
-func (d *decoder) bytes(c *pglogrepl.TupleDataColumn, _ uint32, _ bool) ([]byte, error) {
-	if c.DataType != pglogrepl.TupleDataTypeText {
-		return nil, fmt.Errorf("value sent as %q, want text", c.DataType)
-	}
-	return append([]byte(nil), c.Data...), nil
-}
-
-func (d *decoder) time(c *pglogrepl.TupleDataColumn, oid uint32) (time.Time, error) {
-	var t time.Time
-	err := d.scan(c, oid, &t)
-	return t, err
+	return d.types.Scan(c.oid, pgtype.TextFormatCode, b, dst)
 }
 
 // headers decodes the headers column as the table path does: a JSON object
 // of string values, anything else is a decode error.
-func (d *decoder) headers(c *pglogrepl.TupleDataColumn, _ uint32) (map[string]string, error) {
-	if c.DataType != pglogrepl.TupleDataTypeText {
-		return nil, fmt.Errorf("value sent as %q, want text", c.DataType)
+func headers(c column) (map[string]string, error) {
+	b, err := c.text()
+	if err != nil {
+		return nil, err
 	}
 	var h map[string]string
-	if err := json.Unmarshal(c.Data, &h); err != nil {
-		return nil, fmt.Errorf("%.200s: want a JSON object of string values: %v", c.Data, err)
+	if err := json.Unmarshal(b, &h); err != nil {
+		return nil, fmt.Errorf("%.200s: want a JSON object of string values: %v", b, err)
 	}
 	return h, nil
 }
