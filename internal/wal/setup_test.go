@@ -65,9 +65,12 @@ func withSlot(t *testing.T, pool *pgxpool.Pool, schema, table string) *bundle {
 	return &bundle{schema: schema, pool: pool, names: n}
 }
 
-// config is a stream configuration with short intervals, for tests.
+// config is a stream configuration with a short status interval, for
+// tests. The timeout stays generous: on a shared server the walsender
+// decodes every session's WAL, and another test's bulk insert can keep it
+// busy for seconds.
 func (b *bundle) config() StreamConfig {
-	return StreamConfig{ConnString: testdb.URL(), Names: b.names, StatusInterval: 50 * time.Millisecond, Timeout: 2 * time.Second}
+	return StreamConfig{ConnString: testdb.URL(), Names: b.names, StatusInterval: 50 * time.Millisecond, Timeout: 10 * time.Second}
 }
 
 // open starts a stream closed when the test ends.
@@ -101,10 +104,11 @@ func (b *bundle) insert(t *testing.T, aggregate string, eventTypes ...string) {
 	}
 }
 
-// next reads the next transaction, failing the test after 10 s.
+// next reads the next transaction, failing the test after a minute (see
+// config: a loaded shared server decodes slowly).
 func next(t *testing.T, s *Stream) *Tx {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	tx, err := s.Next(ctx)
 	if err != nil {
