@@ -114,6 +114,22 @@ func ReplicationSQL(cfg MigrateConfig) (string, error) {
 	return wal.NamesFor(n).Script(), nil
 }
 
+// CheckReplication checks that the server and the pool's role can stream
+// the configured table's slot: wal_level is logical, the role has
+// REPLICATION (or rds_replication, or is a superuser), a replication slot
+// (unless the table's exists) and a WAL sender are free. A missing one is
+// an error matching ErrReplicationPrerequisite, naming it and its fix.
+func CheckReplication(ctx context.Context, pool *pgxpool.Pool, cfg MigrateConfig) error {
+	in, err := ident.New(cfg.Schema, cfg.Table)
+	if err != nil {
+		return configErr("MigrateConfig", err)
+	}
+	if err := wal.Check(ctx, pool, wal.NamesFor(in)); err != nil {
+		return fmt.Errorf("outbox: %w", err)
+	}
+	return nil
+}
+
 // ReplicationInfo names the WAL source's publication and slot.
 type ReplicationInfo struct {
 	Publication string

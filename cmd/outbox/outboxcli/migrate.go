@@ -21,7 +21,7 @@ func migrateCommand() (*options, func(context.Context, *cli, *options) error) {
 		exitCode bool
 		source   string
 	)
-	o := newOptions("migrate", "[up | status | sql] [flags]", `
+	o := newOptions("migrate", "[up | status | sql | drop-wal] [flags]", `
 Applies pgoutbox's pending migrations to the outbox table (creating the
 schema if --schema names one that does not exist), in one transaction under an
 advisory lock: replicas may run it at once, and running it again is a no-op.
@@ -75,6 +75,12 @@ migrate sql also prints their SQL, for DBAs who create them by hand.`)
 		case "drop-wal":
 			return migrateDropWAL(ctx, c, pool, mc)
 		}
+		if source == "wal" {
+			// Before migrating: a missing prerequisite changes nothing.
+			if err := outbox.CheckReplication(ctx, pool, mc); err != nil {
+				return replicationErr(err)
+			}
+		}
 		applied, err := outbox.Migrate(ctx, pool, mc)
 		if err != nil {
 			return err
@@ -82,11 +88,8 @@ migrate sql also prints their SQL, for DBAs who create them by hand.`)
 		var repl *outbox.ReplicationInfo
 		if source == "wal" {
 			info, err := outbox.SetupReplication(ctx, pool, mc)
-			if errors.Is(err, outbox.ErrReplicationPrerequisite) {
-				return &exitError{code: ExitUsage, err: err}
-			}
 			if err != nil {
-				return err
+				return replicationErr(err)
 			}
 			repl = &info
 		}
@@ -130,6 +133,15 @@ migrate sql also prints their SQL, for DBAs who create them by hand.`)
 		}
 		return nil
 	}
+}
+
+// replicationErr gives a missing logical replication prerequisite the
+// configuration error's exit code.
+func replicationErr(err error) error {
+	if errors.Is(err, outbox.ErrReplicationPrerequisite) {
+		return &exitError{code: ExitUsage, err: err}
+	}
+	return err
 }
 
 // migrateSQL prints the migrations as one script and, for the WAL source,

@@ -102,6 +102,15 @@ func TestMigrateSourceWAL(t *testing.T) {
 	if !strings.Contains(r.stderr, "REPLICATION privilege") || !strings.Contains(r.stderr, "ALTER ROLE") {
 		t.Errorf("migrate --source wal without REPLICATION:\n%s", r)
 	}
+	// The check comes first: a schema that is not migrated stays so.
+	fresh := testdb.NewSchemaName("t")
+	t.Cleanup(func() { testdb.Drop(t, fresh) })
+	r = run(t, map[string]string{"DATABASE_URL": u.String()}, "migrate", "--source", "wal", "--schema", fresh)
+	wantExit(t, r, ExitUsage)
+	var migrated bool
+	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, fresh).Scan(&migrated); err != nil || migrated {
+		t.Errorf("migrate --source wal without REPLICATION created schema %s (%v)", fresh, err)
+	}
 
 	r = run(t, dbEnv(), "migrate", "drop-wal", "--schema", schema)
 	wantExit(t, r, ExitOK)
