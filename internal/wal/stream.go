@@ -2,6 +2,7 @@ package wal
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -110,9 +111,16 @@ type Stream struct {
 	err   error // why the stream ended; read after done is closed
 	unreg func() bool
 
-	tx   *Tx  // the transaction being decoded
-	inTx bool // between Begin and Commit
+	tx       *Tx           // the transaction being decoded
+	inTx     bool          // between Begin and Commit
+	received pglogrepl.LSN // the furthest position the server has sent
+	// noFlushUntil: report no flush position until then (see sendStatus).
+	noFlushUntil time.Time
 }
+
+// noFlushFor is how long the stream reports no flush position after the
+// server asked for a reply.
+const noFlushFor = 10 * time.Second
 
 // Open connects with a replication connection and starts streaming the
 // slot from cfg.StartLSN. A slot streamed by another process gives a
@@ -373,10 +381,12 @@ func (s *Stream) handle(data []byte) (*Tx, error) {
 		if err != nil {
 			return nil, fmt.Errorf("WAL source: keepalive: %w", err)
 		}
+		s.received = max(s.received, k.ServerWALEnd)
 		if !s.inTx {
 			s.prog.reached(k.ServerWALEnd)
 		}
 		if k.ReplyRequested {
+			s.noFlushUntil = time.Now().Add(noFlushFor)
 			return nil, s.sendStatus(false)
 		}
 	case pglogrepl.XLogDataByteID:
@@ -384,6 +394,7 @@ func (s *Stream) handle(data []byte) (*Tx, error) {
 		if err != nil {
 			return nil, fmt.Errorf("WAL source: XLogData: %w", err)
 		}
+		s.received = max(s.received, x.ServerWALEnd)
 		return s.decode(x)
 	}
 	return nil, nil
@@ -445,19 +456,52 @@ func parse(data []byte) (msg pglogrepl.Message, err error) {
 	return pglogrepl.Parse(data)
 }
 
+// sendStatus reports the stream's positions. The slot's confirmed position
+// follows the flush position: the acknowledged one. A server shutting down
+// waits until each walsender's client reports having flushed everything it
+// sent (or, when the client reports no flush position, written it); a relay
+// whose broker is down would hold the shutdown forever. So after the
+// server asks for a reply (which it does only when shutting down, or when
+// it has not heard from the stream for half its wal_sender_timeout), the
+// stream reports no flush position for a while: the write position, all it
+// received, then lets the shutdown proceed, and the slot's confirmed
+// position, which only a flush position moves, stays where it was.
 func (s *Stream) sendStatus(reply bool) error {
 	lsn := s.prog.position()
-	err := pglogrepl.SendStandbyStatusUpdate(context.Background(), s.conn, pglogrepl.StandbyStatusUpdate{
-		WALWritePosition: lsn,
-		WALFlushPosition: lsn,
-		WALApplyPosition: lsn,
-		ReplyRequested:   reply,
-	})
-	if err != nil {
+	flush := lsn
+	if time.Now().Before(s.noFlushUntil) {
+		flush = 0
+	}
+	if err := sendStandbyStatus(s.conn, max(lsn, s.received), flush, reply); err != nil {
 		return fmt.Errorf("WAL source: slot %s: report position %s: %w", s.cfg.Names.Slot, lsn, err)
 	}
 	return nil
 }
+
+// sendStandbyStatus sends a Standby Status Update. It is written here
+// because pglogrepl's replaces a zero flush position with the write
+// position, which would confirm the slot past unsettled transactions.
+func sendStandbyStatus(conn *pgconn.PgConn, write, flush pglogrepl.LSN, reply bool) error {
+	data := make([]byte, 0, 34)
+	data = append(data, pglogrepl.StandbyStatusUpdateByteID)
+	data = binary.BigEndian.AppendUint64(data, uint64(write))
+	data = binary.BigEndian.AppendUint64(data, uint64(flush))
+	data = binary.BigEndian.AppendUint64(data, uint64(flush)) // applied
+	data = binary.BigEndian.AppendUint64(data, uint64(time.Since(pgEpoch).Microseconds()))
+	if reply {
+		data = append(data, 1)
+	} else {
+		data = append(data, 0)
+	}
+	buf, err := (&pgproto3.CopyData{Data: data}).Encode(nil)
+	if err != nil {
+		return err
+	}
+	return conn.Frontend().SendUnbufferedEncodedCopyData(buf)
+}
+
+// pgEpoch is PostgreSQL's epoch, from which protocol timestamps count.
+var pgEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func isTimeout(err error) bool {
 	var ne net.Error
