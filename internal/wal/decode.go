@@ -3,6 +3,7 @@ package wal
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pglogrepl"
@@ -148,11 +149,27 @@ func (d *decoder) message(r *relation, t *pglogrepl.TupleData, lsn pglogrepl.LSN
 	return m, nil
 }
 
-// scan decodes c's text into dst by c's type.
+// scan decodes c's text into dst by c's type. Strings of the text types
+// and integers of the integer types, the common columns, skip the type
+// map's generic path.
 func (d *decoder) scan(c column, dst any) error {
 	b, err := c.text()
 	if err != nil {
 		return err
+	}
+	switch dst := dst.(type) {
+	case *string:
+		switch c.oid {
+		case pgtype.TextOID, pgtype.VarcharOID, pgtype.BPCharOID, pgtype.NameOID:
+			*dst = string(b)
+			return nil
+		}
+	case *int64:
+		switch c.oid {
+		case pgtype.Int8OID, pgtype.Int4OID, pgtype.Int2OID:
+			*dst, err = strconv.ParseInt(string(b), 10, 64)
+			return err
+		}
 	}
 	return d.types.Scan(c.oid, pgtype.TextFormatCode, b, dst)
 }
