@@ -9,6 +9,7 @@ import (
 
 	"github.com/pgoutbox/outbox/internal/ident"
 	"github.com/pgoutbox/outbox/internal/migrate"
+	"github.com/pgoutbox/outbox/internal/wal"
 )
 
 // MigrateConfig names the outbox table to migrate, as in WriterConfig.
@@ -92,4 +93,84 @@ func Migrations(cfg MigrateConfig) ([]MigrationInfo, error) {
 		out[i] = MigrationInfo{Version: m.Version, Name: m.Name, SQL: m.SQL}
 	}
 	return out, nil
+}
+
+// ErrReplicationPrerequisite is what errors.Is finds in the error of
+// SetupReplication (and, later, of a relay reading the WAL) when the server
+// or the role cannot stream from a logical replication slot: wal_level is
+// not logical, the role lacks REPLICATION, no slot or WAL sender is free.
+// The error's text names the setting and its fix in one line.
+var ErrReplicationPrerequisite = wal.ErrPrerequisite
+
+// ReplicationSQL returns the SQL that creates the WAL source's publication
+// and logical replication slot for the configured table, with the settings
+// and grants it needs as comments, for DBAs who create them by hand. The
+// names are derived from the table (see docs/WAL.md).
+func ReplicationSQL(cfg MigrateConfig) (string, error) {
+	n, err := ident.New(cfg.Schema, cfg.Table)
+	if err != nil {
+		return "", configErr("MigrateConfig", err)
+	}
+	return wal.NamesFor(n).Script(), nil
+}
+
+// CheckReplication checks that the server and the pool's role can stream
+// the configured table's slot: wal_level is logical, the role has
+// REPLICATION (or rds_replication, or is a superuser), a replication slot
+// (unless the table's exists) and a WAL sender are free. A missing one is
+// an error matching ErrReplicationPrerequisite, naming it and its fix.
+func CheckReplication(ctx context.Context, pool *pgxpool.Pool, cfg MigrateConfig) error {
+	in, err := ident.New(cfg.Schema, cfg.Table)
+	if err != nil {
+		return configErr("MigrateConfig", err)
+	}
+	if err := wal.Check(ctx, pool, wal.NamesFor(in)); err != nil {
+		return fmt.Errorf("outbox: %w", err)
+	}
+	return nil
+}
+
+// ReplicationInfo names the WAL source's publication and slot.
+type ReplicationInfo struct {
+	Publication string
+	Slot        string
+	// Created is true when SetupReplication created the slot (false: it
+	// existed).
+	Created bool
+}
+
+// SetupReplication prepares the WAL source for the configured table: it
+// checks the prerequisites (an error matching ErrReplicationPrerequisite
+// names the missing one), then creates the publication and the slot unless
+// they exist. The slot keeps WAL from now on until a relay confirms it:
+// run it when a WAL relay will follow, and see docs/WAL.md for
+// max_slot_wal_keep_size.
+func SetupReplication(ctx context.Context, pool *pgxpool.Pool, cfg MigrateConfig) (ReplicationInfo, error) {
+	in, err := ident.New(cfg.Schema, cfg.Table)
+	if err != nil {
+		return ReplicationInfo{}, configErr("MigrateConfig", err)
+	}
+	n := wal.NamesFor(in)
+	info := ReplicationInfo{Publication: n.Publication, Slot: n.Slot}
+	if err := wal.Check(ctx, pool, n); err != nil {
+		return info, fmt.Errorf("outbox: %w", err)
+	}
+	if info.Created, err = wal.Create(ctx, pool, n); err != nil {
+		return info, fmt.Errorf("outbox: %w", err)
+	}
+	return info, nil
+}
+
+// DropReplication removes the WAL source's slot and publication for the
+// configured table, ending the stream of a relay reading it. Events the
+// slot had not confirmed are still in the table.
+func DropReplication(ctx context.Context, pool *pgxpool.Pool, cfg MigrateConfig) error {
+	in, err := ident.New(cfg.Schema, cfg.Table)
+	if err != nil {
+		return configErr("MigrateConfig", err)
+	}
+	if err := wal.Drop(ctx, pool, wal.NamesFor(in)); err != nil {
+		return fmt.Errorf("outbox: %w", err)
+	}
+	return nil
 }

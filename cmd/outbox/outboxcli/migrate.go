@@ -3,6 +3,7 @@ package outboxcli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"text/tabwriter"
 	"time"
@@ -18,8 +19,9 @@ func migrateCommand() (*options, func(context.Context, *cli, *options) error) {
 		print    bool
 		asJS     bool
 		exitCode bool
+		source   string
 	)
-	o := newOptions("migrate", "[up | status | sql] [flags]", `
+	o := newOptions("migrate", "[up | status | sql | drop-wal] [flags]", `
 Applies pgoutbox's pending migrations to the outbox table (creating the
 schema if --schema names one that does not exist), in one transaction under an
 advisory lock: replicas may run it at once, and running it again is a no-op.
@@ -30,25 +32,32 @@ advisory lock: replicas may run it at once, and running it again is a no-op.
   outbox migrate sql      print every migration as one SQL script for the
                           configured schema and table, for teams that apply
                           migrations with their own tool; needs no database
-                          (same as outbox migrate --print)`)
+                          (same as outbox migrate --print)
+  outbox migrate drop-wal remove the WAL source's replication slot and
+                          publication (ends the stream of a relay reading it;
+                          unconfirmed events are still in the table)
+
+With --source wal, migrate (up) also checks the logical replication
+prerequisites and creates the WAL source's publication and slot, exiting 2
+with one line naming a missing setting (wal_level, REPLICATION, free slots);
+migrate sql also prints their SQL, for DBAs who create them by hand.`)
 	d.register(o)
 	o.fs.BoolVar(&print, "print", false, "print the SQL instead of applying it (same as migrate sql)")
 	o.fs.BoolVar(&asJS, "json", false, "migrate and migrate status: print JSON")
 	o.fs.BoolVar(&exitCode, "exit-code", false, "migrate status: exit 4 when a migration is pending (for scripts and init containers)")
-	o.flagOnly("print", "json", "exit-code")
-	o.subs = []string{"up", "status", "sql"}
+	o.fs.StringVar(&source, "source", "table", "the relay's event source: table, or wal to create (migrate) or print (migrate sql) the publication and replication slot too")
+	o.flagOnly("print", "json", "exit-code", "source")
+	o.subs = []string{"up", "status", "sql", "drop-wal"}
 	return o, func(ctx context.Context, c *cli, o *options) error {
 		if len(o.args) > 0 {
-			return usageErr("migrate: unexpected argument %q (want up, status or sql)", o.args[0])
+			return usageErr("migrate: unexpected argument %q (want up, status, sql or drop-wal)", o.args[0])
+		}
+		if source != "table" && source != "wal" {
+			return usageErr("--source: %q is not a source (want table or wal)", source)
 		}
 		mc := outbox.MigrateConfig{Schema: d.Schema, Table: d.Table}
 		if print || o.sub == "sql" {
-			script, err := outbox.MigrationSQL(mc)
-			if err != nil {
-				return flagError(err)
-			}
-			fmt.Fprint(c.stdout, script)
-			return nil
+			return migrateSQL(c, mc, source == "wal")
 		}
 		pool, err := c.openDB(ctx, o, &d)
 		if err != nil {
@@ -60,12 +69,29 @@ advisory lock: replicas may run it at once, and running it again is a no-op.
 			return flagError(err)
 		}
 		table := admin.Table()
-		if o.sub == "status" {
+		switch o.sub {
+		case "status":
 			return migrateStatus(ctx, c, pool, mc, table, asJS, exitCode)
+		case "drop-wal":
+			return migrateDropWAL(ctx, c, pool, mc)
+		}
+		if source == "wal" {
+			// Before migrating: a missing prerequisite changes nothing.
+			if err := outbox.CheckReplication(ctx, pool, mc); err != nil {
+				return replicationErr(err)
+			}
 		}
 		applied, err := outbox.Migrate(ctx, pool, mc)
 		if err != nil {
 			return err
+		}
+		var repl *outbox.ReplicationInfo
+		if source == "wal" {
+			info, err := outbox.SetupReplication(ctx, pool, mc)
+			if err != nil {
+				return replicationErr(err)
+			}
+			repl = &info
 		}
 		if asJS {
 			all, err := outbox.Migrations(mc)
@@ -80,7 +106,11 @@ advisory lock: replicas may run it at once, and running it again is a no-op.
 			for i, m := range applied {
 				out[i] = appliedJSON{Version: m.Version, Name: m.Name}
 			}
-			return writeJSON(c, map[string]any{"table": table, "applied": out, "version": all[len(all)-1].Version})
+			js := map[string]any{"table": table, "applied": out, "version": all[len(all)-1].Version}
+			if repl != nil {
+				js["publication"], js["slot"], js["slot_created"] = repl.Publication, repl.Slot, repl.Created
+			}
+			return writeJSON(c, js)
 		}
 		for _, m := range applied {
 			fmt.Fprintf(c.stdout, "applied %03d_%s to %s\n", m.Version, m.Name, table)
@@ -94,8 +124,51 @@ advisory lock: replicas may run it at once, and running it again is a no-op.
 		} else {
 			fmt.Fprintf(c.stdout, "%s is at version %d\n", table, all[len(all)-1].Version)
 		}
+		if repl != nil {
+			verb := "exists"
+			if repl.Created {
+				verb = "created"
+			}
+			fmt.Fprintf(c.stdout, "WAL source: publication %s and replication slot %s (%s)\n", repl.Publication, repl.Slot, verb)
+		}
 		return nil
 	}
+}
+
+// replicationErr gives a missing logical replication prerequisite the
+// configuration error's exit code.
+func replicationErr(err error) error {
+	if errors.Is(err, outbox.ErrReplicationPrerequisite) {
+		return &exitError{code: ExitUsage, err: err}
+	}
+	return err
+}
+
+// migrateSQL prints the migrations as one script and, for the WAL source,
+// the publication and slot after them.
+func migrateSQL(c *cli, mc outbox.MigrateConfig, withWAL bool) error {
+	script, err := outbox.MigrationSQL(mc)
+	if err != nil {
+		return flagError(err)
+	}
+	fmt.Fprint(c.stdout, script)
+	if withWAL {
+		repl, err := outbox.ReplicationSQL(mc)
+		if err != nil {
+			return flagError(err)
+		}
+		fmt.Fprint(c.stdout, "\n"+repl)
+	}
+	return nil
+}
+
+// migrateDropWAL removes the WAL source's slot and publication.
+func migrateDropWAL(ctx context.Context, c *cli, pool *pgxpool.Pool, mc outbox.MigrateConfig) error {
+	if err := outbox.DropReplication(ctx, pool, mc); err != nil {
+		return err
+	}
+	fmt.Fprintln(c.stdout, "WAL source: replication slot and publication dropped (if they existed)")
+	return nil
 }
 
 type migrationJSON struct {

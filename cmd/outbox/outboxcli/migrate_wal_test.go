@@ -1,0 +1,120 @@
+package outboxcli
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/ident"
+	"github.com/pgoutbox/outbox/internal/testdb"
+	"github.com/pgoutbox/outbox/internal/wal"
+)
+
+// migrate sql --source wal prints the migrations, then the publication and
+// slot for the configured table; it needs no database.
+func TestMigrateSQLSourceWAL(t *testing.T) {
+	t.Parallel()
+	noDB := map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/none"}
+	r := run(t, noDB, "migrate", "sql", "--source", "wal", "--schema", "billing", "--table", "events")
+	wantExit(t, r, ExitOK)
+	mc := outbox.MigrateConfig{Schema: "billing", Table: "events"}
+	script, err := outbox.MigrationSQL(mc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	repl, err := outbox.ReplicationSQL(mc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.stdout != script+"\n"+repl {
+		t.Errorf("migrate sql --source wal is not the migrations then the replication SQL:\n%s", r.stdout)
+	}
+	if !strings.Contains(r.stdout, `FOR TABLE "billing"."events" WITH (publish = 'insert'`) || !strings.Contains(r.stdout, "pg_create_logical_replication_slot('pgoutbox_billing_events_") {
+		t.Errorf("migrate sql --source wal lacks the publication or the slot:\n%s", r.stdout)
+	}
+	wantExit(t, run(t, noDB, "migrate", "sql", "--source", "kafka"), ExitUsage)
+}
+
+// migrate --source wal creates the publication and slot once; drop-wal
+// removes them; a role without REPLICATION gets exit 2 naming it.
+func TestMigrateSourceWAL(t *testing.T) {
+	t.Parallel()
+	schema := testdb.Schema(t)
+	in, err := ident.New(schema, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := wal.NamesFor(in)
+	testdb.ReplicationObjects(t, n.Slot, n.Publication)
+	pool := testdb.Pool(t, "")
+	t.Cleanup(func() { _ = wal.Drop(context.Background(), pool, n) })
+
+	r := run(t, dbEnv(), "migrate", "--source", "wal", "--schema", schema)
+	wantExit(t, r, ExitOK)
+	if !strings.Contains(r.stdout, "replication slot "+n.Slot+" (created)") {
+		t.Errorf("first migrate --source wal:\n%s", r)
+	}
+	st, err := wal.Inspect(context.Background(), pool, n)
+	if err != nil || !st.Exists {
+		t.Fatalf("slot after migrate --source wal: %+v, %v", st, err)
+	}
+	r = run(t, dbEnv(), "migrate", "--source", "wal", "--schema", schema)
+	wantExit(t, r, ExitOK)
+	if !strings.Contains(r.stdout, "replication slot "+n.Slot+" (exists)") {
+		t.Errorf("second migrate --source wal:\n%s", r)
+	}
+
+	// A role without REPLICATION, allowed everything else on the table.
+	ctx := context.Background()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	role := "pgoutbox_cli_norepl_" + hex.EncodeToString(b)
+	qrole, qschema := pgx.Identifier{role}.Sanitize(), pgx.Identifier{schema}.Sanitize()
+	for _, q := range []string{
+		"CREATE ROLE " + qrole + " LOGIN NOREPLICATION",
+		"GRANT ALL ON SCHEMA " + qschema + " TO " + qrole,
+		"GRANT ALL ON ALL TABLES IN SCHEMA " + qschema + " TO " + qrole,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, q := range []string{"DROP OWNED BY " + qrole, "DROP ROLE IF EXISTS " + qrole} {
+			if _, err := pool.Exec(context.Background(), q); err != nil {
+				t.Errorf("%s: %v", q, err)
+			}
+		}
+	})
+	u, err := url.Parse(testdb.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(role)
+	r = run(t, map[string]string{"DATABASE_URL": u.String()}, "migrate", "--source", "wal", "--schema", schema)
+	wantExit(t, r, ExitUsage)
+	if !strings.Contains(r.stderr, "REPLICATION privilege") || !strings.Contains(r.stderr, "ALTER ROLE") {
+		t.Errorf("migrate --source wal without REPLICATION:\n%s", r)
+	}
+	// The check comes first: a schema that is not migrated stays so.
+	fresh := testdb.NewSchemaName("t")
+	t.Cleanup(func() { testdb.Drop(t, fresh) })
+	r = run(t, map[string]string{"DATABASE_URL": u.String()}, "migrate", "--source", "wal", "--schema", fresh)
+	wantExit(t, r, ExitUsage)
+	var migrated bool
+	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, fresh).Scan(&migrated); err != nil || migrated {
+		t.Errorf("migrate --source wal without REPLICATION created schema %s (%v)", fresh, err)
+	}
+
+	r = run(t, dbEnv(), "migrate", "drop-wal", "--schema", schema)
+	wantExit(t, r, ExitOK)
+	if st, err := wal.Inspect(ctx, pool, n); err != nil || st.Exists {
+		t.Fatalf("slot after drop-wal: %+v, %v", st, err)
+	}
+}

@@ -1,0 +1,138 @@
+package wal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Create creates the table's publication and then its slot, each unless it
+// exists, and reports whether it created the slot. Run it with a role that
+// owns the table (CREATE PUBLICATION ... FOR TABLE needs that) and has
+// REPLICATION. Two relays creating at once is safe: the loser sees the
+// duplicate and carries on.
+func Create(ctx context.Context, db DB, n Names) (created bool, err error) {
+	var exists bool
+	if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, n.Publication).Scan(&exists); err != nil {
+		return false, fmt.Errorf("WAL source: look up publication %s: %w", n.Publication, err)
+	}
+	if !exists {
+		if _, err := db.Exec(ctx, n.CreatePublicationSQL()); err != nil && !isCode(err, "42710") { // duplicate_object
+			return false, fmt.Errorf("WAL source: create publication %s: %w", n.Publication, err)
+		}
+	}
+	if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)`, n.Slot).Scan(&exists); err != nil {
+		return false, fmt.Errorf("WAL source: look up slot %s: %w", n.Slot, err)
+	}
+	if exists {
+		return false, nil
+	}
+	if _, err := db.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, $2)`, n.Slot, Plugin); err != nil {
+		if isCode(err, "42710") {
+			return false, nil
+		}
+		return false, fmt.Errorf("WAL source: create slot %s: %w", n.Slot, err)
+	}
+	return true, nil
+}
+
+// DropWait bounds how long Drop waits for a terminated relay to release the
+// slot.
+const DropWait = 10 * time.Second
+
+// Drop removes the table's slot and publication, if they exist. A relay
+// streaming from the slot holds it; Drop terminates that relay's replication
+// connection and retries until the slot is released or DropWait passes.
+// Dropping the slot discards the WAL position it kept: events not yet
+// confirmed are then found only in the table.
+func Drop(ctx context.Context, db DB, n Names) error {
+	ctx, cancel := context.WithTimeout(ctx, DropWait)
+	defer cancel()
+	for {
+		if _, err := db.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL`, n.Slot); err != nil {
+			return fmt.Errorf("WAL source: stop the relay streaming slot %s: %w", n.Slot, err)
+		}
+		_, err := db.Exec(ctx, n.DropSlotSQL())
+		if err == nil {
+			break
+		}
+		if !isCode(err, "55006") { // object_in_use: the walsender has not exited yet
+			return fmt.Errorf("WAL source: drop slot %s: %w", n.Slot, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("WAL source: drop slot %s: still in use after %s: %w", n.Slot, DropWait, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if _, err := db.Exec(ctx, n.DropPublicationSQL()); err != nil {
+		return fmt.Errorf("WAL source: drop publication %s: %w", n.Publication, err)
+	}
+	return nil
+}
+
+// SlotState is the table's slot as pg_replication_slots shows it: what the
+// relay's gauges and `outbox status` report.
+type SlotState struct {
+	Exists bool
+	// Active is true while a process streams from the slot; ActivePID is
+	// that walsender's process id.
+	Active    bool
+	ActivePID int32
+	// ConfirmedFlush is the position the slot's consumer confirmed: a
+	// restart streams the transactions that commit after it.
+	ConfirmedFlush pglogrepl.LSN
+	// LagBytes is how much WAL the slot keeps: from its restart position to
+	// the server's current position. It grows while no relay streams.
+	LagBytes int64
+	// WALStatus is "reserved", "extended", "unreserved" or "lost" (lost: the
+	// server removed WAL the slot needed, past max_slot_wal_keep_size).
+	WALStatus string
+}
+
+// Inspect reads the table's slot.
+func Inspect(ctx context.Context, db DB, n Names) (SlotState, error) {
+	var (
+		s         SlotState
+		pid       *int32
+		confirmed *string
+		lag       *int64
+		status    *string
+	)
+	err := db.QueryRow(ctx, `
+SELECT active, active_pid, confirmed_flush_lsn::text,
+       pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint, wal_status
+FROM pg_replication_slots WHERE slot_name = $1`, n.Slot).Scan(&s.Active, &pid, &confirmed, &lag, &status)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return SlotState{}, nil
+	}
+	if err != nil {
+		return SlotState{}, fmt.Errorf("WAL source: read slot %s: %w", n.Slot, err)
+	}
+	s.Exists = true
+	if pid != nil {
+		s.ActivePID = *pid
+	}
+	if confirmed != nil {
+		if s.ConfirmedFlush, err = pglogrepl.ParseLSN(*confirmed); err != nil {
+			return SlotState{}, fmt.Errorf("WAL source: slot %s: confirmed_flush_lsn %q: %w", n.Slot, *confirmed, err)
+		}
+	}
+	if lag != nil {
+		s.LagBytes = *lag
+	}
+	if status != nil {
+		s.WALStatus = *status
+	}
+	return s, nil
+}
+
+func isCode(err error, code string) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == code
+}

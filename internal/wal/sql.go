@@ -1,0 +1,66 @@
+package wal
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Plugin is the logical decoding output plugin the stream reads: pgoutput,
+// built into PostgreSQL 10 and later and available on managed services.
+const Plugin = "pgoutput"
+
+// CreatePublicationSQL is the statement creating the table's publication.
+// It publishes inserts only: the stream reads new events, and the relay's
+// own updates and deletes of the table (marks, cleanup) never reach the WAL
+// decoder's output. publish_via_partition_root makes a partitioned outbox
+// table's rows arrive under the table's own name (PostgreSQL 13+).
+func (n Names) CreatePublicationSQL() string {
+	return fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert', publish_via_partition_root = true)", n.QPublication, n.Table.QTable)
+}
+
+// CreateSlotSQL is the statement creating the table's slot. Create the
+// publication first: the slot decodes from its creation point with the
+// catalog as it was then, and a publication created later is not found
+// until WAL written after it.
+func (n Names) CreateSlotSQL() string {
+	return fmt.Sprintf("SELECT pg_create_logical_replication_slot(%s, %s)", literal(n.Slot), literal(Plugin))
+}
+
+// DropSlotSQL is the statement dropping the table's slot. It fails while a
+// relay streams from it (Drop terminates that relay's connection first).
+func (n Names) DropSlotSQL() string {
+	return fmt.Sprintf("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s", literal(n.Slot))
+}
+
+// DropPublicationSQL is the statement dropping the table's publication.
+func (n Names) DropPublicationSQL() string {
+	return "DROP PUBLICATION IF EXISTS " + n.QPublication
+}
+
+// Script returns the SQL a DBA runs to prepare the WAL source by hand, with
+// the grants and settings it needs as comments, for `outbox migrate sql`.
+func (n Names) Script() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "-- pgoutbox WAL source for %s: publication and logical replication slot.\n", n.Table.QTable)
+	b.WriteString("-- Needs wal_level = logical (restart), a free slot (max_replication_slots)\n")
+	b.WriteString("-- and WAL sender (max_wal_senders), and a relay role with REPLICATION:\n")
+	b.WriteString("--   ALTER ROLE <relay role> WITH REPLICATION;\n")
+	b.WriteString("-- Amazon RDS / Aurora: rds.logical_replication = 1 in the parameter group,\n")
+	b.WriteString("--   GRANT rds_replication TO <relay role>;\n")
+	b.WriteString("-- Google Cloud SQL: cloudsql.logical_decoding = on (database flag),\n")
+	b.WriteString("--   ALTER USER <relay role> WITH REPLICATION;\n")
+	b.WriteString("-- Cap the WAL a stalled relay can retain (PostgreSQL 13+):\n")
+	b.WriteString("--   ALTER SYSTEM SET max_slot_wal_keep_size = '10GB'; SELECT pg_reload_conf();\n")
+	b.WriteString("-- The publication comes first: the slot decodes with the catalog as of its creation.\n")
+	b.WriteString(n.CreatePublicationSQL())
+	b.WriteString(";\n")
+	b.WriteString(n.CreateSlotSQL())
+	b.WriteString(";\n")
+	b.WriteString("-- To remove them (stop the relays first; an active slot cannot be dropped):\n")
+	b.WriteString("-- " + n.DropSlotSQL() + ";\n")
+	b.WriteString("-- " + n.DropPublicationSQL() + ";\n")
+	return b.String()
+}
+
+// literal quotes s as an SQL string literal.
+func literal(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }

@@ -1,0 +1,25 @@
+package outbox_test
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/pgoutbox/outbox"
+)
+
+// ReplicationSQL prints what a DBA runs to prepare the WAL source by hand:
+// the publication, then the slot, both named after the table.
+func ExampleReplicationSQL() {
+	script, err := outbox.ReplicationSQL(outbox.MigrateConfig{})
+	if err != nil {
+		panic(err)
+	}
+	for _, line := range strings.Split(script, "\n") {
+		if line != "" && !strings.HasPrefix(line, "--") {
+			fmt.Println(line)
+		}
+	}
+	// Output:
+	// CREATE PUBLICATION "pgoutbox_outbox_events" FOR TABLE "outbox_events" WITH (publish = 'insert', publish_via_partition_root = true);
+	// SELECT pg_create_logical_replication_slot('pgoutbox_outbox_events', 'pgoutput');
+}
