@@ -40,7 +40,7 @@ type lease interface {
 type claimPlan struct {
 	query    string
 	limit    int
-	floor    int64 // claim rows with seq above it (see cursor)
+	pass     pass  // where the claim starts (see cursor)
 	sparse   bool  // the sparse ordered claim, with window
 	window   int   // sparse: how many pending rows past the floor it probes
 	lowWater bool  // ordered rescan: read the low-water mark first
@@ -56,8 +56,8 @@ func (e *Engine) planClaim(now time.Time) claimPlan {
 	case e.cfg.Ordered:
 		p.query = e.q.ClaimOrdered
 	}
-	floor, full := e.cur.next(now)
-	p.floor, p.lowWater = floor, e.cfg.Ordered && full
+	p.pass = e.cur.next(now)
+	p.lowWater = e.cfg.Ordered && p.pass.rescan
 	p.limit = int(e.limit.Load())
 	if p.sparse {
 		p.window = int(e.window.Load()) * p.limit
@@ -84,7 +84,11 @@ func (e *Engine) claim(ctx context.Context, start time.Time) (*claim, error) {
 	e.rate.observe(time.Now(), len(rows))
 	full := e.tuneClaim(p, rows, more)
 	if n := len(rows); n > 0 {
-		e.cur.claimed(start, rows[n-1].Seq) // the claim returns rows in seq order
+		last := rows[n-1].Seq // the claim returns rows in seq order
+		e.cur.claimed(start, last)
+		e.cur.swept(p.pass, full, last)
+	} else {
+		e.cur.swept(p.pass, false, 0)
 	}
 	return &claim{rows: rows, limit: p.limit, full: full, start: start, at: time.Now(), lease: l}, nil
 }
@@ -118,9 +122,9 @@ func (l *tableLease) claim(ctx context.Context, p claimPlan) (rows []*Row, more 
 		b.Queue(e.q.LowWater)
 	}
 	if p.sparse {
-		b.Queue(p.query, p.limit, p.floor, p.window)
+		b.Queue(p.query, p.limit, p.pass.floor, p.window)
 	} else {
-		b.Queue(p.query, p.limit, p.floor)
+		b.Queue(p.query, p.limit, p.pass.floor)
 	}
 	br := l.conn.SendBatch(ctx, b)
 	defer func() {
