@@ -40,10 +40,10 @@ type lease interface {
 type claimPlan struct {
 	query    string
 	limit    int
-	pass     pass  // where the claim starts (see cursor)
-	sparse   bool  // the sparse ordered claim, with window
-	window   int   // sparse: how many pending rows past the floor it probes
-	lowWater bool  // ordered rescan: read the low-water mark first
+	pass     pass // where the claim starts (see cursor)
+	sparse   bool // the sparse ordered claim, with window
+	window   int  // sparse: how many pending rows past the floor it probes
+	lowWater bool // ordered rescan: read the low-water mark first
 }
 
 // planClaim picks the claim statement and its arguments for a claim
