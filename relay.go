@@ -21,21 +21,22 @@ import (
 
 // Defaults of RelayConfig's fields, used for their zero values.
 const (
-	DefaultBatchSize       = 1000                   // RelayConfig.BatchSize
-	DefaultWorkers         = 2                      // RelayConfig.Workers
-	DefaultPollInterval    = 100 * time.Millisecond // RelayConfig.PollInterval
-	DefaultMaxAttempts     = 10                     // RelayConfig.MaxAttempts
-	DefaultRetryBase       = time.Second            // RelayConfig.RetryBackoff.Base
-	DefaultRetryMax        = 5 * time.Minute        // RelayConfig.RetryBackoff.Max
-	DefaultOutageBase      = 250 * time.Millisecond // RelayConfig.OutageBackoff.Base
-	DefaultOutageMax       = 15 * time.Second       // RelayConfig.OutageBackoff.Max
-	DefaultPublishTimeout  = 15 * time.Second       // RelayConfig.PublishTimeout
-	DefaultStatsInterval   = 10 * time.Second       // RelayConfig.StatsInterval
-	DefaultCleanupInterval = 10 * time.Minute       // RelayConfig.CleanupInterval
-	DefaultCleanupBatch    = 1000                   // RelayConfig.CleanupBatch
-	DefaultRescanInterval  = time.Second            // RelayConfig.RescanInterval
-	DefaultBatchDelay      = 10 * time.Millisecond  // RelayConfig.BatchDelay
-	DefaultBatchDelayAbove = 1500                   // RelayConfig.BatchDelayAbove
+	DefaultBatchSize        = 1000                   // RelayConfig.BatchSize
+	DefaultWorkers          = 2                      // RelayConfig.Workers
+	DefaultPollInterval     = 100 * time.Millisecond // RelayConfig.PollInterval
+	DefaultMaxAttempts      = 10                     // RelayConfig.MaxAttempts
+	DefaultRetryBase        = time.Second            // RelayConfig.RetryBackoff.Base
+	DefaultRetryMax         = 5 * time.Minute        // RelayConfig.RetryBackoff.Max
+	DefaultOutageBase       = 250 * time.Millisecond // RelayConfig.OutageBackoff.Base
+	DefaultOutageMax        = 15 * time.Second       // RelayConfig.OutageBackoff.Max
+	DefaultPublishTimeout   = 15 * time.Second       // RelayConfig.PublishTimeout
+	DefaultStatsInterval    = 10 * time.Second       // RelayConfig.StatsInterval
+	DefaultCleanupInterval  = 10 * time.Minute       // RelayConfig.CleanupInterval
+	DefaultCleanupBatch     = 1000                   // RelayConfig.CleanupBatch
+	DefaultRescanInterval   = time.Second            // RelayConfig.RescanInterval
+	DefaultBatchDelay       = 10 * time.Millisecond  // RelayConfig.BatchDelay
+	DefaultBatchDelayAbove  = 1500                   // RelayConfig.BatchDelayAbove
+	DefaultStatementTimeout = 5 * time.Second        // RelayConfig.StatementTimeout
 )
 
 // Backoff is an exponential backoff: the n-th wait is Base·2^(n-1), capped at
@@ -87,6 +88,18 @@ type RelayConfig struct {
 	// idle_in_transaction_session_timeout (plus 5s), so a stalled relay's locks
 	// are freed. Defaults to DefaultPublishTimeout (15s).
 	PublishTimeout time.Duration
+	// StatementTimeout bounds every statement the relay runs on the
+	// database: the claim, the mark and its commit, a rollback, the check
+	// of the table at start, the LISTEN and the listener's liveness ping
+	// (after 10s without a notification); the housekeeping statements
+	// (gauges, held events) get at least StatsInterval. A batch's
+	// transaction spans its publish, so the bound is per statement, not per
+	// batch. When a statement misses it (a connection whose peer stopped
+	// answering), the relay logs the phase it was in, discards the
+	// connection, and the worker carries on with a fresh one after
+	// OutageBackoff. Shutdown waits at most this long for a statement in
+	// flight. Defaults to DefaultStatementTimeout (5s).
+	StatementTimeout time.Duration
 
 	// DeleteOnPublish deletes a row once the broker confirmed it, instead of
 	// setting processed_at. It is the fastest way to drain (a DELETE writes
@@ -185,6 +198,7 @@ func (cfg RelayConfig) withDefaults() RelayConfig {
 	orDefault(&cfg.OutageBackoff.Base, DefaultOutageBase)
 	orDefault(&cfg.OutageBackoff.Max, DefaultOutageMax)
 	orDefault(&cfg.PublishTimeout, DefaultPublishTimeout)
+	orDefault(&cfg.StatementTimeout, DefaultStatementTimeout)
 	orDefault(&cfg.StatsInterval, DefaultStatsInterval)
 	orDefault(&cfg.RescanInterval, DefaultRescanInterval)
 	orDefault(&cfg.BatchDelay, DefaultBatchDelay)
@@ -226,6 +240,8 @@ func (cfg RelayConfig) validate(raw RelayConfig) error {
 		return bad("OutageBackoff", "base %s, max %s: need 0 < base <= max", cfg.OutageBackoff.Base, cfg.OutageBackoff.Max)
 	case cfg.PublishTimeout < 10*time.Millisecond:
 		return bad("PublishTimeout", "%s: must be at least 10ms", raw.PublishTimeout)
+	case cfg.StatementTimeout < 10*time.Millisecond:
+		return bad("StatementTimeout", "%s: must be at least 10ms", raw.StatementTimeout)
 	case cfg.RescanInterval < time.Millisecond:
 		return bad("RescanInterval", "%s: must be at least 1ms", raw.RescanInterval)
 	case cfg.BatchDelay > cfg.PublishTimeout:
@@ -256,25 +272,26 @@ func (cfg RelayConfig) engineConfig() (engine.Config, error) {
 		return engine.Config{}, err
 	}
 	return engine.Config{
-		Names:           n,
-		BatchSize:       c.BatchSize,
-		Workers:         c.Workers,
-		PollInterval:    c.PollInterval,
-		MaxAttempts:     c.MaxAttempts,
-		RetryBackoff:    c.RetryBackoff,
-		OutageBackoff:   c.OutageBackoff,
-		PublishTimeout:  c.PublishTimeout,
-		StatsInterval:   c.StatsInterval,
-		RescanInterval:  c.RescanInterval,
-		BatchDelay:      max(c.BatchDelay, 0),
-		BatchDelayAbove: c.BatchDelayAbove,
-		Retention:       c.Retention,
-		CleanupInterval: c.CleanupInterval,
-		CleanupBatch:    c.CleanupBatch,
-		DeleteOnPublish: c.DeleteOnPublish,
-		Ordered:         c.Ordered,
-		Listen:          c.Listen,
-		Logger:          c.Logger,
+		Names:            n,
+		BatchSize:        c.BatchSize,
+		Workers:          c.Workers,
+		PollInterval:     c.PollInterval,
+		MaxAttempts:      c.MaxAttempts,
+		RetryBackoff:     c.RetryBackoff,
+		OutageBackoff:    c.OutageBackoff,
+		PublishTimeout:   c.PublishTimeout,
+		StatementTimeout: c.StatementTimeout,
+		StatsInterval:    c.StatsInterval,
+		RescanInterval:   c.RescanInterval,
+		BatchDelay:       max(c.BatchDelay, 0),
+		BatchDelayAbove:  c.BatchDelayAbove,
+		Retention:        c.Retention,
+		CleanupInterval:  c.CleanupInterval,
+		CleanupBatch:     c.CleanupBatch,
+		DeleteOnPublish:  c.DeleteOnPublish,
+		Ordered:          c.Ordered,
+		Listen:           c.Listen,
+		Logger:           c.Logger,
 	}, nil
 }
 

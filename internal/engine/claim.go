@@ -69,16 +69,19 @@ func (e *Engine) planClaim(now time.Time) claimPlan {
 // (FOR UPDATE SKIP LOCKED, so relays claim disjoint batches) in a
 // transaction that the returned claim's lease holds open.
 func (e *Engine) claim(ctx context.Context, start time.Time) (*claim, error) {
-	conn, err := e.pool.Acquire(ctx)
+	sctx, cancel := e.stmtCtx(ctx)
+	defer cancel()
+	conn, err := e.pool.Acquire(sctx)
 	if err != nil {
-		return nil, fmt.Errorf("acquire connection: %w", err)
+		return nil, inPhase("acquire connection", err)
 	}
 	l := &tableLease{e: e, conn: conn}
 	p := e.planClaim(start)
-	rows, more, err := l.claim(ctx, p)
+	rows, more, err := l.claim(sctx, p)
 	if err != nil {
+		l.broken = timedOut(err)
 		l.release(context.WithoutCancel(ctx))
-		return nil, err
+		return nil, inPhase("claim", err)
 	}
 	l.claimed = len(rows)
 	e.rate.observe(time.Now(), len(rows))
@@ -99,6 +102,7 @@ type tableLease struct {
 	e       *Engine
 	conn    *pgxpool.Conn
 	open    bool // the transaction is open: release rolls it back
+	broken  bool // a statement failed: the connection is not reused
 	claimed int
 }
 
@@ -129,7 +133,7 @@ func (l *tableLease) claim(ctx context.Context, p claimPlan) (rows []*Row, more 
 	br := l.conn.SendBatch(ctx, b)
 	defer func() {
 		if cerr := br.Close(); err == nil && cerr != nil {
-			rows, more, err = nil, false, fmt.Errorf("claim: %w", cerr)
+			rows, more, err = nil, false, cerr
 		}
 	}()
 	if _, err := br.Exec(); err != nil {
@@ -137,12 +141,12 @@ func (l *tableLease) claim(ctx context.Context, p claimPlan) (rows []*Row, more 
 	}
 	l.open = true
 	if _, err := br.Exec(); err != nil {
-		return nil, false, fmt.Errorf("claim: %w", err)
+		return nil, false, err
 	}
 	if p.lowWater {
 		var low *int64
 		if err := br.QueryRow().Scan(&low); err != nil {
-			return nil, false, fmt.Errorf("claim: low water: %w", err)
+			return nil, false, fmt.Errorf("low water: %w", err)
 		}
 		// Read in the claim's transaction, before the claim: every row
 		// pending then is above the new floor.
@@ -154,31 +158,45 @@ func (l *tableLease) claim(ctx context.Context, p claimPlan) (rows []*Row, more 
 	}
 	q, err := br.Query()
 	if err != nil {
-		return nil, false, fmt.Errorf("claim: %w", err)
+		return nil, false, err
 	}
 	rows, more, err = scanRows(q, p.limit)
 	if err != nil {
-		return nil, false, fmt.Errorf("claim: %w", err)
+		return nil, false, err
 	}
 	return rows, more, nil
 }
 
 func (l *tableLease) commit(ctx context.Context) error {
+	ctx, cancel := l.e.stmtCtx(ctx)
+	defer cancel()
 	_, err := l.conn.Exec(ctx, "COMMIT")
 	l.open = err != nil
-	return err
+	return inPhase("commit", err)
 }
 
 func (l *tableLease) release(ctx context.Context) {
 	if l.open {
-		if _, err := l.conn.Exec(ctx, "ROLLBACK"); err != nil {
+		rctx, cancel := l.e.stmtCtx(ctx)
+		if l.conn.Conn().IsClosed() {
+			// Nothing to roll back: the server ends the transaction
+			// with the session.
+		} else if _, err := l.conn.Exec(rctx, "ROLLBACK"); err != nil {
+			if l.e.cfg.Logger != nil && timedOut(err) {
+				l.e.cfg.Logger.Warn("outbox relay rollback timed out; connection discarded",
+					"phase", "rollback", "statement_timeout", l.e.cfg.StatementTimeout)
+			}
 			// A connection we cannot roll back must not go back to the pool.
-			_ = l.conn.Conn().Close(ctx)
+			discard(l.conn)
 		}
+		cancel()
 		l.open = false
 		if l.claimed > 0 {
 			l.e.cur.reset() // the released rows may be below the floor by now
 		}
+	}
+	if l.broken {
+		discard(l.conn)
 	}
 	l.conn.Release()
 }

@@ -14,18 +14,21 @@ import (
 // setting, fills in its default and validates it: the engine takes every
 // field as given and has no defaults of its own.
 type Config struct {
-	Names           ident.Names
-	BatchSize       int
-	Workers         int
-	PollInterval    time.Duration
-	MaxAttempts     int
-	RetryBackoff    outboxtype.Backoff
-	OutageBackoff   outboxtype.Backoff
-	PublishTimeout  time.Duration
-	StatsInterval   time.Duration // 0: no gauges and no held-event housekeeping
-	RescanInterval  time.Duration // how often a claim scans the pending index from its start
-	BatchDelay      time.Duration // claim pace under a heavy stream (0: always follow wake-ups)
-	BatchDelayAbove int           // events/s above which claims are paced
+	Names          ident.Names
+	BatchSize      int
+	Workers        int
+	PollInterval   time.Duration
+	MaxAttempts    int
+	RetryBackoff   outboxtype.Backoff
+	OutageBackoff  outboxtype.Backoff
+	PublishTimeout time.Duration
+	// StatementTimeout bounds every statement the engine runs (see
+	// deadline.go); housekeeping statements get at least StatsInterval.
+	StatementTimeout time.Duration
+	StatsInterval    time.Duration // 0: no gauges and no held-event housekeeping
+	RescanInterval   time.Duration // how often a claim scans the pending index from its start
+	BatchDelay       time.Duration // claim pace under a heavy stream (0: always follow wake-ups)
+	BatchDelayAbove  int           // events/s above which claims are paced
 
 	Retention       time.Duration // 0: no cleanup loop
 	CleanupInterval time.Duration

@@ -97,6 +97,8 @@ var ErrMissingIndex = errors.New("index missing")
 // CheckSchema verifies that the table exists with every column and index this
 // version needs.
 func (e *Engine) CheckSchema(ctx context.Context) error {
+	ctx, cancel := e.stmtCtx(ctx)
+	defer cancel()
 	rows, err := e.pool.Query(ctx, e.q.CheckColumns)
 	if err == nil {
 		rows.Close()

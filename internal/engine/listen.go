@@ -2,7 +2,9 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -36,15 +38,41 @@ func (e *Engine) listen(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN "+ident.Quote(e.cfg.Names.Channel)); err != nil {
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), discardTimeout)
+		defer cancel()
+		conn.Close(cctx)
+	}()
+	sctx, cancel := e.stmtCtx(ctx)
+	_, err = conn.Exec(sctx, "LISTEN "+ident.Quote(e.cfg.Names.Channel))
+	cancel()
+	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
 	e.Wake()
 	for {
-		if _, err := conn.WaitForNotification(ctx); err != nil {
+		// A quiet channel and a dead connection look alike: after
+		// listenCheck without a notification, a ping under the statement
+		// deadline tells them apart.
+		wctx, cancel := context.WithTimeout(ctx, listenCheck)
+		_, err := conn.WaitForNotification(wctx)
+		cancel()
+		switch {
+		case err == nil:
+			e.Wake()
+			continue
+		case ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded):
 			return err
 		}
-		e.Wake()
+		sctx, cancel := e.stmtCtx(ctx)
+		err = conn.Ping(sctx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("ping after %s without a notification: %w", listenCheck, err)
+		}
 	}
 }
+
+// listenCheck is how long the listener waits for a notification before it
+// checks that its connection still answers.
+const listenCheck = 10 * time.Second

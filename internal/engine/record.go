@@ -59,6 +59,8 @@ func (l *tableLease) record(ctx context.Context, rows []*Row, s *settlement) err
 		mark.Queue(e.q.MarkOutcomes, a.okIDs, a.failIDs, a.failErrs, a.failDelays, a.failDead)
 	}
 	mark.Queue("COMMIT")
+	ctx, cancel := e.stmtCtx(ctx)
+	defer cancel()
 	mr := l.conn.SendBatch(ctx, mark)
 	var (
 		released int64
@@ -71,14 +73,16 @@ func (l *tableLease) record(ctx context.Context, rows []*Row, s *settlement) err
 	}
 	if err != nil {
 		mr.Close()
-		return fmt.Errorf("mark %d event(s): %w", len(rows)-s.unavailable, err)
+		l.broken = timedOut(err)
+		return inPhase("mark", fmt.Errorf("%d event(s): %w", len(rows)-s.unavailable, err))
 	}
 	_, err = mr.Exec()
 	if cerr := mr.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("commit marks: %w", err)
+		l.broken = timedOut(err)
+		return inPhase("commit marks", err)
 	}
 	l.open = false
 	if released > 0 {

@@ -23,7 +23,12 @@ func (e *Engine) worker(ctx context.Context, id int) {
 				e.cfg.Metrics.DBErrors.Inc()
 			}
 			wait = e.cfg.OutageBackoff.Delay(outages)
-			log.Error("outbox relay batch failed", "err", err, "retry_in", wait)
+			if timedOut(err) {
+				log.Error("outbox relay statement timed out; connection discarded, retrying on a fresh one",
+					"phase", phaseOf(err), "statement_timeout", e.cfg.StatementTimeout, "err", err, "retry_in", wait)
+				break
+			}
+			log.Error("outbox relay batch failed", "phase", phaseOf(err), "err", err, "retry_in", wait)
 		case res.Unavailable > 0:
 			outages++
 			wait = e.cfg.OutageBackoff.Delay(outages)

@@ -58,6 +58,7 @@ func (s *relaySettings) relayFlags() []setting {
 		bind("OutageBackoff.Base", "outage-base", &c.OutageBackoff.Base, outbox.DefaultOutageBase, "first wait while the broker or database is unreachable; doubles"),
 		bind("OutageBackoff.Max", "outage-max", &c.OutageBackoff.Max, outbox.DefaultOutageMax, "longest wait while the broker or database is unreachable"),
 		bind("PublishTimeout", "publish-timeout", &c.PublishTimeout, outbox.DefaultPublishTimeout, "bound on one batch's publish and confirmations"),
+		bind("StatementTimeout", "statement-timeout", &c.StatementTimeout, outbox.DefaultStatementTimeout, "bound on each database statement; a connection that misses it is discarded"),
 		bind("Retention", "retention", &c.Retention, 0, "delete events published more than this long ago (0: keep them)").
 			zeroMeans("0 keeps published events"),
 		bind("CleanupInterval", "cleanup-interval", &c.CleanupInterval, outbox.DefaultCleanupInterval, "how often cleanup runs when --retention is set"),
