@@ -465,18 +465,31 @@ func (r *Relay) publishMessages(ctx context.Context, msgs []*Message) []error {
 		return errs
 	}
 	errs := make([]error, len(msgs))
-	var stop error // once the broker is unreachable, the rest of the batch waits
+	// Once the broker looks unreachable, the rest of the batch waits. But
+	// one message whose publish always fails that way (say it resets the
+	// connection) must not pass for an outage: the next message is tried
+	// once, and if the broker takes it (or answers for itself) the batch
+	// goes on, and the engine counts an attempt for the message that
+	// failed alone.
+	var stop error
+	probe := false // the next message tells whether the broker is reachable
 	for i, m := range msgs {
-		if stop == nil {
+		if stop == nil && ctx.Err() != nil {
 			stop = ctx.Err()
 		}
-		if stop != nil {
+		if stop != nil && !probe {
 			errs[i] = stop
 			continue
 		}
 		errs[i] = r.pub.Publish(ctx, m)
-		if errs[i] != nil && Classify(errs[i]) == ClassUnavailable {
-			stop = errs[i]
+		unavailable := errs[i] != nil && Classify(errs[i]) == ClassUnavailable
+		switch {
+		case probe && !unavailable:
+			stop, probe = nil, false // the broker answers: the failure was the message's own
+		case probe:
+			probe = false
+		case unavailable:
+			stop, probe = errs[i], true
 		}
 	}
 	return errs

@@ -47,6 +47,7 @@ type Engine struct {
 	// (see adaptSparse).
 	sparse atomic.Bool
 
+	alone      aloneTracker // tells a message failing alone from an outage
 	brokerDown atomic.Bool
 	lastClaim  atomic.Int64 // when the last claim started, Unix ns
 	pacing     atomic.Bool  // a worker paces the claims of a heavy stream
