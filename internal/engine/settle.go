@@ -39,6 +39,9 @@ type settlement struct {
 	dead           int
 	unavailable    int
 	unavailableErr error // the last one, for the worker's log line
+	// unavailableWait is the longest RetryAfter of the unavailable rows,
+	// capped: the whole-destination backoff waits at least this long.
+	unavailableWait time.Duration
 }
 
 // settle turns a batch's publish attempts into outcomes.
@@ -72,6 +75,7 @@ func (e *Engine) settle(rows []*Row, attempts []Attempt) *settlement {
 		case unavailable:
 			s.unavailable++
 			s.unavailableErr = o.err
+			s.unavailableWait = max(s.unavailableWait, min(attempts[i].RetryAfter, maxRequestedDelay))
 		case retry:
 			s.retried++
 		case dead:

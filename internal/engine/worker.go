@@ -31,7 +31,8 @@ func (e *Engine) worker(ctx context.Context, id int) {
 			log.Error("outbox relay batch failed", "phase", phaseOf(err), "err", err, "retry_in", wait)
 		case res.Unavailable > 0:
 			outages++
-			wait = e.cfg.OutageBackoff.Delay(outages)
+			// The destination may have said how long to leave it alone.
+			wait = max(e.cfg.OutageBackoff.Delay(outages), res.UnavailableWait)
 			log.Warn("broker unavailable, relay backing off; no attempt counted",
 				"events", res.Unavailable, "err", res.UnavailableErr, "retry_in", wait)
 		case res.Full:
