@@ -80,7 +80,7 @@ func TestDeadConnectionIsDiscarded(t *testing.T) {
 	cfg := outbox.RelayConfig{Schema: e.schema, Workers: 2, PollInterval: 20 * time.Millisecond,
 		PublishTimeout: time.Second, StatementTimeout: stmt, StatsInterval: 500 * time.Millisecond,
 		OutageBackoff: outbox.Backoff{Base: 50 * time.Millisecond, Max: 500 * time.Millisecond},
-		Listen: true, Logger: slog.New(slog.NewJSONHandler(logs, nil))}
+		Listen:        true, Logger: slog.New(slog.NewJSONHandler(logs, nil))}
 	r, err := outbox.NewRelay(pool, pub, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -37,6 +37,7 @@ const (
 	DefaultBatchDelay       = 10 * time.Millisecond  // RelayConfig.BatchDelay
 	DefaultBatchDelayAbove  = 1500                   // RelayConfig.BatchDelayAbove
 	DefaultStatementTimeout = 5 * time.Second        // RelayConfig.StatementTimeout
+	DefaultMaxBatchBytes    = 16 << 20               // RelayConfig.MaxBatchBytes
 )
 
 // Backoff is an exponential backoff: the n-th wait is Base·2^(n-1), capped at
@@ -60,9 +61,18 @@ type RelayConfig struct {
 	// relay halves the size of the batches it claims, down to 1, and
 	// doubles it back towards BatchSize once full batches publish quickly,
 	// so a slow destination sees whole batches confirmed rather than
-	// timeouts. Memory is about Workers × BatchSize × the average payload.
-	// Defaults to DefaultBatchSize (1000).
+	// timeouts. Memory is about Workers × BatchSize × the average payload,
+	// bounded by MaxBatchBytes. Defaults to DefaultBatchSize (1000).
 	BatchSize int
+	// MaxBatchBytes is the budget of one batch's payloads, in bytes: a
+	// claim keeps rows, in insertion order, until their payloads pass it,
+	// and always at least one row, so a relay's memory is bounded by about
+	// Workers × MaxBatchBytes plus the largest payload, whatever BatchSize.
+	// A claim learns a large payload's size (as PostgreSQL stores it,
+	// compressed) before reading it, and never reads the payloads of the
+	// rows it leaves out; the worker claims again at once. At least 1.
+	// Defaults to DefaultMaxBatchBytes (16 MiB).
+	MaxBatchBytes int
 	// Workers is the number of concurrent claim loops in this process,
 	// between 1 and 256. Each claims disjoint rows (FOR UPDATE SKIP LOCKED),
 	// as do other processes. Defaults to DefaultWorkers (2).
@@ -190,6 +200,7 @@ type RelayConfig struct {
 // withDefaults returns cfg with every zero value replaced by its default.
 func (cfg RelayConfig) withDefaults() RelayConfig {
 	orDefault(&cfg.BatchSize, DefaultBatchSize)
+	orDefault(&cfg.MaxBatchBytes, DefaultMaxBatchBytes)
 	orDefault(&cfg.Workers, DefaultWorkers)
 	orDefault(&cfg.PollInterval, DefaultPollInterval)
 	orDefault(&cfg.MaxAttempts, DefaultMaxAttempts)
@@ -228,6 +239,8 @@ func (cfg RelayConfig) validate(raw RelayConfig) error {
 	switch {
 	case cfg.BatchSize < 1 || cfg.BatchSize > 10000:
 		return bad("BatchSize", "%d: must be between 1 and 10000", raw.BatchSize)
+	case cfg.MaxBatchBytes < 1:
+		return bad("MaxBatchBytes", "%d: must be at least 1 byte", raw.MaxBatchBytes)
 	case cfg.Workers < 1 || cfg.Workers > 256:
 		return bad("Workers", "%d: must be between 1 and 256", raw.Workers)
 	case cfg.PollInterval < time.Millisecond:
@@ -274,6 +287,7 @@ func (cfg RelayConfig) engineConfig() (engine.Config, error) {
 	return engine.Config{
 		Names:            n,
 		BatchSize:        c.BatchSize,
+		MaxBatchBytes:    c.MaxBatchBytes,
 		Workers:          c.Workers,
 		PollInterval:     c.PollInterval,
 		MaxAttempts:      c.MaxAttempts,

@@ -56,8 +56,8 @@ func TestUnavailableAloneCountsAttempts(t *testing.T) {
 			}
 			const maxAttempts = 3
 			r := e.relay(pub, outbox.RelayConfig{MaxAttempts: maxAttempts, PollInterval: 5 * time.Millisecond,
-				RetryBackoff:  outbox.Backoff{Base: time.Millisecond, Max: 5 * time.Millisecond},
-				OutageBackoff: outbox.Backoff{Base: 10 * time.Millisecond, Max: 20 * time.Millisecond},
+				RetryBackoff:   outbox.Backoff{Base: time.Millisecond, Max: 5 * time.Millisecond},
+				OutageBackoff:  outbox.Backoff{Base: 10 * time.Millisecond, Max: 20 * time.Millisecond},
 				RescanInterval: 20 * time.Millisecond})
 			e.run(r)
 			if err := mem.WaitDistinct(ctx(t), 20); err != nil {

@@ -78,6 +78,13 @@ func (e *Engine) claim(ctx context.Context, start time.Time) (*claim, error) {
 	l := &tableLease{e: e, conn: conn}
 	p := e.planClaim(start)
 	rows, more, err := l.claim(sctx, p)
+	if err == nil {
+		pctx, cancel := e.stmtCtx(ctx)
+		var cut bool
+		rows, cut, err = l.fitBudget(pctx, rows)
+		cancel()
+		more = more || cut
+	}
 	if err != nil {
 		l.broken = timedOut(err)
 		l.release(context.WithoutCancel(ctx))

@@ -14,8 +14,12 @@ import (
 // setting, fills in its default and validates it: the engine takes every
 // field as given and has no defaults of its own.
 type Config struct {
-	Names          ident.Names
-	BatchSize      int
+	Names     ident.Names
+	BatchSize int
+	// MaxBatchBytes is the byte budget of a batch's payloads: a claim
+	// keeps rows, in seq order, until their payloads pass it (at least one;
+	// see payload.go).
+	MaxBatchBytes  int
 	Workers        int
 	PollInterval   time.Duration
 	MaxAttempts    int
@@ -66,6 +70,8 @@ type Row struct {
 	// not a JSON object of strings, written by hand): it is dead-lettered
 	// without a publish, and the rest of the batch goes on.
 	Bad error
+
+	stored int // the payload's size as stored (pg_column_size); Payload is nil if over store.InlinePayloadMax
 }
 
 // Attempt is how one publish of a row ended.

@@ -5,9 +5,21 @@ package store
 
 import "github.com/pgoutbox/outbox/internal/ident"
 
+// InlinePayloadMax is the largest stored payload (pg_column_size: after
+// compression, before any detoasting) a claim returns with its row. A
+// larger payload comes back NULL, with its stored size, and the relay reads
+// it with Payloads only if it fits the batch's byte budget, so a payload
+// left out of a batch is never detoasted nor sent.
+const InlinePayloadMax = 8192
+
+// claimPayload is a claim's payload columns: the payload if it is at most
+// InlinePayloadMax bytes as stored (else NULL), and its stored size.
+const claimPayload = `CASE WHEN pg_column_size(payload) <= 8192 THEN payload END, pg_column_size(payload)`
+
 // Queries are the statements for one outbox table.
 type Queries struct {
 	// Claim locks up to $1 claimable rows with seq > $2 in insertion order.
+	// Every claim returns a row's payload as claimPayload's two columns.
 	// SKIP LOCKED lets several relays claim disjoint batches; the predicate
 	// matches the partial pending index, so processed rows are never read,
 	// and the floor $2 starts the index scan past the entries of rows
@@ -33,6 +45,9 @@ type Queries struct {
 	// window: only the first row of each aggregate among the first $3
 	// pending rows past the floor is probed, and only heads are locked.
 	ClaimOrderedSparse string
+	// Payloads reads the payloads of claimed rows ($1 uuid[]): those a
+	// claim left out for their size.
+	Payloads string
 	// LowWater is the lowest seq of a row that is pending and not waiting
 	// for a retry (NULL if none): ordered mode's floor.
 	LowWater string
@@ -91,7 +106,7 @@ type Queries struct {
 func New(n ident.Names, deleteProcessed bool) *Queries {
 	t := n.QTable
 	return &Queries{
-		Claim: `SELECT id, seq, aggregate_type, aggregate_id, event_type, payload, headers, created_at, attempts, last_error IS NOT NULL, false, false
+		Claim: `SELECT id, seq, aggregate_type, aggregate_id, event_type, ` + claimPayload + `, headers, created_at, attempts, last_error IS NOT NULL, false, false
 FROM ` + t + `
 WHERE processed_at IS NULL AND dead_at IS NULL
   AND (retry_after IS NULL OR retry_after <= now())
@@ -101,6 +116,7 @@ LIMIT $1
 FOR UPDATE SKIP LOCKED`,
 		ClaimOrdered:       claimOrdered(t, false),
 		ClaimOrderedSparse: claimOrdered(t, true),
+		Payloads:           `SELECT id, payload FROM ` + t + ` WHERE id = ANY($1::uuid[])`,
 		LowWater: `SELECT min(seq) FROM ` + t + `
 WHERE processed_at IS NULL AND dead_at IS NULL
   AND (retry_after IS NULL OR retry_after <= now())`,
@@ -191,7 +207,7 @@ WHERE o.id = f.id`
 }
 
 func claimOrdered(t string, sparse bool) string {
-	const cols = `id, seq, aggregate_type, aggregate_id, event_type, payload, headers, created_at, attempts, failed`
+	const cols = `id, seq, aggregate_type, aggregate_id, event_type, ` + claimPayload + `, headers, created_at, attempts, failed`
 	const headCols = `o.id, o.seq, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, o.headers,
          o.created_at, o.attempts, o.last_error IS NOT NULL AS failed`
 	// A head: no earlier unprocessed event of its aggregate. The probe is
