@@ -50,7 +50,7 @@ func (e *Engine) Batch(ctx context.Context) (Result, error) {
 	e.report(c.rows, s)
 	res.Retried, res.DeadLettered = s.retried, s.dead
 	res.Unavailable, res.UnavailableErr, res.UnavailableWait = s.unavailable, s.unavailableErr, s.unavailableWait
-	if s.published+s.retried+s.dead == 0 {
+	if s.published+s.retried+s.dead == 0 && !anyCounted(c.rows) {
 		return res, nil // nothing to record: every row goes back untouched
 	}
 

@@ -125,10 +125,8 @@ type tableLease struct {
 // which stay synchronous. This saves a WAL flush per batch.
 func (l *tableLease) claim(ctx context.Context, p claimPlan) (rows []*Row, more bool, err error) {
 	e := l.e
-	idle := strconv.FormatInt((e.cfg.PublishTimeout + 5*time.Second).Milliseconds(), 10)
 	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	b.Queue(`SELECT set_config('idle_in_transaction_session_timeout', $1, true), set_config('synchronous_commit', 'off', true)`, idle)
+	l.begin(b)
 	if p.lowWater {
 		b.Queue(e.q.LowWater)
 	}
@@ -172,6 +170,13 @@ func (l *tableLease) claim(ctx context.Context, p claimPlan) (rows []*Row, more 
 		return nil, false, err
 	}
 	return rows, more, nil
+}
+
+// begin queues the start of the lease's transaction and its settings.
+func (l *tableLease) begin(b *pgx.Batch) {
+	idle := strconv.FormatInt((l.e.cfg.PublishTimeout + 5*time.Second).Milliseconds(), 10)
+	b.Queue("BEGIN")
+	b.Queue(`SELECT set_config('idle_in_transaction_session_timeout', $1, true), set_config('synchronous_commit', 'off', true)`, idle)
 }
 
 func (l *tableLease) commit(ctx context.Context) error {

@@ -71,7 +71,8 @@ type Row struct {
 	// without a publish, and the rest of the batch goes on.
 	Bad error
 
-	stored int // the payload's size as stored (pg_column_size); Payload is nil if over store.InlinePayloadMax
+	stored  int  // the payload's size as stored (pg_column_size); Payload is nil if over store.InlinePayloadMax
+	counted bool // the attempt was counted when the row was fetched (poison.go)
 }
 
 // Attempt is how one publish of a row ended.

@@ -26,6 +26,7 @@ import (
 // returns the rows that make the batch; cut reports rows left out.
 func (l *tableLease) fitBudget(ctx context.Context, rows []*Row) (kept []*Row, cut bool, err error) {
 	budget := l.e.cfg.MaxBatchBytes
+	l.e.deadOnArrival(rows)
 	used := 0
 	for i := 0; i < len(rows); {
 		r := rows[i]
@@ -45,6 +46,18 @@ func (l *tableLease) fitBudget(ctx context.Context, rows []*Row) (kept []*Row, c
 		}
 		if i > 0 && used+rows[i].stored > budget {
 			return rows[:i], true, nil
+		}
+		if big := bigRows(rows[i:j]); len(big) > 0 {
+			held, err := l.countAtFetch(ctx, rows, big)
+			if err != nil {
+				return nil, false, err
+			}
+			if len(held) < len(rows) { // another relay took a row meanwhile
+				rows, j = held, min(j, len(held))
+				if i >= j {
+					return rows, true, nil
+				}
+			}
 		}
 		if err := l.readPayloads(ctx, rows[i:j]); err != nil {
 			return nil, false, err

@@ -20,6 +20,8 @@ type markArgs struct {
 	failErrs   []string
 	failDelays []int64 // ms
 	failDead   []bool
+	failCount  []bool     // the attempt was counted at fetch (poison.go)
+	refundIDs  [][16]byte // counted at fetch, and neither failed nor published
 }
 
 // markArgsOf lays out a settlement as the mark statement takes it.
@@ -37,6 +39,11 @@ func (e *Engine) markArgsOf(rows []*Row, s *settlement) markArgs {
 			a.failErrs = append(a.failErrs, truncate(o.err.Error(), lastErrorMax))
 			a.failDelays = append(a.failDelays, o.delay.Milliseconds())
 			a.failDead = append(a.failDead, o.verdict == dead)
+			a.failCount = append(a.failCount, r.counted)
+		default:
+			if r.counted {
+				a.refundIDs = append(a.refundIDs, r.ID)
+			}
 		}
 	}
 	return a
@@ -52,11 +59,14 @@ func (l *tableLease) record(ctx context.Context, rows []*Row, s *settlement) err
 	ordered := e.cfg.Ordered && (len(a.failIDs) > 0 || len(a.releaseIDs) > 0)
 	switch {
 	case ordered:
-		mark.Queue(e.q.MarkOrdered, a.okIDs, a.failIDs, a.failErrs, a.failDelays, a.failDead, a.releaseIDs)
+		mark.Queue(e.q.MarkOrdered, a.okIDs, a.failIDs, a.failErrs, a.failDelays, a.failDead, a.failCount, a.releaseIDs)
 	case len(a.failIDs) == 0:
 		mark.Queue(e.q.MarkPublished, a.okIDs)
 	default:
-		mark.Queue(e.q.MarkOutcomes, a.okIDs, a.failIDs, a.failErrs, a.failDelays, a.failDead)
+		mark.Queue(e.q.MarkOutcomes, a.okIDs, a.failIDs, a.failErrs, a.failDelays, a.failDead, a.failCount)
+	}
+	if len(a.refundIDs) > 0 {
+		mark.Queue(e.q.Refund, a.refundIDs)
 	}
 	mark.Queue("COMMIT")
 	ctx, cancel := e.stmtCtx(ctx)
@@ -76,7 +86,12 @@ func (l *tableLease) record(ctx context.Context, rows []*Row, s *settlement) err
 		l.broken = timedOut(err)
 		return inPhase("mark", fmt.Errorf("%d event(s): %w", len(rows)-s.unavailable, err))
 	}
-	_, err = mr.Exec()
+	if err == nil && len(a.refundIDs) > 0 {
+		_, err = mr.Exec()
+	}
+	if err == nil {
+		_, err = mr.Exec()
+	}
 	if cerr := mr.Close(); err == nil {
 		err = cerr
 	}
