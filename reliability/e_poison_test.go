@@ -60,6 +60,13 @@ func TestE_LargePayloads(t *testing.T) {
 // big events of bigSize bytes (inserted directly: the payload size is the
 // point) ahead of small ones.
 func largePayloadEnv(t *testing.T, big, bigSize, small int) *env {
+	e, _ := largePayloadEnvIDs(t, big, bigSize, small, true)
+	return e
+}
+
+// largePayloadEnvIDs is largePayloadEnv returning the big events' ids;
+// record false leaves them out of the history (the test judges them).
+func largePayloadEnvIDs(t *testing.T, big, bigSize, small int, record bool) (*env, []string) {
 	e := newEnv(t, envOpts{nats: natsOpts{maxPayload: 40 << 20}})
 	ctx := ctxT(t, 5*time.Minute)
 	var rec []Written
@@ -75,9 +82,15 @@ func largePayloadEnv(t *testing.T, big, bigSize, small int) *env {
 		}
 		rec = append(rec, Written{ID: id.String(), Aggregate: agg, N: 0})
 	}
-	e.hist.Record(Committed, rec...)
+	if record {
+		e.hist.Record(Committed, rec...)
+	}
 	e.writeBacklog(small, 10, 20, 1)
-	return e
+	ids := make([]string, len(rec))
+	for i, w := range rec {
+		ids[i] = w.ID
+	}
+	return e, ids
 }
 
 // runWatched runs a relay in slot r until nothing is pending, polling its
@@ -114,4 +127,52 @@ func runWatched(t *testing.T, e *env, r *relay, limitKB int64, d time.Duration) 
 	t.Errorf("relay %s: %d events still pending after %s", r.name, e.pending(), d)
 	r.kill()
 	return peak, kills, time.Since(start)
+}
+
+// TestE_PoisonPayload: one event too large for the relay's memory limit
+// (30 MB; the relay is killed when its RSS passes 120 MiB, below what one
+// such event needs), ahead of 200 small ones. Each relay process that
+// reads it dies, as under a container's OOM killer; the attempt counted
+// when the row was fetched survives the kill, so after MaxAttempts (3)
+// deaths the next relay dead-letters it without reading it, and every
+// small event is delivered: no endless crash loop.
+func TestE_PoisonPayload(t *testing.T) {
+	t.Parallel()
+	slot(t)
+	const (
+		maxAttempts = 3
+		rssLimit    = 120 << 10 // kB
+	)
+	e, ids := largePayloadEnvIDs(t, 1, 30<<20, 200, false)
+	for _, id := range ids {
+		e.ignore[id] = true
+	}
+	r := e.newRelay("r", relayOpts{batch: 100, workers: 1, maxAttempts: maxAttempts})
+	peak, kills, drain := runWatched(t, e, r, rssLimit, 3*time.Minute)
+	var attempts int
+	var dead, processed bool
+	if err := e.pool.QueryRow(ctxT(t, 30*time.Second), `SELECT attempts, dead_at IS NOT NULL, processed_at IS NOT NULL FROM `+e.table+` WHERE id = $1`,
+		ids[0]).Scan(&attempts, &dead, &processed); err != nil {
+		t.Fatal(err)
+	}
+	burned := e.count("attempts > 0 AND processed_at IS NOT NULL")
+	res := e.finish(Row{Key: "e-poison", Scenario: "Poison payload: the relay dies each time it reads it",
+		Fault: "a 30 MB event ahead of 200 small ones; the relay killed when its RSS passes 120 MiB (below what the event needs), max attempts 3",
+		Runs:  kills, Resent: e.wire.resent(), AttemptsBurned: burned, AttemptsMeasured: true, Drain: drain,
+		Details: []string{fmt.Sprintf("relay killed %d times at the limit (peak RSS %d MiB); the large event ended with attempts=%d, dead letter %v, published %v",
+			kills, peak>>10, attempts, dead, processed)}})
+	switch {
+	case processed:
+		t.Logf("the large event was published before the relay reached the limit")
+	case !dead:
+		t.Errorf("the large event is neither published nor a dead letter (attempts %d)", attempts)
+	case attempts != maxAttempts:
+		t.Errorf("the large event was dead-lettered with attempts=%d, want %d", attempts, maxAttempts)
+	}
+	if kills > maxAttempts {
+		t.Errorf("the relay was killed %d times; want at most MaxAttempts (%d)", kills, maxAttempts)
+	}
+	if res.Duplicated > 0 || burned > 0 {
+		t.Errorf("duplicated %d, attempts burned by delivered events %d; want 0 and 0", res.Duplicated, burned)
+	}
 }
