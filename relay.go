@@ -81,14 +81,23 @@ type RelayConfig struct {
 	// worker whose batch came back full claims again at once. Defaults to
 	// DefaultPollInterval (100ms).
 	PollInterval time.Duration
-	// MaxAttempts is how many failed publishes make a dead letter. Defaults
-	// to DefaultMaxAttempts (10).
+	// MaxAttempts is how many failed publishes make a dead letter. The
+	// attempt of an event whose payload is over 1 MiB as stored is counted
+	// when the event is fetched, before its payload is read, so a relay
+	// that dies holding it (out of memory, say) has counted it; such an
+	// event claimed again with MaxAttempts counted is dead-lettered without
+	// being read. Defaults to DefaultMaxAttempts (10).
 	MaxAttempts int
 	// RetryBackoff spaces a failing message's retries (retry_after).
 	// Defaults to DefaultRetryBase (1s) doubling up to DefaultRetryMax (5m).
 	RetryBackoff Backoff
 	// OutageBackoff spaces the relay's retries while the broker or the database
-	// is unreachable. No attempt is counted during a broker outage.
+	// is unreachable, waiting at least the Retry-After the destination asked
+	// for (RetryAfter, capped at 24h). No attempt is counted during a broker
+	// outage. A message that fails with an unavailable-class error while the
+	// destination takes others (a message published after it in its batch,
+	// or any message since its previous such failure) is failing alone: its
+	// attempts are counted, and it ends as a dead letter.
 	// Defaults to DefaultOutageBase (250ms) doubling up to DefaultOutageMax
 	// (15s).
 	OutageBackoff Backoff
@@ -176,7 +185,9 @@ type RelayConfig struct {
 	// an event whose transaction committed long after its INSERT (more than
 	// a quarter of RescanInterval), a retry that came due, rows another
 	// relay released when its batch failed. Each waits at most
-	// RescanInterval longer than without this. Defaults to
+	// RescanInterval longer than without this: while the rescan finds full
+	// batches of them, claims continue from where it stopped, back to back,
+	// so a large transaction that committed late drains at full speed. Defaults to
 	// DefaultRescanInterval (1s).
 	RescanInterval time.Duration
 
