@@ -34,7 +34,9 @@ func (e *Engine) listenLoop(ctx context.Context) {
 // listen connects, LISTENs and wakes a worker per notification until the
 // connection fails or ctx is done.
 func (e *Engine) listen(ctx context.Context) error {
-	conn, err := pgx.ConnectConfig(ctx, e.pool.Config().ConnConfig.Copy())
+	cctx, cancel := e.stmtCtx(ctx)
+	conn, err := pgx.ConnectConfig(cctx, e.pool.Config().ConnConfig.Copy())
+	cancel()
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
