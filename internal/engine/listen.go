@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -63,7 +62,7 @@ func (e *Engine) listen(ctx context.Context) error {
 		case err == nil:
 			e.Wake()
 			continue
-		case ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded):
+		case ctx.Err() != nil || !timedOut(err):
 			return err
 		}
 		sctx, cancel := e.stmtCtx(ctx)
