@@ -32,7 +32,8 @@ func (e *env) writeLarge(size int) {
 
 // TestLargeRowAttemptsCountedOnce: the attempt of a large row is counted
 // when it is fetched (so a relay that dies holding it has counted it);
-// a failed publish then counts one attempt, not two, and an outage none.
+// a failed publish then counts one attempt, not two, and an outage or a
+// successful publish none.
 func TestLargeRowAttemptsCountedOnce(t *testing.T) {
 	for _, ordered := range []bool{false, true} {
 		t.Run(fmt.Sprintf("ordered=%v", ordered), func(t *testing.T) {
@@ -66,6 +67,18 @@ func TestLargeRowAttemptsCountedOnce(t *testing.T) {
 					t.Fatalf("after %d failed publishes the large row has attempts=%d", i, attempts)
 				}
 				time.Sleep(5 * time.Millisecond) // the retry comes due
+			}
+			fail = nil
+			if _, err := r.ProcessBatch(ctx(t)); err != nil {
+				t.Fatal(err)
+			}
+			var attempts int
+			var processed bool
+			if err := e.pool.QueryRow(ctx(t), `SELECT attempts, processed_at IS NOT NULL FROM outbox_events WHERE aggregate_id = 'big'`).Scan(&attempts, &processed); err != nil {
+				t.Fatal(err)
+			}
+			if !processed || attempts != 2 {
+				t.Fatalf("after two failures and a success: processed %v, attempts %d; want true, 2 (attempts counts failures)", processed, attempts)
 			}
 		})
 	}

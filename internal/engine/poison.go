@@ -18,8 +18,9 @@ import (
 // way (a small row cannot exhaust the relay's memory): a committed write per
 // claim would cost a WAL flush on the hot path, and the commit and relock
 // it takes cost two round trips, paid only by batches that hold a large
-// row. The count is given back (Refund) when the row neither failed nor was
-// published, so an outage still burns no attempt.
+// row. The count is given back (Refund) when the row did not fail
+// (published, left untouched, destination down), so attempts still counts
+// failures only and an outage burns none.
 
 // poisonAbove is the stored payload size above which a row's attempt is
 // counted at fetch.

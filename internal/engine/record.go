@@ -21,7 +21,7 @@ type markArgs struct {
 	failDelays []int64 // ms
 	failDead   []bool
 	failCount  []bool     // the attempt was counted at fetch (poison.go)
-	refundIDs  [][16]byte // counted at fetch, and neither failed nor published
+	refundIDs  [][16]byte // counted at fetch, and did not fail
 }
 
 // markArgsOf lays out a settlement as the mark statement takes it.
@@ -31,6 +31,9 @@ func (e *Engine) markArgsOf(rows []*Row, s *settlement) markArgs {
 		switch o := s.outcomes[i]; o.verdict {
 		case published:
 			a.okIDs = append(a.okIDs, r.ID)
+			if r.counted {
+				a.refundIDs = append(a.refundIDs, r.ID) // attempts counts failures
+			}
 			if e.cfg.Ordered && (r.Failed || r.Attempt > 1) {
 				a.releaseIDs = append(a.releaseIDs, r.ID)
 			}
