@@ -69,8 +69,9 @@ func proxiedPool(t *testing.T, schema string) (*pgxpool.Pool, *tcpproxy.Proxy) {
 // (the peer never answers again, new connections still get through). Each
 // statement on a frozen connection misses its deadline, is logged with its
 // phase, and the connection is discarded: events written after the freeze
-// are all delivered over fresh connections within seconds, and Run returns
-// within seconds of its context's cancel.
+// are all delivered over fresh connections within seconds, the listener
+// notices its own frozen connection, and Run returns within seconds of its
+// context's cancel.
 func TestDeadConnectionIsDiscarded(t *testing.T) {
 	e := setup(t)
 	pool, proxy := proxiedPool(t, e.schema)
@@ -109,6 +110,14 @@ func TestDeadConnectionIsDiscarded(t *testing.T) {
 	t.Logf("200 events written after the freeze delivered %s after it", time.Since(frozenAt).Round(time.Millisecond))
 	if !strings.Contains(logs.String(), "timed out") {
 		t.Errorf("no statement reported timing out on a frozen connection; logs:\n%s", tailLines(logs.String(), 20))
+	}
+
+	// The listener's connection is frozen too: its liveness ping finds it.
+	for deadline := time.Now().Add(3*stmt + 3*time.Second); time.Now().Before(deadline) && !strings.Contains(logs.String(), "outbox listener lost"); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(logs.String(), "outbox listener lost") {
+		t.Errorf("the listener never noticed its frozen connection within %s; logs:\n%s", 3*stmt+3*time.Second, tailLines(logs.String(), 20))
 	}
 
 	// Freeze again, with a batch likely in flight, and stop the relay.

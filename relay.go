@@ -110,7 +110,7 @@ type RelayConfig struct {
 	// StatementTimeout bounds every statement the relay runs on the
 	// database: the claim, the mark and its commit, a rollback, the check
 	// of the table at start, the LISTEN and the listener's liveness ping
-	// (after 10s without a notification); the housekeeping statements
+	// (after twice StatementTimeout without a notification); the housekeeping statements
 	// (gauges, held events) get at least StatsInterval. A batch's
 	// transaction spans its publish, so the bound is per statement, not per
 	// batch. When a statement misses it (a connection whose peer stopped

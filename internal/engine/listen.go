@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -52,10 +51,10 @@ func (e *Engine) listen(ctx context.Context) error {
 	}
 	e.Wake()
 	for {
-		// A quiet channel and a dead connection look alike: after
-		// listenCheck without a notification, a ping under the statement
-		// deadline tells them apart.
-		wctx, cancel := context.WithTimeout(ctx, listenCheck)
+		// A quiet channel and a dead connection look alike: after twice
+		// the statement deadline without a notification, a ping under the
+		// statement deadline tells them apart.
+		wctx, cancel := context.WithTimeout(ctx, 2*e.cfg.StatementTimeout)
 		_, err := conn.WaitForNotification(wctx)
 		cancel()
 		switch {
@@ -69,11 +68,7 @@ func (e *Engine) listen(ctx context.Context) error {
 		err = conn.Ping(sctx)
 		cancel()
 		if err != nil {
-			return fmt.Errorf("ping after %s without a notification: %w", listenCheck, err)
+			return fmt.Errorf("ping after %s without a notification: %w", 2*e.cfg.StatementTimeout, err)
 		}
 	}
 }
-
-// listenCheck is how long the listener waits for a notification before it
-// checks that its connection still answers.
-const listenCheck = 10 * time.Second
