@@ -21,21 +21,23 @@ import (
 
 // Defaults of RelayConfig's fields, used for their zero values.
 const (
-	DefaultBatchSize       = 1000                   // RelayConfig.BatchSize
-	DefaultWorkers         = 2                      // RelayConfig.Workers
-	DefaultPollInterval    = 100 * time.Millisecond // RelayConfig.PollInterval
-	DefaultMaxAttempts     = 10                     // RelayConfig.MaxAttempts
-	DefaultRetryBase       = time.Second            // RelayConfig.RetryBackoff.Base
-	DefaultRetryMax        = 5 * time.Minute        // RelayConfig.RetryBackoff.Max
-	DefaultOutageBase      = 250 * time.Millisecond // RelayConfig.OutageBackoff.Base
-	DefaultOutageMax       = 15 * time.Second       // RelayConfig.OutageBackoff.Max
-	DefaultPublishTimeout  = 15 * time.Second       // RelayConfig.PublishTimeout
-	DefaultStatsInterval   = 10 * time.Second       // RelayConfig.StatsInterval
-	DefaultCleanupInterval = 10 * time.Minute       // RelayConfig.CleanupInterval
-	DefaultCleanupBatch    = 1000                   // RelayConfig.CleanupBatch
-	DefaultRescanInterval  = time.Second            // RelayConfig.RescanInterval
-	DefaultBatchDelay      = 10 * time.Millisecond  // RelayConfig.BatchDelay
-	DefaultBatchDelayAbove = 1500                   // RelayConfig.BatchDelayAbove
+	DefaultBatchSize        = 1000                   // RelayConfig.BatchSize
+	DefaultWorkers          = 2                      // RelayConfig.Workers
+	DefaultPollInterval     = 100 * time.Millisecond // RelayConfig.PollInterval
+	DefaultMaxAttempts      = 10                     // RelayConfig.MaxAttempts
+	DefaultRetryBase        = time.Second            // RelayConfig.RetryBackoff.Base
+	DefaultRetryMax         = 5 * time.Minute        // RelayConfig.RetryBackoff.Max
+	DefaultOutageBase       = 250 * time.Millisecond // RelayConfig.OutageBackoff.Base
+	DefaultOutageMax        = 15 * time.Second       // RelayConfig.OutageBackoff.Max
+	DefaultPublishTimeout   = 15 * time.Second       // RelayConfig.PublishTimeout
+	DefaultStatsInterval    = 10 * time.Second       // RelayConfig.StatsInterval
+	DefaultCleanupInterval  = 10 * time.Minute       // RelayConfig.CleanupInterval
+	DefaultCleanupBatch     = 1000                   // RelayConfig.CleanupBatch
+	DefaultRescanInterval   = time.Second            // RelayConfig.RescanInterval
+	DefaultBatchDelay       = 10 * time.Millisecond  // RelayConfig.BatchDelay
+	DefaultBatchDelayAbove  = 1500                   // RelayConfig.BatchDelayAbove
+	DefaultStatementTimeout = 5 * time.Second        // RelayConfig.StatementTimeout
+	DefaultMaxBatchBytes    = 16 << 20               // RelayConfig.MaxBatchBytes
 )
 
 // Backoff is an exponential backoff: the n-th wait is Base·2^(n-1), capped at
@@ -59,9 +61,18 @@ type RelayConfig struct {
 	// relay halves the size of the batches it claims, down to 1, and
 	// doubles it back towards BatchSize once full batches publish quickly,
 	// so a slow destination sees whole batches confirmed rather than
-	// timeouts. Memory is about Workers × BatchSize × the average payload.
-	// Defaults to DefaultBatchSize (1000).
+	// timeouts. Memory is about Workers × BatchSize × the average payload,
+	// bounded by MaxBatchBytes. Defaults to DefaultBatchSize (1000).
 	BatchSize int
+	// MaxBatchBytes is the budget of one batch's payloads, in bytes: a
+	// claim keeps rows, in insertion order, until their payloads pass it,
+	// and always at least one row, so a relay's memory is bounded by about
+	// Workers × MaxBatchBytes plus the largest payload, whatever BatchSize.
+	// A claim learns a large payload's size (as PostgreSQL stores it,
+	// compressed) before reading it, and never reads the payloads of the
+	// rows it leaves out; the worker claims again at once. At least 1.
+	// Defaults to DefaultMaxBatchBytes (16 MiB).
+	MaxBatchBytes int
 	// Workers is the number of concurrent claim loops in this process,
 	// between 1 and 256. Each claims disjoint rows (FOR UPDATE SKIP LOCKED),
 	// as do other processes. Defaults to DefaultWorkers (2).
@@ -70,14 +81,23 @@ type RelayConfig struct {
 	// worker whose batch came back full claims again at once. Defaults to
 	// DefaultPollInterval (100ms).
 	PollInterval time.Duration
-	// MaxAttempts is how many failed publishes make a dead letter. Defaults
-	// to DefaultMaxAttempts (10).
+	// MaxAttempts is how many failed publishes make a dead letter. The
+	// attempt of an event whose payload is over 1 MiB as stored is counted
+	// when the event is fetched, before its payload is read, so a relay
+	// that dies holding it (out of memory, say) has counted it; such an
+	// event claimed again with MaxAttempts counted is dead-lettered without
+	// being read. Defaults to DefaultMaxAttempts (10).
 	MaxAttempts int
 	// RetryBackoff spaces a failing message's retries (retry_after).
 	// Defaults to DefaultRetryBase (1s) doubling up to DefaultRetryMax (5m).
 	RetryBackoff Backoff
 	// OutageBackoff spaces the relay's retries while the broker or the database
-	// is unreachable. No attempt is counted during a broker outage.
+	// is unreachable, waiting at least the Retry-After the destination asked
+	// for (RetryAfter, capped at 24h). No attempt is counted during a broker
+	// outage. A message that fails with an unavailable-class error while the
+	// destination takes others (a message published after it in its batch,
+	// or any message since its previous such failure) is failing alone: its
+	// attempts are counted, and it ends as a dead letter.
 	// Defaults to DefaultOutageBase (250ms) doubling up to DefaultOutageMax
 	// (15s).
 	OutageBackoff Backoff
@@ -87,6 +107,18 @@ type RelayConfig struct {
 	// idle_in_transaction_session_timeout (plus 5s), so a stalled relay's locks
 	// are freed. Defaults to DefaultPublishTimeout (15s).
 	PublishTimeout time.Duration
+	// StatementTimeout bounds every statement the relay runs on the
+	// database: the claim, the mark and its commit, a rollback, the check
+	// of the table at start, the LISTEN and the listener's liveness ping
+	// (after twice StatementTimeout without a notification); the housekeeping statements
+	// (gauges, held events) get at least StatsInterval. A batch's
+	// transaction spans its publish, so the bound is per statement, not per
+	// batch. When a statement misses it (a connection whose peer stopped
+	// answering), the relay logs the phase it was in, discards the
+	// connection, and the worker carries on with a fresh one after
+	// OutageBackoff. Shutdown waits at most this long for a statement in
+	// flight. Defaults to DefaultStatementTimeout (5s).
+	StatementTimeout time.Duration
 
 	// DeleteOnPublish deletes a row once the broker confirmed it, instead of
 	// setting processed_at. It is the fastest way to drain (a DELETE writes
@@ -153,7 +185,9 @@ type RelayConfig struct {
 	// an event whose transaction committed long after its INSERT (more than
 	// a quarter of RescanInterval), a retry that came due, rows another
 	// relay released when its batch failed. Each waits at most
-	// RescanInterval longer than without this. Defaults to
+	// RescanInterval longer than without this: while the rescan finds full
+	// batches of them, claims continue from where it stopped, back to back,
+	// so a large transaction that committed late drains at full speed. Defaults to
 	// DefaultRescanInterval (1s).
 	RescanInterval time.Duration
 
@@ -177,6 +211,7 @@ type RelayConfig struct {
 // withDefaults returns cfg with every zero value replaced by its default.
 func (cfg RelayConfig) withDefaults() RelayConfig {
 	orDefault(&cfg.BatchSize, DefaultBatchSize)
+	orDefault(&cfg.MaxBatchBytes, DefaultMaxBatchBytes)
 	orDefault(&cfg.Workers, DefaultWorkers)
 	orDefault(&cfg.PollInterval, DefaultPollInterval)
 	orDefault(&cfg.MaxAttempts, DefaultMaxAttempts)
@@ -185,6 +220,7 @@ func (cfg RelayConfig) withDefaults() RelayConfig {
 	orDefault(&cfg.OutageBackoff.Base, DefaultOutageBase)
 	orDefault(&cfg.OutageBackoff.Max, DefaultOutageMax)
 	orDefault(&cfg.PublishTimeout, DefaultPublishTimeout)
+	orDefault(&cfg.StatementTimeout, DefaultStatementTimeout)
 	orDefault(&cfg.StatsInterval, DefaultStatsInterval)
 	orDefault(&cfg.RescanInterval, DefaultRescanInterval)
 	orDefault(&cfg.BatchDelay, DefaultBatchDelay)
@@ -214,6 +250,8 @@ func (cfg RelayConfig) validate(raw RelayConfig) error {
 	switch {
 	case cfg.BatchSize < 1 || cfg.BatchSize > 10000:
 		return bad("BatchSize", "%d: must be between 1 and 10000", raw.BatchSize)
+	case cfg.MaxBatchBytes < 1:
+		return bad("MaxBatchBytes", "%d: must be at least 1 byte", raw.MaxBatchBytes)
 	case cfg.Workers < 1 || cfg.Workers > 256:
 		return bad("Workers", "%d: must be between 1 and 256", raw.Workers)
 	case cfg.PollInterval < time.Millisecond:
@@ -226,6 +264,8 @@ func (cfg RelayConfig) validate(raw RelayConfig) error {
 		return bad("OutageBackoff", "base %s, max %s: need 0 < base <= max", cfg.OutageBackoff.Base, cfg.OutageBackoff.Max)
 	case cfg.PublishTimeout < 10*time.Millisecond:
 		return bad("PublishTimeout", "%s: must be at least 10ms", raw.PublishTimeout)
+	case cfg.StatementTimeout < 10*time.Millisecond:
+		return bad("StatementTimeout", "%s: must be at least 10ms", raw.StatementTimeout)
 	case cfg.RescanInterval < time.Millisecond:
 		return bad("RescanInterval", "%s: must be at least 1ms", raw.RescanInterval)
 	case cfg.BatchDelay > cfg.PublishTimeout:
@@ -256,25 +296,27 @@ func (cfg RelayConfig) engineConfig() (engine.Config, error) {
 		return engine.Config{}, err
 	}
 	return engine.Config{
-		Names:           n,
-		BatchSize:       c.BatchSize,
-		Workers:         c.Workers,
-		PollInterval:    c.PollInterval,
-		MaxAttempts:     c.MaxAttempts,
-		RetryBackoff:    c.RetryBackoff,
-		OutageBackoff:   c.OutageBackoff,
-		PublishTimeout:  c.PublishTimeout,
-		StatsInterval:   c.StatsInterval,
-		RescanInterval:  c.RescanInterval,
-		BatchDelay:      max(c.BatchDelay, 0),
-		BatchDelayAbove: c.BatchDelayAbove,
-		Retention:       c.Retention,
-		CleanupInterval: c.CleanupInterval,
-		CleanupBatch:    c.CleanupBatch,
-		DeleteOnPublish: c.DeleteOnPublish,
-		Ordered:         c.Ordered,
-		Listen:          c.Listen,
-		Logger:          c.Logger,
+		Names:            n,
+		BatchSize:        c.BatchSize,
+		MaxBatchBytes:    c.MaxBatchBytes,
+		Workers:          c.Workers,
+		PollInterval:     c.PollInterval,
+		MaxAttempts:      c.MaxAttempts,
+		RetryBackoff:     c.RetryBackoff,
+		OutageBackoff:    c.OutageBackoff,
+		PublishTimeout:   c.PublishTimeout,
+		StatementTimeout: c.StatementTimeout,
+		StatsInterval:    c.StatsInterval,
+		RescanInterval:   c.RescanInterval,
+		BatchDelay:       max(c.BatchDelay, 0),
+		BatchDelayAbove:  c.BatchDelayAbove,
+		Retention:        c.Retention,
+		CleanupInterval:  c.CleanupInterval,
+		CleanupBatch:     c.CleanupBatch,
+		DeleteOnPublish:  c.DeleteOnPublish,
+		Ordered:          c.Ordered,
+		Listen:           c.Listen,
+		Logger:           c.Logger,
 	}, nil
 }
 
@@ -448,18 +490,31 @@ func (r *Relay) publishMessages(ctx context.Context, msgs []*Message) []error {
 		return errs
 	}
 	errs := make([]error, len(msgs))
-	var stop error // once the broker is unreachable, the rest of the batch waits
+	// Once the broker looks unreachable, the rest of the batch waits. But
+	// one message whose publish always fails that way (say it resets the
+	// connection) must not pass for an outage: the next message is tried
+	// once, and if the broker takes it (or answers for itself) the batch
+	// goes on, and the engine counts an attempt for the message that
+	// failed alone.
+	var stop error
+	probe := false // the next message tells whether the broker is reachable
 	for i, m := range msgs {
-		if stop == nil {
+		if stop == nil && ctx.Err() != nil {
 			stop = ctx.Err()
 		}
-		if stop != nil {
+		if stop != nil && !probe {
 			errs[i] = stop
 			continue
 		}
 		errs[i] = r.pub.Publish(ctx, m)
-		if errs[i] != nil && Classify(errs[i]) == ClassUnavailable {
-			stop = errs[i]
+		unavailable := errs[i] != nil && Classify(errs[i]) == ClassUnavailable
+		switch {
+		case probe && !unavailable:
+			stop, probe = nil, false // the broker answers: the failure was the message's own
+		case probe:
+			probe = false
+		case unavailable:
+			stop, probe = errs[i], true
 		}
 	}
 	return errs

@@ -385,17 +385,19 @@ func TestRelayConfigValidation(t *testing.T) {
 	t.Parallel()
 	pool := testdb.Pool(t, "")
 	cases := map[string]outbox.RelayConfig{
-		"BatchSize":       {BatchSize: -1},
-		"Workers":         {Workers: -3},
-		"MaxAttempts":     {MaxAttempts: -1},
-		"RetryBackoff":    {RetryBackoff: outbox.Backoff{Base: time.Minute, Max: time.Second}},
-		"PublishTimeout":  {PublishTimeout: time.Nanosecond},
-		"Table":           {Table: strings.Repeat("t", 64)},
-		"Schema":          {Schema: "a\x00b"},
-		"Retention":       {Retention: -time.Hour},
-		"RescanInterval":  {RescanInterval: time.Nanosecond},
-		"BatchDelay":      {BatchDelay: time.Minute},
-		"BatchDelayAbove": {BatchDelayAbove: -5},
+		"BatchSize":        {BatchSize: -1},
+		"Workers":          {Workers: -3},
+		"MaxAttempts":      {MaxAttempts: -1},
+		"RetryBackoff":     {RetryBackoff: outbox.Backoff{Base: time.Minute, Max: time.Second}},
+		"PublishTimeout":   {PublishTimeout: time.Nanosecond},
+		"Table":            {Table: strings.Repeat("t", 64)},
+		"Schema":           {Schema: "a\x00b"},
+		"Retention":        {Retention: -time.Hour},
+		"RescanInterval":   {RescanInterval: time.Nanosecond},
+		"StatementTimeout": {StatementTimeout: time.Millisecond},
+		"MaxBatchBytes":    {MaxBatchBytes: -1},
+		"BatchDelay":       {BatchDelay: time.Minute},
+		"BatchDelayAbove":  {BatchDelayAbove: -5},
 	}
 	for field, cfg := range cases {
 		_, err := outbox.NewRelay(pool, memory.New(), cfg)

@@ -14,6 +14,9 @@ type Result struct {
 	DeadLettered   int
 	Unavailable    int // left untouched: broker down
 	UnavailableErr error
+	// UnavailableWait is the longest wait the destination asked for with
+	// its refusals (Retry-After), capped at maxRequestedDelay.
+	UnavailableWait time.Duration
 }
 
 // Batch claims, publishes, settles and records one batch. Once rows are
@@ -46,8 +49,8 @@ func (e *Engine) Batch(ctx context.Context) (Result, error) {
 	s := e.settle(c.rows, attempts)
 	e.report(c.rows, s)
 	res.Retried, res.DeadLettered = s.retried, s.dead
-	res.Unavailable, res.UnavailableErr = s.unavailable, s.unavailableErr
-	if s.published+s.retried+s.dead == 0 {
+	res.Unavailable, res.UnavailableErr, res.UnavailableWait = s.unavailable, s.unavailableErr, s.unavailableWait
+	if s.published+s.retried+s.dead == 0 && !anyCounted(c.rows) {
 		return res, nil // nothing to record: every row goes back untouched
 	}
 

@@ -40,10 +40,10 @@ type lease interface {
 type claimPlan struct {
 	query    string
 	limit    int
-	floor    int64 // claim rows with seq above it (see cursor)
-	sparse   bool  // the sparse ordered claim, with window
-	window   int   // sparse: how many pending rows past the floor it probes
-	lowWater bool  // ordered rescan: read the low-water mark first
+	pass     pass // where the claim starts (see cursor)
+	sparse   bool // the sparse ordered claim, with window
+	window   int  // sparse: how many pending rows past the floor it probes
+	lowWater bool // ordered rescan: read the low-water mark first
 }
 
 // planClaim picks the claim statement and its arguments for a claim
@@ -56,8 +56,8 @@ func (e *Engine) planClaim(now time.Time) claimPlan {
 	case e.cfg.Ordered:
 		p.query = e.q.ClaimOrdered
 	}
-	floor, full := e.cur.next(now)
-	p.floor, p.lowWater = floor, e.cfg.Ordered && full
+	p.pass = e.cur.next(now)
+	p.lowWater = e.cfg.Ordered && p.pass.rescan
 	p.limit = int(e.limit.Load())
 	if p.sparse {
 		p.window = int(e.window.Load()) * p.limit
@@ -69,22 +69,36 @@ func (e *Engine) planClaim(now time.Time) claimPlan {
 // (FOR UPDATE SKIP LOCKED, so relays claim disjoint batches) in a
 // transaction that the returned claim's lease holds open.
 func (e *Engine) claim(ctx context.Context, start time.Time) (*claim, error) {
-	conn, err := e.pool.Acquire(ctx)
+	sctx, cancel := e.stmtCtx(ctx)
+	defer cancel()
+	conn, err := e.pool.Acquire(sctx)
 	if err != nil {
-		return nil, fmt.Errorf("acquire connection: %w", err)
+		return nil, inPhase("acquire connection", err)
 	}
 	l := &tableLease{e: e, conn: conn}
 	p := e.planClaim(start)
-	rows, more, err := l.claim(ctx, p)
+	rows, more, err := l.claim(sctx, p)
+	if err == nil {
+		pctx, cancel := e.stmtCtx(ctx)
+		var cut bool
+		rows, cut, err = l.fitBudget(pctx, rows)
+		cancel()
+		more = more || cut
+	}
 	if err != nil {
+		l.broken = timedOut(err)
 		l.release(context.WithoutCancel(ctx))
-		return nil, err
+		return nil, inPhase("claim", err)
 	}
 	l.claimed = len(rows)
 	e.rate.observe(time.Now(), len(rows))
 	full := e.tuneClaim(p, rows, more)
 	if n := len(rows); n > 0 {
-		e.cur.claimed(start, rows[n-1].Seq) // the claim returns rows in seq order
+		last := rows[n-1].Seq // the claim returns rows in seq order
+		e.cur.claimed(start, last)
+		e.cur.swept(p.pass, full, last)
+	} else {
+		e.cur.swept(p.pass, false, 0)
 	}
 	return &claim{rows: rows, limit: p.limit, full: full, start: start, at: time.Now(), lease: l}, nil
 }
@@ -95,6 +109,7 @@ type tableLease struct {
 	e       *Engine
 	conn    *pgxpool.Conn
 	open    bool // the transaction is open: release rolls it back
+	broken  bool // a statement failed: the connection is not reused
 	claimed int
 }
 
@@ -110,22 +125,20 @@ type tableLease struct {
 // which stay synchronous. This saves a WAL flush per batch.
 func (l *tableLease) claim(ctx context.Context, p claimPlan) (rows []*Row, more bool, err error) {
 	e := l.e
-	idle := strconv.FormatInt((e.cfg.PublishTimeout + 5*time.Second).Milliseconds(), 10)
 	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	b.Queue(`SELECT set_config('idle_in_transaction_session_timeout', $1, true), set_config('synchronous_commit', 'off', true)`, idle)
+	l.begin(b)
 	if p.lowWater {
 		b.Queue(e.q.LowWater)
 	}
 	if p.sparse {
-		b.Queue(p.query, p.limit, p.floor, p.window)
+		b.Queue(p.query, p.limit, p.pass.floor, p.window)
 	} else {
-		b.Queue(p.query, p.limit, p.floor)
+		b.Queue(p.query, p.limit, p.pass.floor)
 	}
 	br := l.conn.SendBatch(ctx, b)
 	defer func() {
 		if cerr := br.Close(); err == nil && cerr != nil {
-			rows, more, err = nil, false, fmt.Errorf("claim: %w", cerr)
+			rows, more, err = nil, false, cerr
 		}
 	}()
 	if _, err := br.Exec(); err != nil {
@@ -133,12 +146,12 @@ func (l *tableLease) claim(ctx context.Context, p claimPlan) (rows []*Row, more 
 	}
 	l.open = true
 	if _, err := br.Exec(); err != nil {
-		return nil, false, fmt.Errorf("claim: %w", err)
+		return nil, false, err
 	}
 	if p.lowWater {
 		var low *int64
 		if err := br.QueryRow().Scan(&low); err != nil {
-			return nil, false, fmt.Errorf("claim: low water: %w", err)
+			return nil, false, fmt.Errorf("low water: %w", err)
 		}
 		// Read in the claim's transaction, before the claim: every row
 		// pending then is above the new floor.
@@ -150,31 +163,52 @@ func (l *tableLease) claim(ctx context.Context, p claimPlan) (rows []*Row, more 
 	}
 	q, err := br.Query()
 	if err != nil {
-		return nil, false, fmt.Errorf("claim: %w", err)
+		return nil, false, err
 	}
 	rows, more, err = scanRows(q, p.limit)
 	if err != nil {
-		return nil, false, fmt.Errorf("claim: %w", err)
+		return nil, false, err
 	}
 	return rows, more, nil
 }
 
+// begin queues the start of the lease's transaction and its settings.
+func (l *tableLease) begin(b *pgx.Batch) {
+	idle := strconv.FormatInt((l.e.cfg.PublishTimeout + 5*time.Second).Milliseconds(), 10)
+	b.Queue("BEGIN")
+	b.Queue(`SELECT set_config('idle_in_transaction_session_timeout', $1, true), set_config('synchronous_commit', 'off', true)`, idle)
+}
+
 func (l *tableLease) commit(ctx context.Context) error {
+	ctx, cancel := l.e.stmtCtx(ctx)
+	defer cancel()
 	_, err := l.conn.Exec(ctx, "COMMIT")
 	l.open = err != nil
-	return err
+	return inPhase("commit", err)
 }
 
 func (l *tableLease) release(ctx context.Context) {
 	if l.open {
-		if _, err := l.conn.Exec(ctx, "ROLLBACK"); err != nil {
+		rctx, cancel := l.e.stmtCtx(ctx)
+		if l.conn.Conn().IsClosed() {
+			// Nothing to roll back: the server ends the transaction
+			// with the session.
+		} else if _, err := l.conn.Exec(rctx, "ROLLBACK"); err != nil {
+			if l.e.cfg.Logger != nil && timedOut(err) {
+				l.e.cfg.Logger.Warn("outbox relay rollback timed out; connection discarded",
+					"phase", "rollback", "statement_timeout", l.e.cfg.StatementTimeout)
+			}
 			// A connection we cannot roll back must not go back to the pool.
-			_ = l.conn.Conn().Close(ctx)
+			discard(l.conn)
 		}
+		cancel()
 		l.open = false
 		if l.claimed > 0 {
 			l.e.cur.reset() // the released rows may be below the floor by now
 		}
+	}
+	if l.broken {
+		discard(l.conn)
 	}
 	l.conn.Release()
 }

@@ -14,18 +14,25 @@ import (
 // setting, fills in its default and validates it: the engine takes every
 // field as given and has no defaults of its own.
 type Config struct {
-	Names           ident.Names
-	BatchSize       int
-	Workers         int
-	PollInterval    time.Duration
-	MaxAttempts     int
-	RetryBackoff    outboxtype.Backoff
-	OutageBackoff   outboxtype.Backoff
-	PublishTimeout  time.Duration
-	StatsInterval   time.Duration // 0: no gauges and no held-event housekeeping
-	RescanInterval  time.Duration // how often a claim scans the pending index from its start
-	BatchDelay      time.Duration // claim pace under a heavy stream (0: always follow wake-ups)
-	BatchDelayAbove int           // events/s above which claims are paced
+	Names     ident.Names
+	BatchSize int
+	// MaxBatchBytes is the byte budget of a batch's payloads: a claim
+	// keeps rows, in seq order, until their payloads pass it (at least one;
+	// see payload.go).
+	MaxBatchBytes  int
+	Workers        int
+	PollInterval   time.Duration
+	MaxAttempts    int
+	RetryBackoff   outboxtype.Backoff
+	OutageBackoff  outboxtype.Backoff
+	PublishTimeout time.Duration
+	// StatementTimeout bounds every statement the engine runs (see
+	// deadline.go); housekeeping statements get at least StatsInterval.
+	StatementTimeout time.Duration
+	StatsInterval    time.Duration // 0: no gauges and no held-event housekeeping
+	RescanInterval   time.Duration // how often a claim scans the pending index from its start
+	BatchDelay       time.Duration // claim pace under a heavy stream (0: always follow wake-ups)
+	BatchDelayAbove  int           // events/s above which claims are paced
 
 	Retention       time.Duration // 0: no cleanup loop
 	CleanupInterval time.Duration
@@ -63,6 +70,9 @@ type Row struct {
 	// not a JSON object of strings, written by hand): it is dead-lettered
 	// without a publish, and the rest of the batch goes on.
 	Bad error
+
+	stored  int  // the payload's size as stored (pg_column_size); Payload is nil if over store.InlinePayloadMax
+	counted bool // the attempt was counted when the row was fetched (poison.go)
 }
 
 // Attempt is how one publish of a row ended.

@@ -27,8 +27,12 @@ import (
 //     because an aggregate's next event becomes claimable below rows already
 //     claimed as soon as its predecessor is published;
 //   - every rescan interval, one claim scans from the start (seq > 0), and
-//     picks up whatever the floor passed over. A row below the floor waits
-//     at most one rescan interval more than it would without the floor.
+//     picks up whatever the floor passed over. While such a claim comes
+//     back full, the next one continues from its last row (a sweep) instead
+//     of going back to the floor, so a large transaction that committed
+//     late drains back to back, not one batch per rescan interval. A row
+//     below the floor waits at most one rescan interval more than it would
+//     without the floor.
 type cursor struct {
 	lag    time.Duration // unordered: how old a claimed maximum must be to become the floor
 	rescan time.Duration // how often a claim scans from the start
@@ -38,6 +42,15 @@ type cursor struct {
 	lowFloor int64   // ordered: just below the low water of the last full scan; unordered: no bound
 	maxima   []seqAt // claimed maxima younger than lag, increasing
 	lastFull time.Time
+	sweeping bool  // a rescan came back full: claims continue below the floor
+	sweep    int64 // sweeping: where the next claim continues from
+}
+
+// pass is where one claim starts.
+type pass struct {
+	floor  int64 // claim rows with seq above it
+	rescan bool  // the claim scans from the start (floor 0)
+	sweep  bool  // the claim is a rescan or continues one, below the floor
 }
 
 type seqAt struct {
@@ -55,9 +68,10 @@ func newCursor(rescan time.Duration, ordered bool) *cursor {
 
 func (c *cursor) floorLocked() int64 { return min(c.lagFloor, c.lowFloor) }
 
-// next returns the floor for a claim starting now, and whether this claim
-// is the rescan from the start (floor 0), which one claim per interval is.
-func (c *cursor) next(now time.Time) (floor int64, full bool) {
+// next returns where a claim starting now starts: the rescan from the start
+// (floor 0), which one claim per interval is, the continuation of a sweep,
+// or the floor.
+func (c *cursor) next(now time.Time) pass {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	i := 0
@@ -68,9 +82,29 @@ func (c *cursor) next(now time.Time) (floor int64, full bool) {
 	c.maxima = c.maxima[:copy(c.maxima, c.maxima[i:])]
 	if c.lastFull.IsZero() || now.Sub(c.lastFull) >= c.rescan {
 		c.lastFull = now
-		return 0, true
+		c.sweeping, c.sweep = false, 0
+		return pass{rescan: true, sweep: true}
 	}
-	return c.floorLocked(), false
+	if c.sweeping {
+		return pass{floor: c.sweep, sweep: true}
+	}
+	return pass{floor: c.floorLocked()}
+}
+
+// swept records how a sweep claim (p.sweep) ended: full, with last the
+// highest seq it returned. A full claim below the floor continues the sweep
+// from last; a short one, or one that reached the floor, ends it.
+func (c *cursor) swept(p pass, full bool, last int64) {
+	if !p.sweep {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if full && last < c.floorLocked() {
+		c.sweeping, c.sweep = true, max(c.sweep, last)
+		return
+	}
+	c.sweeping = false
 }
 
 // claimed records the highest seq a claim that started at at returned. It

@@ -47,6 +47,7 @@ type Engine struct {
 	// (see adaptSparse).
 	sparse atomic.Bool
 
+	alone      aloneTracker // tells a message failing alone from an outage
 	brokerDown atomic.Bool
 	lastClaim  atomic.Int64 // when the last claim started, Unix ns
 	pacing     atomic.Bool  // a worker paces the claims of a heavy stream
@@ -97,6 +98,8 @@ var ErrMissingIndex = errors.New("index missing")
 // CheckSchema verifies that the table exists with every column and index this
 // version needs.
 func (e *Engine) CheckSchema(ctx context.Context) error {
+	ctx, cancel := e.stmtCtx(ctx)
+	defer cancel()
 	rows, err := e.pool.Query(ctx, e.q.CheckColumns)
 	if err == nil {
 		rows.Close()

@@ -16,14 +16,21 @@ func (e *Engine) statsLoop(ctx context.Context) {
 	}
 	t := time.NewTicker(e.cfg.StatsInterval)
 	defer t.Stop()
-	for {
-		if err := e.tendHeld(ctx); err != nil && ctx.Err() == nil {
-			e.cfg.Logger.Warn("outbox held events housekeeping failed", "err", err)
+	// Counting a large table may take longer than a claim: the
+	// housekeeping statements get at least StatsInterval.
+	timeout := max(e.cfg.StatementTimeout, e.cfg.StatsInterval)
+	run := func(phase string, f func(context.Context) error) {
+		sctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		if err := f(sctx); err != nil && ctx.Err() == nil {
+			e.cfg.Logger.Warn("outbox housekeeping failed", "phase", phase, "timed_out", timedOut(err),
+				"statement_timeout", timeout, "err", err)
 		}
+	}
+	for {
+		run("held events", e.tendHeld)
 		if e.cfg.Metrics != nil {
-			if err := e.refreshGauges(ctx); err != nil && ctx.Err() == nil {
-				e.cfg.Logger.Warn("outbox gauges refresh failed", "err", err)
-			}
+			run("gauges", e.refreshGauges)
 		}
 		select {
 		case <-ctx.Done():

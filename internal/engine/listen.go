@@ -32,19 +32,43 @@ func (e *Engine) listenLoop(ctx context.Context) {
 // listen connects, LISTENs and wakes a worker per notification until the
 // connection fails or ctx is done.
 func (e *Engine) listen(ctx context.Context) error {
-	conn, err := pgx.ConnectConfig(ctx, e.pool.Config().ConnConfig.Copy())
+	cctx, cancel := e.stmtCtx(ctx)
+	conn, err := pgx.ConnectConfig(cctx, e.pool.Config().ConnConfig.Copy())
+	cancel()
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN "+ident.Quote(e.cfg.Names.Channel)); err != nil {
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), discardTimeout)
+		defer cancel()
+		conn.Close(cctx)
+	}()
+	sctx, cancel := e.stmtCtx(ctx)
+	_, err = conn.Exec(sctx, "LISTEN "+ident.Quote(e.cfg.Names.Channel))
+	cancel()
+	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
 	e.Wake()
 	for {
-		if _, err := conn.WaitForNotification(ctx); err != nil {
+		// A quiet channel and a dead connection look alike: after twice
+		// the statement deadline without a notification, a ping under the
+		// statement deadline tells them apart.
+		wctx, cancel := context.WithTimeout(ctx, 2*e.cfg.StatementTimeout)
+		_, err := conn.WaitForNotification(wctx)
+		cancel()
+		switch {
+		case err == nil:
+			e.Wake()
+			continue
+		case ctx.Err() != nil || !timedOut(err):
 			return err
 		}
-		e.Wake()
+		sctx, cancel := e.stmtCtx(ctx)
+		err = conn.Ping(sctx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("ping after %s without a notification: %w", 2*e.cfg.StatementTimeout, err)
+		}
 	}
 }

@@ -20,6 +20,8 @@ type markArgs struct {
 	failErrs   []string
 	failDelays []int64 // ms
 	failDead   []bool
+	failCount  []bool     // the attempt was counted at fetch (poison.go)
+	refundIDs  [][16]byte // counted at fetch, and did not fail
 }
 
 // markArgsOf lays out a settlement as the mark statement takes it.
@@ -29,6 +31,9 @@ func (e *Engine) markArgsOf(rows []*Row, s *settlement) markArgs {
 		switch o := s.outcomes[i]; o.verdict {
 		case published:
 			a.okIDs = append(a.okIDs, r.ID)
+			if r.counted {
+				a.refundIDs = append(a.refundIDs, r.ID) // attempts counts failures
+			}
 			if e.cfg.Ordered && (r.Failed || r.Attempt > 1) {
 				a.releaseIDs = append(a.releaseIDs, r.ID)
 			}
@@ -37,6 +42,11 @@ func (e *Engine) markArgsOf(rows []*Row, s *settlement) markArgs {
 			a.failErrs = append(a.failErrs, truncate(o.err.Error(), lastErrorMax))
 			a.failDelays = append(a.failDelays, o.delay.Milliseconds())
 			a.failDead = append(a.failDead, o.verdict == dead)
+			a.failCount = append(a.failCount, r.counted)
+		default:
+			if r.counted {
+				a.refundIDs = append(a.refundIDs, r.ID)
+			}
 		}
 	}
 	return a
@@ -52,13 +62,18 @@ func (l *tableLease) record(ctx context.Context, rows []*Row, s *settlement) err
 	ordered := e.cfg.Ordered && (len(a.failIDs) > 0 || len(a.releaseIDs) > 0)
 	switch {
 	case ordered:
-		mark.Queue(e.q.MarkOrdered, a.okIDs, a.failIDs, a.failErrs, a.failDelays, a.failDead, a.releaseIDs)
+		mark.Queue(e.q.MarkOrdered, a.okIDs, a.failIDs, a.failErrs, a.failDelays, a.failDead, a.failCount, a.releaseIDs)
 	case len(a.failIDs) == 0:
 		mark.Queue(e.q.MarkPublished, a.okIDs)
 	default:
-		mark.Queue(e.q.MarkOutcomes, a.okIDs, a.failIDs, a.failErrs, a.failDelays, a.failDead)
+		mark.Queue(e.q.MarkOutcomes, a.okIDs, a.failIDs, a.failErrs, a.failDelays, a.failDead, a.failCount)
+	}
+	if len(a.refundIDs) > 0 {
+		mark.Queue(e.q.Refund, a.refundIDs)
 	}
 	mark.Queue("COMMIT")
+	ctx, cancel := e.stmtCtx(ctx)
+	defer cancel()
 	mr := l.conn.SendBatch(ctx, mark)
 	var (
 		released int64
@@ -71,14 +86,21 @@ func (l *tableLease) record(ctx context.Context, rows []*Row, s *settlement) err
 	}
 	if err != nil {
 		mr.Close()
-		return fmt.Errorf("mark %d event(s): %w", len(rows)-s.unavailable, err)
+		l.broken = timedOut(err)
+		return inPhase("mark", fmt.Errorf("%d event(s): %w", len(rows)-s.unavailable, err))
 	}
-	_, err = mr.Exec()
+	if err == nil && len(a.refundIDs) > 0 {
+		_, err = mr.Exec()
+	}
+	if err == nil {
+		_, err = mr.Exec()
+	}
 	if cerr := mr.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("commit marks: %w", err)
+		l.broken = timedOut(err)
+		return inPhase("commit marks", err)
 	}
 	l.open = false
 	if released > 0 {

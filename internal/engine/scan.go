@@ -7,7 +7,8 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// scanRows reads a claim's rows: one allocation for all of them, ids as
+// scanRows reads a claim's rows (a payload larger than
+// store.InlinePayloadMax as stored comes as nil, with its stored size): one allocation for all of them, ids as
 // [16]byte (pgx's native uuid decoding; uuid.UUID would go through
 // sql.Scanner and a text parse), headers decoded only when present. more
 // reports a claim that says it stopped at its limit (the last column).
@@ -23,7 +24,7 @@ func scanRows(rows pgx.Rows, limit int) (batch []*Row, more bool, err error) {
 		backing = append(backing, Row{})
 		r := &backing[len(backing)-1]
 		if err := rows.Scan(&id, &r.Seq, &r.AggregateType, &r.AggregateID, &r.EventType,
-			&r.Payload, &headers, &r.CreatedAt, &attempts, &r.Failed, &r.Follower, &full); err != nil {
+			&r.Payload, &r.stored, &headers, &r.CreatedAt, &attempts, &r.Failed, &r.Follower, &full); err != nil {
 			rows.Close()
 			return nil, false, err
 		}

@@ -39,6 +39,9 @@ type settlement struct {
 	dead           int
 	unavailable    int
 	unavailableErr error // the last one, for the worker's log line
+	// unavailableWait is the longest RetryAfter of the unavailable rows,
+	// capped: the whole-destination backoff waits at least this long.
+	unavailableWait time.Duration
 }
 
 // settle turns a batch's publish attempts into outcomes.
@@ -51,8 +54,20 @@ func (e *Engine) settle(rows []*Row, attempts []Attempt) *settlement {
 			break
 		}
 	}
+	// laterOK[i]: a row after row i was confirmed, so the destination was
+	// reachable after row i failed.
+	laterOK := make([]bool, len(rows))
+	for i, ok := len(rows)-1, false; i >= 0; i-- {
+		laterOK[i] = ok
+		ok = ok || attempts[i].Err == nil
+	}
+	now := time.Now()
 	for i, r := range rows {
-		o := e.settleRow(r, attempts[i], anyOK)
+		alone := laterOK[i]
+		if a := attempts[i]; a.Err != nil && a.Class == outboxtype.ClassUnavailable {
+			alone = e.alone.failedAlone(r.ID, now) || alone
+		}
+		o := e.settleRow(r, attempts[i], anyOK, alone)
 		s.outcomes[i] = o
 		switch o.verdict {
 		case published:
@@ -60,18 +75,24 @@ func (e *Engine) settle(rows []*Row, attempts []Attempt) *settlement {
 		case unavailable:
 			s.unavailable++
 			s.unavailableErr = o.err
+			s.unavailableWait = max(s.unavailableWait, min(attempts[i].RetryAfter, maxRequestedDelay))
 		case retry:
 			s.retried++
 		case dead:
 			s.dead++
 		}
 	}
+	if anyOK {
+		e.alone.published(rows, s)
+		e.alone.confirmed(now)
+	}
 	return s
 }
 
 // settleRow decides one row's outcome. anyOK: some row of the batch was
-// confirmed.
-func (e *Engine) settleRow(r *Row, a Attempt, anyOK bool) outcome {
+// confirmed; alone: the destination was seen taking other messages since
+// this row's unavailable failure (aloneTracker).
+func (e *Engine) settleRow(r *Row, a Attempt, anyOK, alone bool) outcome {
 	switch {
 	case a.Err == nil:
 		return outcome{verdict: published}
@@ -86,6 +107,13 @@ func (e *Engine) settleRow(r *Row, a Attempt, anyOK bool) outcome {
 	// answering, not that every message is bad.
 	if class == outboxtype.ClassTransient && !anyOK && a.Timeout {
 		class = outboxtype.ClassUnavailable
+	}
+	// An unavailable error on a message the destination is seen to fail
+	// alone is the message's own failure, not an outage: it counts an
+	// attempt, so the message ends as a dead letter instead of holding the
+	// relay in outage backoff forever.
+	if class == outboxtype.ClassUnavailable && alone {
+		class = outboxtype.ClassTransient
 	}
 	o := outcome{err: a.Err, class: class}
 	switch class {

@@ -23,10 +23,16 @@ func (e *Engine) worker(ctx context.Context, id int) {
 				e.cfg.Metrics.DBErrors.Inc()
 			}
 			wait = e.cfg.OutageBackoff.Delay(outages)
-			log.Error("outbox relay batch failed", "err", err, "retry_in", wait)
+			if timedOut(err) {
+				log.Error("outbox relay statement timed out; connection discarded, retrying on a fresh one",
+					"phase", phaseOf(err), "statement_timeout", e.cfg.StatementTimeout, "err", err, "retry_in", wait)
+				break
+			}
+			log.Error("outbox relay batch failed", "phase", phaseOf(err), "err", err, "retry_in", wait)
 		case res.Unavailable > 0:
 			outages++
-			wait = e.cfg.OutageBackoff.Delay(outages)
+			// The destination may have said how long to leave it alone.
+			wait = max(e.cfg.OutageBackoff.Delay(outages), res.UnavailableWait)
 			log.Warn("broker unavailable, relay backing off; no attempt counted",
 				"events", res.Unavailable, "err", res.UnavailableErr, "retry_in", wait)
 		case res.Full:

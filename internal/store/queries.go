@@ -5,9 +5,21 @@ package store
 
 import "github.com/pgoutbox/outbox/internal/ident"
 
+// InlinePayloadMax is the largest stored payload (pg_column_size: after
+// compression, before any detoasting) a claim returns with its row. A
+// larger payload comes back NULL, with its stored size, and the relay reads
+// it with Payloads only if it fits the batch's byte budget, so a payload
+// left out of a batch is never detoasted nor sent.
+const InlinePayloadMax = 8192
+
+// claimPayload is a claim's payload columns: the payload if it is at most
+// InlinePayloadMax bytes as stored (else NULL), and its stored size.
+const claimPayload = `CASE WHEN pg_column_size(payload) <= 8192 THEN payload END, pg_column_size(payload)`
+
 // Queries are the statements for one outbox table.
 type Queries struct {
 	// Claim locks up to $1 claimable rows with seq > $2 in insertion order.
+	// Every claim returns a row's payload as claimPayload's two columns.
 	// SKIP LOCKED lets several relays claim disjoint batches; the predicate
 	// matches the partial pending index, so processed rows are never read,
 	// and the floor $2 starts the index scan past the entries of rows
@@ -33,6 +45,18 @@ type Queries struct {
 	// window: only the first row of each aggregate among the first $3
 	// pending rows past the floor is probed, and only heads are locked.
 	ClaimOrderedSparse string
+	// Payloads reads the payloads of claimed rows ($1 uuid[]): those a
+	// claim left out for their size.
+	Payloads string
+	// CountAttempt counts an attempt for claimed rows ($1 uuid[]) before
+	// their payloads are read, so that a row whose reading or publishing
+	// kills the relay has its attempts counted anyway. Relock locks again,
+	// SKIP LOCKED, those of a claim's rows ($1 uuid[]) still claimable once
+	// that count is committed. Refund gives back the attempt of counted rows
+	// ($1 uuid[]) that did not fail (left untouched, destination down).
+	CountAttempt string
+	Relock       string
+	Refund       string
 	// LowWater is the lowest seq of a row that is pending and not waiting
 	// for a retry (NULL if none): ordered mode's floor.
 	LowWater string
@@ -43,9 +67,10 @@ type Queries struct {
 	MarkPublished string
 	// MarkOutcomes records a batch with mixed outcomes in one statement:
 	// $1 uuid[] published; failures as $2 uuid[], $3 text[] error, $4
-	// bigint[] retry delay in ms, $5 bool[] dead-letter now.
+	// bigint[] retry delay in ms, $5 bool[] dead-letter now, $6 bool[]
+	// attempt already counted (CountAttempt).
 	MarkOutcomes string
-	// MarkOrdered is MarkOutcomes for ordered mode, with $6 uuid[]: the
+	// MarkOrdered is MarkOutcomes for ordered mode, with $7 uuid[]: the
 	// published events that had failed before. Each failed event parks the
 	// unprocessed later events of its aggregate (held_by = its id, dead_at
 	// set: out of the pending index, so claims never step over them), and
@@ -91,7 +116,7 @@ type Queries struct {
 func New(n ident.Names, deleteProcessed bool) *Queries {
 	t := n.QTable
 	return &Queries{
-		Claim: `SELECT id, seq, aggregate_type, aggregate_id, event_type, payload, headers, created_at, attempts, last_error IS NOT NULL, false, false
+		Claim: `SELECT id, seq, aggregate_type, aggregate_id, event_type, ` + claimPayload + `, headers, created_at, attempts, last_error IS NOT NULL, false, false
 FROM ` + t + `
 WHERE processed_at IS NULL AND dead_at IS NULL
   AND (retry_after IS NULL OR retry_after <= now())
@@ -101,6 +126,12 @@ LIMIT $1
 FOR UPDATE SKIP LOCKED`,
 		ClaimOrdered:       claimOrdered(t, false),
 		ClaimOrderedSparse: claimOrdered(t, true),
+		Payloads:           `SELECT id, payload FROM ` + t + ` WHERE id = ANY($1::uuid[])`,
+		CountAttempt:       `UPDATE ` + t + ` SET attempts = attempts + 1 WHERE id = ANY($1::uuid[])`,
+		Relock: `SELECT id FROM ` + t + `
+WHERE id = ANY($1::uuid[]) AND processed_at IS NULL AND dead_at IS NULL
+FOR UPDATE SKIP LOCKED`,
+		Refund: `UPDATE ` + t + ` SET attempts = attempts - 1 WHERE id = ANY($1::uuid[]) AND attempts > 0`,
 		LowWater: `SELECT min(seq) FROM ` + t + `
 WHERE processed_at IS NULL AND dead_at IS NULL
   AND (retry_after IS NULL OR retry_after <= now())`,
@@ -182,16 +213,16 @@ func markOutcomes(t string, deleteProcessed bool) string {
 	}
 	return `WITH published AS (` + published + `)
 UPDATE ` + t + ` AS o SET
-    attempts    = o.attempts + 1,
+    attempts    = o.attempts + CASE WHEN f.counted THEN 0 ELSE 1 END,
     last_error  = f.err,
     retry_after = now() + f.delay_ms * interval '1 millisecond',
     dead_at     = CASE WHEN f.dead THEN now() END
-FROM unnest($2::uuid[], $3::text[], $4::bigint[], $5::bool[]) AS f(id, err, delay_ms, dead)
+FROM unnest($2::uuid[], $3::text[], $4::bigint[], $5::bool[], $6::bool[]) AS f(id, err, delay_ms, dead, counted)
 WHERE o.id = f.id`
 }
 
 func claimOrdered(t string, sparse bool) string {
-	const cols = `id, seq, aggregate_type, aggregate_id, event_type, payload, headers, created_at, attempts, failed`
+	const cols = `id, seq, aggregate_type, aggregate_id, event_type, ` + claimPayload + `, headers, created_at, attempts, failed`
 	const headCols = `o.id, o.seq, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, o.headers,
          o.created_at, o.attempts, o.last_error IS NOT NULL AS failed`
 	// A head: no earlier unprocessed event of its aggregate. The probe is
@@ -313,11 +344,11 @@ func markOrdered(t string, deleteProcessed bool) string {
 	return `WITH published AS (` + published + `),
 failed AS (
   UPDATE ` + t + ` AS o SET
-      attempts    = o.attempts + 1,
+      attempts    = o.attempts + CASE WHEN f.counted THEN 0 ELSE 1 END,
       last_error  = f.err,
       retry_after = now() + f.delay_ms * interval '1 millisecond',
       dead_at     = CASE WHEN f.dead THEN now() END
-  FROM unnest($2::uuid[], $3::text[], $4::bigint[], $5::bool[]) AS f(id, err, delay_ms, dead)
+  FROM unnest($2::uuid[], $3::text[], $4::bigint[], $5::bool[], $6::bool[]) AS f(id, err, delay_ms, dead, counted)
   WHERE o.id = f.id),
 failing AS (
   SELECT id, aggregate_type, aggregate_id, seq FROM ` + t + ` WHERE id = ANY($2::uuid[])),
@@ -329,7 +360,7 @@ park AS (
 released AS (
   UPDATE ` + t + ` AS s SET dead_at = NULL, held_by = NULL
   FROM ` + t + ` AS h
-  WHERE h.id = ANY($6::uuid[])
+  WHERE h.id = ANY($7::uuid[])
     AND s.aggregate_type = h.aggregate_type AND s.aggregate_id = h.aggregate_id
     AND s.processed_at IS NULL AND s.held_by = h.id
   RETURNING 1)

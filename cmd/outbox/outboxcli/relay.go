@@ -51,6 +51,7 @@ func (s *relaySettings) relayFlags() []setting {
 	return []setting{
 		bind("Workers", "workers", &c.Workers, outbox.DefaultWorkers, "concurrent claim loops in this process"),
 		bind("BatchSize", "batch-size", &c.BatchSize, outbox.DefaultBatchSize, "most events one worker claims at a time (1-10000)"),
+		bind("MaxBatchBytes", "max-batch-bytes", &c.MaxBatchBytes, outbox.DefaultMaxBatchBytes, "byte budget of one batch's payloads (at least one event per batch)"),
 		bind("PollInterval", "poll-interval", &c.PollInterval, outbox.DefaultPollInterval, "how long an idle worker waits before claiming again"),
 		bind("MaxAttempts", "max-attempts", &c.MaxAttempts, outbox.DefaultMaxAttempts, "failed publishes that make an event a dead letter"),
 		bind("RetryBackoff.Base", "retry-base", &c.RetryBackoff.Base, outbox.DefaultRetryBase, "first retry delay of a failing event; doubles per attempt"),
@@ -58,6 +59,7 @@ func (s *relaySettings) relayFlags() []setting {
 		bind("OutageBackoff.Base", "outage-base", &c.OutageBackoff.Base, outbox.DefaultOutageBase, "first wait while the broker or database is unreachable; doubles"),
 		bind("OutageBackoff.Max", "outage-max", &c.OutageBackoff.Max, outbox.DefaultOutageMax, "longest wait while the broker or database is unreachable"),
 		bind("PublishTimeout", "publish-timeout", &c.PublishTimeout, outbox.DefaultPublishTimeout, "bound on one batch's publish and confirmations"),
+		bind("StatementTimeout", "statement-timeout", &c.StatementTimeout, outbox.DefaultStatementTimeout, "bound on each database statement; a connection that misses it is discarded"),
 		bind("Retention", "retention", &c.Retention, 0, "delete events published more than this long ago (0: keep them)").
 			zeroMeans("0 keeps published events"),
 		bind("CleanupInterval", "cleanup-interval", &c.CleanupInterval, outbox.DefaultCleanupInterval, "how often cleanup runs when --retention is set"),

@@ -1,0 +1,61 @@
+package engine
+
+import (
+	"sync"
+	"time"
+)
+
+// aloneTracker tells a message that fails alone from a destination outage.
+// An unavailable-class error (the connection reset, no answer) on one
+// message means the destination is down only as long as nothing says
+// otherwise; a message whose publish always fails that way would keep the
+// relay in outage backoff forever. So a row's unavailable failure counts an
+// attempt once the destination was seen taking other messages: a row
+// published after it in the same batch was confirmed, or a confirmation
+// (any worker's) came between its previous unavailable failure and this
+// one. During a real outage nothing is confirmed, and no attempt counts.
+type aloneTracker struct {
+	mu       sync.Mutex
+	lastOK   time.Time              // the last confirmation of any row
+	failedAt map[[16]byte]time.Time // each row's last unavailable failure
+}
+
+// aloneMax bounds failedAt: forgetting a row only delays counting its
+// attempts.
+const aloneMax = 10000
+
+// confirmed records that the destination confirmed rows at t.
+func (a *aloneTracker) confirmed(t time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if t.After(a.lastOK) {
+		a.lastOK = t
+	}
+}
+
+// failedAlone records an unavailable failure of row id at t and reports
+// whether the destination confirmed something since the row's previous one.
+func (a *aloneTracker) failedAlone(id [16]byte, t time.Time) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	prev, seen := a.failedAt[id]
+	if a.failedAt == nil || len(a.failedAt) >= aloneMax {
+		a.failedAt = map[[16]byte]time.Time{}
+	}
+	a.failedAt[id] = t
+	return seen && a.lastOK.After(prev)
+}
+
+// published forgets the rows of a batch that were confirmed.
+func (a *aloneTracker) published(rows []*Row, s *settlement) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.failedAt) == 0 {
+		return
+	}
+	for i, r := range rows {
+		if s.outcomes[i].verdict == published {
+			delete(a.failedAt, r.ID)
+		}
+	}
+}

@@ -1,0 +1,91 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/memory"
+)
+
+// batchPub is a BatchPublisher over memory.Publisher: each message on its
+// own, every result reported.
+type batchPub struct{ *memory.Publisher }
+
+func (b batchPub) PublishBatch(ctx context.Context, msgs []*outbox.Message) []error {
+	errs := make([]error, len(msgs))
+	for i, m := range msgs {
+		errs[i] = b.Publish(ctx, m)
+	}
+	return errs
+}
+
+// TestUnavailableAloneCountsAttempts: a message whose publish always fails
+// with an unavailable-class error (say it always resets the connection)
+// while the destination takes the other messages is failing alone, not a
+// destination outage: it burns attempts and ends as a dead letter after
+// MaxAttempts, and every other event is delivered. A real outage (every
+// message failing) still burns none (TestOutage* tests).
+func TestUnavailableAloneCountsAttempts(t *testing.T) {
+	for _, batch := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batch=%v", batch), func(t *testing.T) {
+			e := setup(t)
+			poison := e.write(1)[0] // the first in the table: first of every batch
+			e.write(20)
+			mem := memory.New()
+			var mu sync.Mutex
+			tries := 0
+			mem.FailWith(func(m *outbox.Message) error {
+				if uuid.UUID(m.ID) != poison {
+					return nil
+				}
+				mu.Lock()
+				tries++
+				mu.Unlock()
+				return outbox.Unavailable(errors.New("connection reset by peer"))
+			})
+			var pub outbox.Publisher = mem
+			if batch {
+				pub = batchPub{mem}
+			}
+			const maxAttempts = 3
+			r := e.relay(pub, outbox.RelayConfig{MaxAttempts: maxAttempts, PollInterval: 5 * time.Millisecond,
+				RetryBackoff:   outbox.Backoff{Base: time.Millisecond, Max: 5 * time.Millisecond},
+				OutageBackoff:  outbox.Backoff{Base: 10 * time.Millisecond, Max: 20 * time.Millisecond},
+				RescanInterval: 20 * time.Millisecond})
+			e.run(r)
+			if err := mem.WaitDistinct(ctx(t), 20); err != nil {
+				t.Fatal(err)
+			}
+			// Other events keep coming: the destination is seen taking them.
+			deadline := time.Now().Add(10 * time.Second)
+			more := 0
+			for e.count("dead_at IS NOT NULL") == 0 && time.Now().Before(deadline) {
+				e.write(1)
+				more++
+				time.Sleep(20 * time.Millisecond)
+			}
+			var attempts int
+			var dead bool
+			if err := e.pool.QueryRow(ctx(t), "SELECT attempts, dead_at IS NOT NULL FROM outbox_events WHERE id = $1", poison).Scan(&attempts, &dead); err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			n := tries
+			mu.Unlock()
+			if !dead || attempts != maxAttempts {
+				t.Fatalf("the message failing alone: attempts %d, dead letter %v after %d publishes; want %d attempts and a dead letter",
+					attempts, dead, n, maxAttempts)
+			}
+			if err := mem.WaitDistinct(ctx(t), 20+more); err != nil {
+				t.Errorf("%d of the %d other events published: %v", mem.Distinct(), 20+more, err)
+			}
+		})
+	}
+}
