@@ -55,6 +55,9 @@ type options struct {
 	RabbitMQURL  string
 	RedisURL     string
 	JSONOut      string // --json: results file
+	WriteWaits   bool   // write: sample the writers' and relay's sessions
+	WriteRate    int    // write: writers paced at this many orders/s in all (0: full speed)
+	WriteProfile string // write: CPU profile of every phase into this directory
 
 	// For tests: servers to use instead of starting them in process (the
 	// harness leaves them running), and a hook told of every stream, topic,

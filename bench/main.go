@@ -106,6 +106,9 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 	fs.IntVar(&opt.ClaimSamples, "claim-samples", 200, "claims timed per table state")
 	fs.IntVar(&opt.Workers, "workers", outbox.DefaultWorkers, "raw SQL floor connections (pgoutbox's default relay workers)")
 	fs.DurationVar(&opt.Timeout, "timeout", 10*time.Minute, "longest wait for a relay to deliver")
+	fs.IntVar(&opt.WriteRate, "write-rate", 0, "write: pace the writers at this many orders/s in all instead of full speed (the per-order costs at a given rate; the ratio then only says whether the rate was held)")
+	fs.BoolVar(&opt.WriteWaits, "write-waits", false, "write: sample the writers' and the relay's sessions in pg_stat_activity every 10 ms (adds load)")
+	fs.StringVar(&opt.WriteProfile, "write-profile", "", "write: write a CPU profile of the harness process (writers, and the relay when in process) per phase into this directory")
 	fs.StringVar(&opt.JSONOut, "json", "", "also write every figure's per-run values to this file, for: go run ./bench chart FILE DIR")
 	if err := fs.Parse(args); err != nil {
 		return opt, err
