@@ -129,8 +129,8 @@ type writePhase struct {
 	label  string
 	design string
 	relay  string        // "" none; "child": a relay process; "inproc": in the writers' process, on a pool of its own
-	wakeup string        // "notify": Listen + one Notifier shared by the writers; "wake": Relay.Wake (inproc); "": polling only (the article: its trigger)
-	app    bool          // writers through pgxpool (pgx.BeginFunc + Writer.Write), as an application would; else database/sql, the article's CreateOrder
+	wakeup string        // "notify": Listen + one Notifier shared by the writers; "wake": Relay.Wake (inproc); "": polling only (the baseline: its trigger)
+	app    bool          // writers through pgxpool (pgx.BeginFunc + Writer.Write), as an application would; else database/sql, the baseline's CreateOrder
 	async  bool          // relay sessions with synchronous_commit=off
 	del    bool          // RelayConfig.DeleteOnPublish
 	delay  time.Duration // RelayConfig.BatchDelay
@@ -163,33 +163,37 @@ func appCreateOrder(ctx context.Context, pool *pgxpool.Pool, w *outbox.Writer, o
 	})
 }
 
-// writePhases are the write figure's phases, by baseline: each relay phase
-// runs between two phases of its baseline.
+// writePhases are the write figure's phases, in sets: each relay phase runs
+// between two no-relay phases of its set. pgoutbox's writers are an
+// application's (pgx, Writer.Write); the relay runs in their process on a
+// pool of its own, or as a process of its own (the outbox relay daemon).
 func (h *harness) writePhases() []writeSet {
-	const app = "pgoutbox in the application's process: "
-	sets := []writeSet{
-		{base: writePhase{label: app + "no relay", design: designOurs, app: true}, phases: []writePhase{
-			{label: app + "relay polling (no wake-up)", design: designOurs, relay: "inproc", app: true},
-			{label: app + "relay with Listen, writers call a shared Notifier", design: designOurs, relay: "inproc", wakeup: "notify", app: true},
-			{label: app + "writers call Relay.Wake()", design: designOurs, relay: "inproc", wakeup: "wake", app: true},
-			{label: app + "relay polling, DeleteOnPublish", design: designOurs, relay: "inproc", app: true, del: true},
-		}},
-		{base: writePhase{label: "pgoutbox: no relay", design: designOurs}, phases: []writePhase{
-			{label: "pgoutbox: relay process with LISTEN, writers call Notifier.Notify()", design: designOurs, relay: "child", wakeup: "notify"},
-		}},
-		{base: writePhase{label: "article: no trigger, no relay", design: designArticle}, phases: []writePhase{
-			{label: "article: NOTIFY trigger + its LISTEN relay", design: designArticle, relay: "child"},
-		}},
-	}
+	const app = "pgoutbox: "
+	ours := writeSet{base: writePhase{label: app + "no relay", design: designOurs, app: true}, phases: []writePhase{
+		{label: app + "relay polling (no wake-up)", design: designOurs, relay: "inproc", app: true},
+		{label: app + "relay with Listen, writers call a shared Notifier", design: designOurs, relay: "inproc", wakeup: "notify", app: true},
+		{label: app + "writers call Relay.Wake()", design: designOurs, relay: "inproc", wakeup: "wake", app: true},
+		{label: app + "relay polling, DeleteOnPublish", design: designOurs, relay: "inproc", app: true, del: true},
+		{label: app + "relay process with Listen, writers call a shared Notifier", design: designOurs, relay: "child", wakeup: "notify", app: true},
+	}}
+	sql := writeSet{base: writePhase{label: "pgoutbox, database/sql writers: no relay", design: designOurs}}
 	if h.opt.Extra {
-		sets[1].phases = append(sets[1].phases,
-			writePhase{label: "pgoutbox: relay process, polling only (no wake-up)", design: designOurs, relay: "child"},
-			writePhase{label: "pgoutbox: relay process with LISTEN + Notifier, relay synchronous_commit=off", design: designOurs, relay: "child", wakeup: "notify", async: true},
-			writePhase{label: "pgoutbox: relay process with LISTEN + Notifier (Interval 20ms)", design: designOurs, relay: "child", wakeup: "notify", notify: 20 * time.Millisecond},
-			writePhase{label: "pgoutbox: relay process with LISTEN + Notifier, DeleteOnPublish", design: designOurs, relay: "child", wakeup: "notify", del: true},
-			writePhase{label: "pgoutbox: relay process with LISTEN + Notifier, BatchDelay off (a claim per wake-up)", design: designOurs, relay: "child", wakeup: "notify", delay: -1},
-			writePhase{label: "pgoutbox: relay process with LISTEN + Notifier, BatchDelay 25ms", design: designOurs, relay: "child", wakeup: "notify", delay: 25 * time.Millisecond},
+		ours.phases = append(ours.phases,
+			writePhase{label: app + "relay process, polling only (no wake-up)", design: designOurs, relay: "child", app: true},
+			writePhase{label: app + "relay process with Listen + Notifier, relay synchronous_commit=off", design: designOurs, relay: "child", wakeup: "notify", app: true, async: true},
+			writePhase{label: app + "relay with Listen + Notifier (Interval 20ms)", design: designOurs, relay: "inproc", wakeup: "notify", app: true, notify: 20 * time.Millisecond},
+			writePhase{label: app + "relay with Listen + Notifier, DeleteOnPublish", design: designOurs, relay: "inproc", wakeup: "notify", app: true, del: true},
+			writePhase{label: app + "relay with Listen + Notifier, BatchDelay off (a claim per wake-up)", design: designOurs, relay: "inproc", wakeup: "notify", app: true, delay: -1},
+			writePhase{label: app + "relay with Listen + Notifier, BatchDelay 25ms", design: designOurs, relay: "inproc", wakeup: "notify", app: true, delay: 25 * time.Millisecond},
 		)
+		sql.phases = []writePhase{
+			{label: "pgoutbox, database/sql writers: relay process with Listen + Notifier", design: designOurs, relay: "child", wakeup: "notify"},
+		}
+	}
+	sets := []writeSet{ours, sql,
+		{base: writePhase{label: "baseline: no trigger, no relay", design: designBaseline}, phases: []writePhase{
+			{label: "baseline: NOTIFY trigger + its LISTEN relay", design: designBaseline, relay: "child"},
+		}},
 	}
 	if h.opt.Filter != "" {
 		for i := range sets {
@@ -212,7 +216,7 @@ type writeSet struct {
 
 // writeRun measures every write-cost phase once. The machine is shared and
 // its load drifts within seconds, so each relay phase is sandwiched between
-// two no-relay phases of its baseline, and its ratio is taken against their
+// two no-relay phases of its set, and its ratio is taken against their
 // mean: B R1 B R2 B ...
 func (h *harness) writeRun(ctx context.Context, r *results) error {
 	for _, set := range h.writePhases() {
@@ -248,7 +252,7 @@ func (h *harness) writePhase(ctx context.Context, r *results, p writePhase) (flo
 	if p.design == designOurs {
 		s, err = h.setupOurs(ctx, "write")
 	} else {
-		s, err = h.setupArticle(ctx, "write", p.relay != "")
+		s, err = h.setupBaseline(ctx, "write", p.relay != "")
 	}
 	if err != nil {
 		return 0, err
@@ -275,7 +279,7 @@ func (h *harness) writePhase(ctx context.Context, r *results, p writePhase) (flo
 			w.create = func(ctx context.Context, o Order) error { return pgoutboxCreateOrder(ctx, db, ow, o) }
 		}
 	default:
-		w.create = func(ctx context.Context, o Order) error { return articleCreateOrder(ctx, db, o) }
+		w.create = func(ctx context.Context, o Order) error { return baselineCreateOrder(ctx, db, o) }
 	}
 
 	f := r.write(p.label)
