@@ -60,6 +60,7 @@ type relaySpec struct {
 	Listen       bool          `json:"listen,omitempty"`        // pgoutbox: RelayConfig.Listen
 	Delete       bool          `json:"delete,omitempty"`        // pgoutbox: RelayConfig.DeleteOnPublish
 	BatchDelay   time.Duration `json:"batch_delay,omitempty"`   // pgoutbox: RelayConfig.BatchDelay
+	Rescan       time.Duration `json:"rescan,omitempty"`        // pgoutbox: RelayConfig.RescanInterval
 	AsyncCommit  bool          `json:"async_commit,omitempty"`  // the relay's sessions run synchronous_commit=off
 	BaselineMode string        `json:"baseline_mode,omitempty"` // baseline: "listen" or "poll"
 	AppName      string        `json:"app_name"`
@@ -120,7 +121,7 @@ func startRelay(ctx context.Context, spec relaySpec, pool *pgxpool.Pool, pub out
 	case designOurs:
 		r, err := outbox.NewRelay(pool, pub, outbox.RelayConfig{
 			Schema: spec.Schema, BatchSize: spec.BatchSize, Workers: spec.Workers,
-			Listen: spec.Listen, DeleteOnPublish: spec.Delete, BatchDelay: spec.BatchDelay, Logger: logger,
+			Listen: spec.Listen, DeleteOnPublish: spec.Delete, BatchDelay: spec.BatchDelay, RescanInterval: spec.Rescan, Logger: logger,
 		})
 		if err != nil {
 			cancel()

@@ -134,6 +134,7 @@ type writePhase struct {
 	async  bool          // relay sessions with synchronous_commit=off
 	del    bool          // RelayConfig.DeleteOnPublish
 	delay  time.Duration // RelayConfig.BatchDelay
+	rescan time.Duration // RelayConfig.RescanInterval
 	notify time.Duration // NotifierConfig.Interval
 }
 
@@ -185,6 +186,9 @@ func (h *harness) writePhases() []writeSet {
 			writePhase{label: app + "relay with Listen + Notifier, DeleteOnPublish", design: designOurs, relay: "inproc", wakeup: "notify", app: true, del: true},
 			writePhase{label: app + "relay with Listen + Notifier, BatchDelay off (a claim per wake-up)", design: designOurs, relay: "inproc", wakeup: "notify", app: true, delay: -1},
 			writePhase{label: app + "relay with Listen + Notifier, BatchDelay 25ms", design: designOurs, relay: "inproc", wakeup: "notify", app: true, delay: 25 * time.Millisecond},
+			// The claim floor trails the claims by RescanInterval/4: every
+			// claim steps over the entries of the rows claimed since.
+			writePhase{label: app + "writers call Relay.Wake(), RescanInterval 100ms", design: designOurs, relay: "inproc", wakeup: "wake", app: true, rescan: 100 * time.Millisecond},
 		)
 		sql.phases = []writePhase{
 			{label: "pgoutbox, database/sql writers: relay process with Listen + Notifier", design: designOurs, relay: "child", wakeup: "notify"},
@@ -292,6 +296,7 @@ func (h *harness) writePhase(ctx context.Context, r *results, p writePhase) (flo
 		spec.AsyncCommit = p.async
 		spec.Delete = p.del
 		spec.BatchDelay = p.delay
+		spec.Rescan = p.rescan
 		sessions["relay"] = spec.AppName
 		child, err := spawnRelay(ctx, spec)
 		if err != nil {
@@ -317,6 +322,7 @@ func (h *harness) writePhase(ctx context.Context, r *results, p writePhase) (flo
 		spec.Listen = p.wakeup == "notify"
 		spec.Delete = p.del
 		spec.BatchDelay = p.delay
+		spec.Rescan = p.rescan
 		sessions["relay"] = spec.AppName
 		rpool, err := newPool(ctx, h.opt.DatabaseURL, s, spec.AppName, 0, spec.params()...)
 		if err != nil {
