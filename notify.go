@@ -159,11 +159,7 @@ func (n *Notifier) sendLocked() {
 		defer n.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		// A notification is not worth a WAL flush: with synchronous_commit
-		// off its commit returns without waiting for one (the transaction
-		// holds the notification queue's lock until it returns), and a
-		// notification lost in a server crash costs at most a poll.
-		if _, err := n.pool.Exec(ctx, `SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, '')`, n.channel); err != nil {
+		if _, err := n.pool.Exec(ctx, `SELECT pg_notify($1, '')`, n.channel); err != nil {
 			n.log.Debug("outbox notify failed; relays fall back to polling", "err", err)
 		}
 	}()
