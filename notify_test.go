@@ -2,9 +2,12 @@ package outbox_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/outbox"
@@ -198,5 +201,145 @@ func TestNotifierSpacesOutUnderHeavyStream(t *testing.T) {
 	}
 	if _, err := outbox.NewNotifier(pool, outbox.NotifierConfig{Interval: 10 * time.Millisecond, MaxInterval: time.Millisecond}); err == nil {
 		t.Error("MaxInterval shorter than Interval accepted")
+	}
+}
+
+// batchCounter confirms every event at once and counts the batches it was
+// handed: one per claim that found events.
+type batchCounter struct {
+	mu      sync.Mutex
+	batches int
+	seen    map[uuid.UUID]bool
+}
+
+func (b *batchCounter) Publish(context.Context, *outbox.Message) error {
+	panic("batchCounter: the relay publishes in batches")
+}
+
+func (b *batchCounter) PublishBatch(_ context.Context, msgs []*outbox.Message) []error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.batches++
+	for _, m := range msgs {
+		b.seen[m.ID] = true
+	}
+	return nil
+}
+
+func (b *batchCounter) state() (batches, distinct int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.batches, len(b.seen)
+}
+
+// waitAll waits until every id was published; it fails the test with what
+// is missing after d.
+func (b *batchCounter) waitAll(t *testing.T, ids []uuid.UUID, d time.Duration, what string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		b.mu.Lock()
+		missing := 0
+		for _, id := range ids {
+			if !b.seen[id] {
+				missing++
+			}
+		}
+		b.mu.Unlock()
+		if missing == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d of %d events not published within %s", what, missing, len(ids), d)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// streamEvents writes n events, each in its own transaction followed by
+// after(), gap apart, and returns their ids.
+func streamEvents(t *testing.T, e *env, n int, gap time.Duration, after func()) []uuid.UUID {
+	t.Helper()
+	var ids []uuid.UUID
+	for i := range n {
+		err := pgx.BeginFunc(ctx(t), e.pool, func(tx pgx.Tx) error {
+			got, err := e.writer.Write(ctx(t), tx, event(fmt.Sprintf("s-%d", i), i))
+			ids = append(ids, got...)
+			return err
+		})
+		if err != nil {
+			t.Fatalf("write: %v", err)
+		}
+		if after != nil {
+			after()
+		}
+		time.Sleep(gap)
+	}
+	return ids
+}
+
+// TestPollingRelayClaimsAtItsPollUnderHeavyStream: claim pacing applies to
+// wake-ups only. A relay that is never woken claims when its poll comes due,
+// however heavy the stream: pacing once made it claim every BatchDelay
+// instead, a claim (a transaction with row locks and marks) per few events,
+// which cost the writers as much as a claim per wake-up.
+func TestPollingRelayClaimsAtItsPollUnderHeavyStream(t *testing.T) {
+	e := setup(t)
+	pub := &batchCounter{seen: map[uuid.UUID]bool{}}
+	// BatchDelayAbove 1: any stream counts as heavy.
+	r := e.relay(pub, outbox.RelayConfig{PollInterval: 200 * time.Millisecond, Workers: 2,
+		BatchDelay: 10 * time.Millisecond, BatchDelayAbove: 1})
+	e.run(r)
+	start := time.Now()
+	ids := streamEvents(t, e, 600, 2*time.Millisecond, nil)
+	took := time.Since(start)
+	pub.waitAll(t, ids, 10*time.Second, "polling relay")
+	batches, _ := pub.state()
+	// Two workers, one claim each per poll, plus the claims at start and
+	// the last ones.
+	if limit := 2*int(took/(200*time.Millisecond)) + 8; batches > limit {
+		t.Errorf("%d events over %s took %d batches, want at most %d (one per worker per 200ms poll)", len(ids), took.Round(time.Millisecond), batches, limit)
+	}
+}
+
+// TestPacedWakeUpsLoseNone: under a heavy stream the relay coalesces
+// wake-ups into one claim per BatchDelay; an event committed at any moment
+// (while a claim is in flight, right after one came back short, while a
+// worker waits out the pace) is still published by a wake-up, never left
+// for the poll (1h here). Both wake-up paths: LISTEN with a Notifier, and
+// Relay.Wake in process.
+func TestPacedWakeUpsLoseNone(t *testing.T) {
+	for _, path := range []string{"notifier", "wake"} {
+		t.Run(path, func(t *testing.T) {
+			e := setup(t)
+			pub := &batchCounter{seen: map[uuid.UUID]bool{}}
+			cfg := outbox.RelayConfig{PollInterval: time.Hour, Workers: 2,
+				BatchDelay: 20 * time.Millisecond, BatchDelayAbove: 1, Listen: path == "notifier"}
+			r := e.relay(pub, cfg)
+			e.run(r)
+			after := r.Wake
+			if path == "notifier" {
+				waitListening(t, e)
+				n, err := outbox.NewNotifier(e.pool, outbox.NotifierConfig{Schema: e.schema})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(n.Close)
+				after = n.Notify
+			}
+			// A stream (paced claims), then single events after pauses of
+			// varied length: each lands at a different point of the
+			// relay's claim cycle.
+			ids := streamEvents(t, e, 300, time.Millisecond, after)
+			pub.waitAll(t, ids, 10*time.Second, "stream")
+			for i, pause := range []time.Duration{0, 1, 3, 7, 15, 25, 40, 0, 2, 19} {
+				time.Sleep(pause * time.Millisecond)
+				one := streamEvents(t, e, 1, 0, after)
+				pub.waitAll(t, one, 5*time.Second, fmt.Sprintf("single event %d after %dms", i, pause))
+			}
+			if batches, distinct := pub.state(); batches >= distinct {
+				t.Errorf("%d batches for %d events: wake-ups were not coalesced", batches, distinct)
+			}
+		})
 	}
 }

@@ -74,7 +74,7 @@ func TestQuick(t *testing.T) {
 			t.Parallel()
 			opt := options{
 				DatabaseURL: testdb.URL(), NatsURL: testnats.URL(), Runs: 1,
-				Events: 2000, ArticleCap: 200, Writers: 4, LatWriters: 4,
+				Events: 2000, BaselineCap: 200, Writers: 4, LatWriters: 4,
 				WriteWindow: 500 * time.Millisecond, Rate: 200, LatWindow: 500 * time.Millisecond,
 				GrowthRows: 2000, GrowthBatch: 200, ClaimSamples: 5, Workers: 2,
 				Timeout: time.Minute, Only: map[string]bool{fig.name: true}, Log: testLog{t},
@@ -105,8 +105,8 @@ func TestQuick(t *testing.T) {
 			if strings.Contains(md, "❌ 0/") {
 				t.Error("a relay's delivery was not verified (see ❌ in the tables)")
 			}
-			if fig.name == "drain" && !strings.Contains(md, "article → NATS JetStream") {
-				t.Error("the article's relay did not run")
+			if fig.name == "drain" && !strings.Contains(md, "baseline → NATS JetStream") {
+				t.Error("the baseline's relay did not run")
 			}
 			if fig.name == "growth" && !strings.Contains(md, "EXPLAIN (ANALYZE, BUFFERS)") {
 				t.Error("no EXPLAIN of the claim")

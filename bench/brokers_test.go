@@ -319,7 +319,7 @@ func TestBrokersReuseDrain(t *testing.T) {
 	t.Parallel()
 	var streams []string
 	opt := options{
-		DatabaseURL: testdb.URL(), NatsURL: testnats.URL(), Runs: 1, Events: 500, BrokerEvents: 500, ArticleCap: 100,
+		DatabaseURL: testdb.URL(), NatsURL: testnats.URL(), Runs: 1, Events: 500, BrokerEvents: 500, BaselineCap: 100,
 		Workers: 2, Timeout: time.Minute, Only: map[string]bool{"drain": true, "brokers": true}, Filter: "pgoutbox → ",
 		Log: testLog{t}, Prefix: "bench_" + randHex(4), Brokers: []string{pubNATS},
 		onCreate: func(pub, name string) { streams = append(streams, name) },

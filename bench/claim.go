@@ -15,7 +15,7 @@ import (
 
 // claimSQL is the claim query each design's relay runs, with its batch-size
 // parameter(s): pgoutbox's exactly as internal/store builds it (with the
-// given floor), the article's verbatim.
+// given floor), the baseline's verbatim.
 func claimSQL(design, schema string, floor int64) (string, []any, error) {
 	switch design {
 	case designOurs:
@@ -24,8 +24,8 @@ func claimSQL(design, schema string, floor int64) (string, []any, error) {
 			return "", nil, err
 		}
 		return store.New(n, false).Claim, []any{100, floor}, nil
-	case designArticle:
-		return articleClaimSQL, []any{5, 100}, nil
+	case designBaseline:
+		return baselineClaimSQL, []any{5, 100}, nil
 	}
 	return "", nil, fmt.Errorf("design %q", design)
 }

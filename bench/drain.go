@@ -172,7 +172,7 @@ func (h *harness) drainOnce(ctx context.Context, spec relaySpec, schema string, 
 // drainRun measures every drain figure once.
 func (h *harness) drainRun(ctx context.Context, r *results) error {
 	n := h.opt.Events
-	na := min(n, h.opt.ArticleCap)
+	na := min(n, h.opt.BaselineCap)
 
 	// Raw SQL floors: DELETE (the target's), then UPDATE (what marking costs).
 	var floor float64
@@ -215,16 +215,16 @@ func (h *harness) drainRun(ctx context.Context, r *results) error {
 	vs := []variant{
 		{label: fmt.Sprintf("pgoutbox → in-memory (defaults: batch %d, %d workers)", outbox.DefaultBatchSize, outbox.DefaultWorkers), design: designOurs, pub: pubMemory, n: n, afterDrain: "pgoutbox: just drained " + count(n) + ", before VACUUM"},
 		{label: "pgoutbox → NATS JetStream (defaults)", design: designOurs, pub: pubNATS, n: n},
-		{label: "article → in-memory (processBatch, batch 100, LISTEN + trigger)", design: designArticle, pub: pubMemory, n: na, afterDrain: "article: just drained " + count(na) + ", before VACUUM"},
-		{label: "article → NATS JetStream", design: designArticle, pub: pubNATS, n: na},
+		{label: "baseline → in-memory (processBatch, batch 100, LISTEN + trigger)", design: designBaseline, pub: pubMemory, n: na, afterDrain: "baseline: just drained " + count(na) + ", before VACUUM"},
+		{label: "baseline → NATS JetStream", design: designBaseline, pub: pubNATS, n: na},
 	}
 	if h.opt.Extra {
 		vs = append(vs,
-			variant{label: "pgoutbox → in-memory (BatchSize 100, the article's)", design: designOurs, pub: pubMemory, n: n, batch: 100},
+			variant{label: "pgoutbox → in-memory (BatchSize 100, the baseline's)", design: designOurs, pub: pubMemory, n: n, batch: 100},
 			variant{label: "pgoutbox → in-memory (DeleteOnPublish)", design: designOurs, pub: pubMemory, n: n, del: true},
 			variant{label: "pgoutbox → in-memory (Workers 4)", design: designOurs, pub: pubMemory, n: n, workers: 4},
 			variant{label: "pgoutbox → in-memory (DeleteOnPublish, Workers 4)", design: designOurs, pub: pubMemory, n: n, del: true, workers: 4},
-			variant{label: "pgoutbox → NATS JetStream (BatchSize 100, the article's)", design: designOurs, pub: pubNATS, n: n, batch: 100},
+			variant{label: "pgoutbox → NATS JetStream (BatchSize 100, the baseline's)", design: designOurs, pub: pubNATS, n: n, batch: 100},
 			variant{label: "pgoutbox → NATS JetStream (Workers 4)", design: designOurs, pub: pubNATS, n: n, workers: 4})
 	}
 	if n > 100_000 {
@@ -244,11 +244,11 @@ func (h *harness) drainRun(ctx context.Context, r *results) error {
 				err = h.fillOurs(ctx, s, 0, v.n)
 			}
 		} else {
-			// The article's relay drains on notifications, so its backlog is
+			// The baseline's relay drains on notifications, so its backlog is
 			// written (with the trigger) once it listens; the clock starts
 			// when that INSERT commits.
-			s, err = h.setupArticle(ctx, "drain", true)
-			fillAfter = func() error { return h.fillArticle(ctx, s, 0, v.n) }
+			s, err = h.setupBaseline(ctx, "drain", true)
+			fillAfter = func() error { return h.fillBaseline(ctx, s, 0, v.n) }
 		}
 		if err != nil {
 			return err
@@ -297,7 +297,7 @@ func (h *harness) claimAfterDrain(ctx context.Context, r *results, design, schem
 	} else {
 		_, err = h.exec(ctx, schema, "ALTER TABLE outbox_events DISABLE TRIGGER outbox_insert_notify")
 		if err == nil {
-			err = h.fillArticle(ctx, schema, drained, 1000)
+			err = h.fillBaseline(ctx, schema, drained, 1000)
 		}
 	}
 	if err != nil {

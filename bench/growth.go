@@ -14,7 +14,7 @@ type growthTables struct {
 }
 
 // fillRetained adds n already-processed rows, as a relay plus VACUUM would
-// leave them. For the article's table (random UUIDv4 primary key) the key is
+// leave them. For the baseline's table (random UUIDv4 primary key) the key is
 // built after the load, which gives the same table far sooner than 10M random
 // index insertions; pgoutbox's keys are time-ordered, so its indexes are
 // appended to in order either way.
@@ -38,13 +38,13 @@ ALTER TABLE outbox_events ADD PRIMARY KEY (id);`)
 
 func (h *harness) growthSetup(ctx context.Context) (*growthTables, error) {
 	g := &growthTables{retained: map[string]string{}, backlog: map[string]string{}, next: map[string]int{}}
-	for _, d := range []string{designOurs, designArticle} {
+	for _, d := range []string{designOurs, designBaseline} {
 		var s string
 		var err error
 		if d == designOurs {
 			s, err = h.setupOurs(ctx, "retained")
 		} else {
-			s, err = h.setupArticle(ctx, "retained", false)
+			s, err = h.setupBaseline(ctx, "retained", false)
 		}
 		if err != nil {
 			return nil, err
@@ -53,8 +53,8 @@ func (h *harness) growthSetup(ctx context.Context) (*growthTables, error) {
 		if err := h.fillRetained(ctx, d, s, h.opt.GrowthRows); err != nil {
 			return nil, err
 		}
-		if d == designArticle {
-			if _, err := h.exec(ctx, s, fmt.Sprintf(articleTriggerSQL, articleChannel(s))); err != nil {
+		if d == designBaseline {
+			if _, err := h.exec(ctx, s, fmt.Sprintf(baselineTriggerSQL, baselineChannel(s))); err != nil {
 				return nil, err
 			}
 		}
@@ -67,10 +67,10 @@ func (h *harness) growthSetup(ctx context.Context) (*growthTables, error) {
 				err = h.fillOurs(ctx, s, 0, h.opt.Events)
 			}
 		} else {
-			s, err = h.setupArticle(ctx, "backlog", false)
+			s, err = h.setupBaseline(ctx, "backlog", false)
 			if err == nil {
 				h.logf("growth: %s: filling %d pending rows", d, h.opt.Events)
-				err = h.fillArticle(ctx, s, 0, h.opt.Events)
+				err = h.fillBaseline(ctx, s, 0, h.opt.Events)
 			}
 		}
 		if err != nil {
@@ -86,14 +86,14 @@ func (h *harness) growthSetup(ctx context.Context) (*growthTables, error) {
 // GrowthRows processed rows, and the claim with Events pending.
 func (h *harness) growthRun(ctx context.Context, r *results, g *growthTables, first bool) error {
 	p := h.opt.GrowthBatch
-	for _, d := range []string{designOurs, designArticle} {
+	for _, d := range []string{designOurs, designBaseline} {
 		// Empty table.
 		var s string
 		var err error
 		if d == designOurs {
 			s, err = h.setupOurs(ctx, "empty")
 		} else {
-			s, err = h.setupArticle(ctx, "empty", true)
+			s, err = h.setupBaseline(ctx, "empty", true)
 		}
 		if err != nil {
 			return err
@@ -176,11 +176,11 @@ func (h *harness) growthOne(ctx context.Context, r *results, design, s string, f
 		claimP50 = st.P50
 	} else {
 		// The claim is timed on the same table state, with the trigger off
-		// (the article's relay only drains what it is notified of).
+		// (the baseline's relay only drains what it is notified of).
 		if _, err := h.exec(ctx, s, "ALTER TABLE outbox_events DISABLE TRIGGER outbox_insert_notify"); err != nil {
 			return 0, 0, err
 		}
-		if err := h.fillArticle(ctx, s, from, p); err != nil {
+		if err := h.fillBaseline(ctx, s, from, p); err != nil {
 			return 0, 0, err
 		}
 		st, err := h.claimLatency(ctx, design, s, h.opt.ClaimSamples)
@@ -199,7 +199,7 @@ func (h *harness) growthOne(ctx context.Context, r *results, design, s string, f
 			return 0, 0, err
 		}
 		from += p
-		fillAfter = func() error { return h.fillArticle(ctx, s, from, p) }
+		fillAfter = func() error { return h.fillBaseline(ctx, s, from, p) }
 	}
 	spec := h.spec(design, s, pubMemory)
 	h.logf("growth: %s: draining", label)

@@ -31,7 +31,7 @@ type options struct {
 	Quick        bool
 	Runs         int
 	Events       int    // drain backlog
-	ArticleCap   int    // the article's drain backlog (its relay is 10-20x slower)
+	BaselineCap  int    // the baseline's drain backlog (its relay is 10-20x slower)
 	Extra        bool   // drain: tuned pgoutbox configurations too
 	SampleWaits  bool   // drain: sample the relay's sessions in pg_stat_activity
 	Filter       string // drain: only the relays whose label contains this
@@ -55,6 +55,9 @@ type options struct {
 	RabbitMQURL  string
 	RedisURL     string
 	JSONOut      string // --json: results file
+	WriteWaits   bool   // write: sample the writers' and relay's sessions
+	WriteRate    int    // write: writers paced at this many orders/s in all (0: full speed)
+	WriteProfile string // write: CPU profile of every phase into this directory
 
 	// For tests: servers to use instead of starting them in process (the
 	// harness leaves them running), and a hook told of every stream, topic,
@@ -229,15 +232,15 @@ func (h *harness) setupOurs(ctx context.Context, what string) (string, error) {
 	return s, nil
 }
 
-// setupArticle creates a schema with the article's table (and its trigger).
-func (h *harness) setupArticle(ctx context.Context, what string, trigger bool) (string, error) {
+// setupBaseline creates a schema with the baseline's table (and its trigger).
+func (h *harness) setupBaseline(ctx context.Context, what string, trigger bool) (string, error) {
 	s, err := h.newSchema(ctx, what)
 	if err != nil {
 		return "", err
 	}
-	sql := articleSchemaSQL + ordersSQL
+	sql := baselineSchemaSQL + ordersSQL
 	if trigger {
-		sql += fmt.Sprintf(articleTriggerSQL, articleChannel(s))
+		sql += fmt.Sprintf(baselineTriggerSQL, baselineChannel(s))
 	}
 	if _, err := h.exec(ctx, s, sql); err != nil {
 		return "", err
@@ -301,10 +304,10 @@ func (h *harness) checkpoint(ctx context.Context) {
 	}
 }
 
-// fillArticle adds n pending events to the article's table, ids from its
+// fillBaseline adds n pending events to the baseline's table, ids from its
 // DEFAULT gen_random_uuid() (UUIDv4); with its trigger in place, each row
 // sends its notification.
-func (h *harness) fillArticle(ctx context.Context, schema string, from, n int) error {
+func (h *harness) fillBaseline(ctx context.Context, schema string, from, n int) error {
 	_, err := h.exec(ctx, schema, `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, created_at)
 SELECT `+eventValuesSQL+` FROM generate_series($1::bigint, $2::bigint) i`, from, from+n-1)
 	if err == nil {

@@ -13,12 +13,12 @@ func (h *harness) latencyRun(ctx context.Context, r *results) error {
 	type variant struct{ label, design, pub string }
 	vs := []variant{
 		{"pgoutbox → NATS JetStream (relay process, LISTEN + Notifier)", designOurs, pubNATS},
-		{"article → NATS JetStream (trigger + LISTEN)", designArticle, pubNATS},
+		{"baseline → NATS JetStream (trigger + LISTEN)", designBaseline, pubNATS},
 	}
 	if h.opt.LatMemory {
 		vs = append(vs,
 			variant{"pgoutbox → in-memory (relay process, LISTEN + Notifier)", designOurs, pubMemory},
-			variant{"article → in-memory (trigger + LISTEN)", designArticle, pubMemory})
+			variant{"baseline → in-memory (trigger + LISTEN)", designBaseline, pubMemory})
 	}
 	for _, v := range vs {
 		if err := h.latencyOnce(ctx, r, v.label, v.design, v.pub); err != nil {
@@ -34,7 +34,7 @@ func (h *harness) latencyOnce(ctx context.Context, r *results, label, design, pu
 	if design == designOurs {
 		s, err = h.setupOurs(ctx, "latency")
 	} else {
-		s, err = h.setupArticle(ctx, "latency", true)
+		s, err = h.setupBaseline(ctx, "latency", true)
 	}
 	if err != nil {
 		return err
@@ -82,7 +82,7 @@ func (h *harness) latencyOnce(ctx context.Context, r *results, label, design, pu
 		w.create = func(ctx context.Context, o Order) error { return pgoutboxCreateOrder(ctx, db, ow, o) }
 		w.after = n.Notify
 	} else {
-		w.create = func(ctx context.Context, o Order) error { return articleCreateOrder(ctx, db, o) }
+		w.create = func(ctx context.Context, o Order) error { return baselineCreateOrder(ctx, db, o) }
 	}
 	h.logf("latency: %s, %d ev/s for %s", label, h.opt.Rate, h.opt.LatWindow)
 	st := w.paced(ctx, h.opt.Rate, h.opt.LatWindow)

@@ -1,4 +1,5 @@
-// Command bench measures pgoutbox against the reference article's outbox on
+// Command bench measures pgoutbox against a baseline relay (the common
+// hand-written outbox: a NOTIFY trigger, one UPDATE per event) on
 // the local PostgreSQL and NATS: how fast a backlog drains, how much the relay
 // slows the writers, how long an event waits between commit and broker, and
 // what a large table costs. It also drains the same backlog through every
@@ -85,7 +86,7 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 	fs.BoolVar(&opt.Quick, "quick", false, "smaller sizes: 100k backlog, 1M retained rows, shorter windows")
 	fs.IntVar(&opt.Runs, "runs", 0, "runs of every figure; tables show medians (default 3, --quick 1)")
 	fs.IntVar(&opt.Events, "events", 0, "drain backlog (default 1M, --quick 100k)")
-	fs.IntVar(&opt.ArticleCap, "article-events", 0, "the article's drain backlog (default min(events, 30k), --quick 5k: its relay is 3-6x slower)")
+	fs.IntVar(&opt.BaselineCap, "baseline-events", 0, "the baseline's drain backlog (default min(events, 30k), --quick 5k: its relay is 3-6x slower)")
 	fs.BoolVar(&opt.Extra, "extra", false, "also pgoutbox configured otherwise: BatchSize 1000, DeleteOnPublish, Workers 4 and 8, relay sessions with synchronous_commit=off, Notifier Interval 20ms, polling only")
 	fs.StringVar(&only, "only", "", "comma-separated subset of drain,write,latency,growth,brokers")
 	fs.StringVar(&brokers, "brokers", strings.Join(allBrokers, ","), "brokers: the drains besides the in-memory reference, a subset of "+strings.Join(allBrokers, ","))
@@ -106,6 +107,9 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 	fs.IntVar(&opt.ClaimSamples, "claim-samples", 200, "claims timed per table state")
 	fs.IntVar(&opt.Workers, "workers", outbox.DefaultWorkers, "raw SQL floor connections (pgoutbox's default relay workers)")
 	fs.DurationVar(&opt.Timeout, "timeout", 10*time.Minute, "longest wait for a relay to deliver")
+	fs.IntVar(&opt.WriteRate, "write-rate", 0, "write: pace the writers at this many orders/s in all instead of full speed (the per-order costs at a given rate; the ratio then only says whether the rate was held)")
+	fs.BoolVar(&opt.WriteWaits, "write-waits", false, "write: sample the writers' and the relay's sessions in pg_stat_activity every 10 ms (adds load)")
+	fs.StringVar(&opt.WriteProfile, "write-profile", "", "write: write a CPU profile of the harness process (writers, and the relay when in process) per phase into this directory")
 	fs.StringVar(&opt.JSONOut, "json", "", "also write every figure's per-run values to this file, for: go run ./bench chart FILE DIR")
 	if err := fs.Parse(args); err != nil {
 		return opt, err
@@ -132,7 +136,7 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 	pick(&opt.Events, 1_000_000, 100_000)
 	pick(&opt.GrowthRows, 10_000_000, 1_000_000)
 	pick(&opt.GrowthBatch, 100_000, 10_000)
-	pick(&opt.ArticleCap, min(opt.Events, 30_000), min(opt.Events, 5_000))
+	pick(&opt.BaselineCap, min(opt.Events, 30_000), min(opt.Events, 5_000))
 	pick(&opt.BrokerEvents, min(opt.Events, 100_000), min(opt.Events, 20_000))
 	pick(&opt.Runs, 3, 1)
 	pickD(&opt.WriteWindow, 10*time.Second, 3*time.Second)
@@ -157,8 +161,8 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 		}
 	}
 	switch {
-	case opt.Events < 1 || opt.ArticleCap < 1 || opt.GrowthBatch < 1 || opt.GrowthRows < 1 || opt.BrokerEvents < 1:
-		return opt, errors.New("--events, --article-events, --growth-rows, --growth-batch, --broker-events must be positive")
+	case opt.Events < 1 || opt.BaselineCap < 1 || opt.GrowthBatch < 1 || opt.GrowthRows < 1 || opt.BrokerEvents < 1:
+		return opt, errors.New("--events, --baseline-events, --growth-rows, --growth-batch, --broker-events must be positive")
 	case opt.Writers < 1 || opt.LatWriters < 1 || opt.Rate < 1 || opt.Workers < 1 || opt.ClaimSamples < 1:
 		return opt, errors.New("--writers, --rate, --workers, --claim-samples must be positive")
 	}

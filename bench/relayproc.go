@@ -44,33 +44,34 @@ const childCommand = "__relay"
 
 // relaySpec says which relay to run and how.
 type relaySpec struct {
-	Design      string        `json:"design"` // designOurs or designArticle
-	DatabaseURL string        `json:"database_url"`
-	Schema      string        `json:"schema"`
-	Publisher   string        `json:"publisher"` // pubMemory, pubNATS, pubKafka, ...
-	NatsURL     string        `json:"nats_url,omitempty"`
-	Subject     string        `json:"subject,omitempty"`    // NATS subject prefix
-	BrokerURL   string        `json:"broker_url,omitempty"` // Kafka seed host:port, AMQP URL, Redis URL or SQS endpoint
-	Target      string        `json:"target,omitempty"`     // Kafka topic, RabbitMQ queue, Redis stream, SQS queue URL or webhook URL template
-	Secret      string        `json:"secret,omitempty"`     // webhook signing secret
-	Expect      int           `json:"expect,omitempty"`     // drain mode: events to wait for
-	Timed       bool          `json:"timed,omitempty"`      // record confirmation times
-	BatchSize   int           `json:"batch_size,omitempty"`
-	Workers     int           `json:"workers,omitempty"`
-	Listen      bool          `json:"listen,omitempty"`       // pgoutbox: RelayConfig.Listen
-	Delete      bool          `json:"delete,omitempty"`       // pgoutbox: RelayConfig.DeleteOnPublish
-	BatchDelay  time.Duration `json:"batch_delay,omitempty"`  // pgoutbox: RelayConfig.BatchDelay
-	AsyncCommit bool          `json:"async_commit,omitempty"` // the relay's sessions run synchronous_commit=off
-	ArticleMode string        `json:"article_mode,omitempty"` // article: "listen" or "poll"
-	AppName     string        `json:"app_name"`
-	Timeout     time.Duration `json:"timeout"`
+	Design       string        `json:"design"` // designOurs or designBaseline
+	DatabaseURL  string        `json:"database_url"`
+	Schema       string        `json:"schema"`
+	Publisher    string        `json:"publisher"` // pubMemory, pubNATS, pubKafka, ...
+	NatsURL      string        `json:"nats_url,omitempty"`
+	Subject      string        `json:"subject,omitempty"`    // NATS subject prefix
+	BrokerURL    string        `json:"broker_url,omitempty"` // Kafka seed host:port, AMQP URL, Redis URL or SQS endpoint
+	Target       string        `json:"target,omitempty"`     // Kafka topic, RabbitMQ queue, Redis stream, SQS queue URL or webhook URL template
+	Secret       string        `json:"secret,omitempty"`     // webhook signing secret
+	Expect       int           `json:"expect,omitempty"`     // drain mode: events to wait for
+	Timed        bool          `json:"timed,omitempty"`      // record confirmation times
+	BatchSize    int           `json:"batch_size,omitempty"`
+	Workers      int           `json:"workers,omitempty"`
+	Listen       bool          `json:"listen,omitempty"`        // pgoutbox: RelayConfig.Listen
+	Delete       bool          `json:"delete,omitempty"`        // pgoutbox: RelayConfig.DeleteOnPublish
+	BatchDelay   time.Duration `json:"batch_delay,omitempty"`   // pgoutbox: RelayConfig.BatchDelay
+	Rescan       time.Duration `json:"rescan,omitempty"`        // pgoutbox: RelayConfig.RescanInterval
+	AsyncCommit  bool          `json:"async_commit,omitempty"`  // the relay's sessions run synchronous_commit=off
+	BaselineMode string        `json:"baseline_mode,omitempty"` // baseline: "listen" or "poll"
+	AppName      string        `json:"app_name"`
+	Timeout      time.Duration `json:"timeout"`
 }
 
 const (
-	designOurs    = "pgoutbox"
-	designArticle = "article"
-	pubMemory     = "memory"
-	pubNATS       = "nats"
+	designOurs     = "pgoutbox"
+	designBaseline = "baseline"
+	pubMemory      = "memory"
+	pubNATS        = "nats"
 )
 
 // params are the relay sessions' runtime parameters.
@@ -120,7 +121,7 @@ func startRelay(ctx context.Context, spec relaySpec, pool *pgxpool.Pool, pub out
 	case designOurs:
 		r, err := outbox.NewRelay(pool, pub, outbox.RelayConfig{
 			Schema: spec.Schema, BatchSize: spec.BatchSize, Workers: spec.Workers,
-			Listen: spec.Listen, DeleteOnPublish: spec.Delete, BatchDelay: spec.BatchDelay, Logger: logger,
+			Listen: spec.Listen, DeleteOnPublish: spec.Delete, BatchDelay: spec.BatchDelay, RescanInterval: spec.Rescan, Logger: logger,
 		})
 		if err != nil {
 			cancel()
@@ -128,16 +129,16 @@ func startRelay(ctx context.Context, spec relaySpec, pool *pgxpool.Pool, pub out
 		}
 		rr.wake = r.Wake
 		go func() { rr.done <- r.Run(ctx) }()
-	case designArticle:
-		r := newArticleRelay(pool, articlePublisherFor{pub}, spec.Schema, logger)
-		switch spec.ArticleMode {
+	case designBaseline:
+		r := newBaselineRelay(pool, baselinePublisherFor{pub}, spec.Schema, logger)
+		switch spec.BaselineMode {
 		case "poll":
 			go func() { rr.done <- r.Run(ctx) }()
 		case "listen", "":
 			go func() { rr.done <- r.RunListen(ctx) }()
 		default:
 			cancel()
-			return nil, fmt.Errorf("article mode %q", spec.ArticleMode)
+			return nil, fmt.Errorf("baseline mode %q", spec.BaselineMode)
 		}
 	default:
 		cancel()
@@ -146,7 +147,7 @@ func startRelay(ctx context.Context, spec relaySpec, pool *pgxpool.Pool, pub out
 	return rr, nil
 }
 
-// newPool connects with the search_path set to schema (the article's
+// newPool connects with the search_path set to schema (the baseline's
 // unqualified SQL needs it) and application_name set, so the harness can see
 // the relay's sessions in pg_stat_activity.
 func newPool(ctx context.Context, url, schema, appName string, maxConns int32, params ...string) (*pgxpool.Pool, error) {
@@ -297,7 +298,7 @@ func runChild(args []string, stdin io.Reader, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if spec.Listen || (spec.Design == designArticle && spec.ArticleMode != "poll") {
+	if spec.Listen || (spec.Design == designBaseline && spec.BaselineMode != "poll") {
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		err := waitListening(wctx, pool, spec.AppName)
 		cancel()
@@ -333,7 +334,7 @@ func runChild(args []string, stdin io.Reader, stdout io.Writer) error {
 		res.DoneAt = doneAt.UnixNano()
 	}
 	// Let the batch in flight commit its marks before stopping: the
-	// article's relay would otherwise roll back a batch it has published (at
+	// baseline relay would otherwise roll back a batch it has published (at
 	// least once: it would send it again on its next run).
 	if !doneAt.IsZero() {
 		settle(ctx, pool, 10*time.Second)

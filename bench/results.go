@@ -70,6 +70,30 @@ type writeFigure struct {
 	OK    []bool // nil entries: no relay, nothing to verify
 	Notes []string
 	Check bool
+
+	// What the phase cost the database, per committed order (writeProbe).
+	WALBytes []float64 `json:",omitempty"`
+	WALRecs  []float64 `json:",omitempty"`
+	FPI      []float64 `json:",omitempty"`
+	ClaimsPS []float64 `json:",omitempty"`
+	PerClaim []float64 `json:",omitempty"`
+	Waits    []string  `json:",omitempty"` // first run's (--write-waits)
+	// CPU of the writers' and the relay's PostgreSQL sessions, µs per order.
+	WriterPGCPU []float64 `json:",omitempty"`
+	RelayPGCPU  []float64 `json:",omitempty"`
+}
+
+func (f *writeFigure) addProbe(p probeResult) {
+	f.WALBytes = append(f.WALBytes, p.WALBytes)
+	f.WALRecs = append(f.WALRecs, p.WALRecs)
+	f.FPI = append(f.FPI, p.FPI)
+	f.ClaimsPS = append(f.ClaimsPS, p.ClaimsPS)
+	f.PerClaim = append(f.PerClaim, p.PerClaim)
+	if f.Waits == nil {
+		f.Waits = p.Waits
+	}
+	f.WriterPGCPU = append(f.WriterPGCPU, p.BackendCPU["writers"])
+	f.RelayPGCPU = append(f.RelayPGCPU, p.BackendCPU["relay"])
 }
 
 func (r *results) write(label string) *writeFigure {
@@ -255,6 +279,26 @@ func (r *results) print(w io.Writer, m machine, opt options, cmdline string, sta
 		}
 		notes(w, r.writes, func(f *writeFigure) (string, []string) { return f.Label, f.Notes })
 		fmt.Fprintln(w)
+		fmt.Fprintf(w, "What each phase cost the database, per committed order (medians): WAL from pg_stat_wal (server-wide), claims = scans of the pending index.\n\n")
+		fmt.Fprintf(w, "| phase | WAL bytes | WAL records | full-page images per 1000 | claims/s | orders per claim | writers' PostgreSQL CPU µs | relay's PostgreSQL CPU µs |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, f := range r.writes {
+			fmt.Fprintf(w, "| %s | %.0f | %.2f | %.1f | %.0f | %.0f | %.0f | %.0f |\n", f.Label, median(f.WALBytes), median(f.WALRecs),
+				1000*median(f.FPI), median(f.ClaimsPS), median(f.PerClaim), median(f.WriterPGCPU), median(f.RelayPGCPU))
+		}
+		fmt.Fprintln(w)
+		var waited bool
+		for _, f := range r.writes {
+			if len(f.Waits) > 0 {
+				if !waited {
+					fmt.Fprintf(w, "Active sessions sampled every 10 ms (first run): on CPU or waiting for what.\n\n| phase | share of active samples |\n|---|---|\n")
+					waited = true
+				}
+				fmt.Fprintf(w, "| %s | %s |\n", f.Label, strings.Join(f.Waits, "; "))
+			}
+		}
+		if waited {
+			fmt.Fprintln(w)
+		}
 	}
 	if len(r.lats) > 0 {
 		fmt.Fprintf(w, "### 3. Latency: %d writers paced at %d events/s in all for %s, commit return → broker confirmation\n\n", opt.LatWriters, opt.Rate, opt.LatWindow)

@@ -69,6 +69,50 @@ func (h *harness) sampleWaits(ctx context.Context, appName string) *waitSampler 
 	return ws
 }
 
+// sampleSessions samples every 10 ms what the sessions of each role (role →
+// application_name) are doing while active: on CPU, or waiting (for a lock,
+// the WAL flush, a buffer ...). Idle sessions are not counted.
+func (h *harness) sampleSessions(ctx context.Context, sessions map[string]string) *waitSampler {
+	ctx, cancel := context.WithCancel(ctx)
+	ws := &waitSampler{cancel: cancel, done: make(chan struct{}), counts: map[string]int{}}
+	roles := map[string]string{}
+	var apps []string
+	for role, app := range sessions {
+		roles[app] = role
+		apps = append(apps, app)
+	}
+	go func() {
+		defer close(ws.done)
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			rows, err := h.pool.Query(ctx, `SELECT application_name, COALESCE(wait_event_type || ':' || wait_event, 'CPU')
+				FROM pg_stat_activity
+				WHERE application_name = ANY($1) AND state = 'active' AND query NOT ILIKE 'LISTEN%'`, apps)
+			if err != nil {
+				continue
+			}
+			ws.mu.Lock()
+			for rows.Next() {
+				var app, wait string
+				if rows.Scan(&app, &wait) != nil {
+					continue
+				}
+				ws.counts[roles[app]+" "+wait]++
+				ws.total++
+			}
+			ws.mu.Unlock()
+			rows.Close()
+		}
+	}()
+	return ws
+}
+
 // stop ends sampling and returns "key share%" lines, largest first.
 func (ws *waitSampler) stop() []string {
 	ws.cancel()

@@ -11,7 +11,7 @@ import (
 // the batch size (adaptLimit: smaller while publishes are slow), the ordered
 // claim (adaptSparse and adaptWindow: the sparse claim while few aggregates
 // hold the queue), and the pace of claims (rateMeter: spaced out under a
-// heavy stream).
+// heavy stream: wakeClaim).
 
 // tuneClaim reads what a claim found: whether more rows are likely waiting
 // (full), and, in ordered mode, which claim the next batch should use.
@@ -145,3 +145,28 @@ func (m *rateMeter) delay(now time.Time) time.Duration {
 	m.mu.Unlock()
 	return time.Duration(rate.Ramp(r, m.above) * float64(m.delayMax))
 }
+
+// wakeClaim decides what a worker woken at now by a notification or Wake
+// does: claim (after wait when paced), or (claim false) leave the claim to
+// another woken worker and go back to waiting. Under a light stream it
+// claims at once (latency first). Under a heavy one (rateMeter) the
+// wake-ups of the whole relay are coalesced into one claim per pace: a
+// single worker claims, pace after the last claim of any worker, whatever
+// wake-ups arrive meanwhile, so that each claim carries many events; that
+// worker calls wakeDone when its wait is over. Only wake-ups are paced: a
+// worker whose poll came due claims as it would without wake-ups, so a
+// relay that is never woken claims no more often than PollInterval.
+func (e *Engine) wakeClaim(now time.Time) (wait time.Duration, claim, paced bool) {
+	pace := e.rate.delay(now)
+	if pace <= 0 {
+		return 0, true, false
+	}
+	if !e.pacing.CompareAndSwap(false, true) {
+		return 0, false, false
+	}
+	at := time.Unix(0, e.lastClaim.Load()).Add(pace)
+	return max(at.Sub(now), 0), true, true
+}
+
+// wakeDone ends a paced wait that wakeClaim started.
+func (e *Engine) wakeDone() { e.pacing.Store(false) }

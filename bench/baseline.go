@@ -1,24 +1,26 @@
 package main
 
-// The reference article's design, ported faithfully so that every figure has
-// the article's beside it, measured by the same harness in the same run:
+// The baseline relay: the common hand-written outbox (the reference design
+// BENCHMARKS.md names), ported faithfully so that every figure has it beside
+// pgoutbox's, measured by the same harness in the same run:
 //
-//   - its table and partial index (articleSchemaSQL), ids from its DEFAULT
+//   - its table and partial index (baselineSchemaSQL), ids from its DEFAULT
 //     gen_random_uuid() (UUIDv4);
 //   - its CreateOrder (order row + outbox row in one database/sql transaction);
-//   - its OutboxRelay.processBatch: one transaction, SELECT ... ORDER BY
-//     created_at LIMIT 100 FOR UPDATE SKIP LOCKED, read every row, then for
-//     each row publish and run one UPDATE (processed_at, or attempts + 1);
-//   - its two Run loops: the 1 s ticker, and the LISTEN loop woken by its
-//     per-row NOTIFY trigger with a 5 s fallback ticker.
+//   - its processBatch: one transaction, SELECT ... ORDER BY created_at
+//     LIMIT 100 FOR UPDATE SKIP LOCKED, read every row, then for each row
+//     publish and run one UPDATE (processed_at, or attempts + 1);
+//   - its two Run loops: a 1 s ticker, and a LISTEN loop woken by a per-row
+//     NOTIFY trigger, with a 5 s fallback ticker.
 //
-// Deliberate differences, each neutral or in the article's favour:
+// Deliberate differences, each neutral or in the baseline's favour:
 //   - pgx instead of database/sql + lib/pq in the relay (pgx caches prepared
-//     statements, which only speeds the article up); the LISTEN connection is a
-//     pgx connection feeding a 32-slot channel, as pq.Listener's Notify does.
+//     statements, which only speeds the baseline up); the LISTEN connection
+//     is a pgx connection feeding a 32-slot channel, as pq.Listener's Notify
+//     does.
 //   - its Publisher receives the event id besides (event type, aggregate id,
-//     payload): the article's text asks for the id as the deduplication key,
-//     though its code sample omits it; without it JetStream could not dedup.
+//     payload): a consumer needs it as the deduplication key, and without it
+//     JetStream could not dedup.
 //   - the NOTIFY channel is suffixed with the schema, so that two harness runs
 //     on one database cannot wake each other.
 
@@ -38,9 +40,9 @@ import (
 	"github.com/pgoutbox/outbox"
 )
 
-// articleSchemaSQL is the article's table and index, verbatim, plus the orders
+// baselineSchemaSQL is the baseline's table and index, verbatim, plus the orders
 // table its CreateOrder writes.
-const articleSchemaSQL = `
+const baselineSchemaSQL = `
 CREATE TABLE outbox_events (
     id             UUID         PRIMARY KEY DEFAULT gen_random_uuid(),
     aggregate_type VARCHAR(100) NOT NULL,
@@ -57,7 +59,7 @@ CREATE INDEX idx_outbox_unprocessed
     WHERE processed_at IS NULL;
 `
 
-// ordersSQL is the business table of the article's CreateOrder.
+// ordersSQL is the business table of the baseline's CreateOrder.
 const ordersSQL = `
 CREATE TABLE orders (
     id          VARCHAR(100) PRIMARY KEY,
@@ -67,8 +69,8 @@ CREATE TABLE orders (
 );
 `
 
-// articleTriggerSQL is the article's NOTIFY trigger; %s is the channel.
-const articleTriggerSQL = `
+// baselineTriggerSQL is the baseline's NOTIFY trigger; %s is the channel.
+const baselineTriggerSQL = `
 CREATE OR REPLACE FUNCTION notify_outbox_insert() RETURNS trigger AS $$
 BEGIN
     PERFORM pg_notify('%s', NEW.id::text);
@@ -81,8 +83,8 @@ AFTER INSERT ON outbox_events
 FOR EACH ROW EXECUTE FUNCTION notify_outbox_insert();
 `
 
-// articleClaimSQL is processBatch's claim query, verbatim.
-const articleClaimSQL = `
+// baselineClaimSQL is processBatch's claim query, verbatim.
+const baselineClaimSQL = `
         SELECT id, aggregate_type, aggregate_id, event_type, payload
         FROM outbox_events
         WHERE processed_at IS NULL
@@ -92,17 +94,17 @@ const articleClaimSQL = `
         FOR UPDATE SKIP LOCKED
     `
 
-func articleChannel(schema string) string { return "outbox_event_" + schema }
+func baselineChannel(schema string) string { return "outbox_event_" + schema }
 
-// Order is the article's order.
+// Order is the baseline's order.
 type Order struct {
 	ID         string
 	CustomerID string
 	Total      int64
 }
 
-// articleCreateOrder is the article's OrderService.CreateOrder, verbatim.
-func articleCreateOrder(ctx context.Context, db *sql.DB, order Order) error {
+// baselineCreateOrder is the baseline's OrderService.CreateOrder, verbatim.
+func baselineCreateOrder(ctx context.Context, db *sql.DB, order Order) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin tx: %w", err)
@@ -136,7 +138,7 @@ func articleCreateOrder(ctx context.Context, db *sql.DB, order Order) error {
 	return tx.Commit()
 }
 
-// pgoutboxCreateOrder is the same CreateOrder with the article's outbox
+// pgoutboxCreateOrder is the same CreateOrder with the baseline's outbox
 // INSERT replaced by pgoutbox's Writer: same driver, same transaction shape.
 func pgoutboxCreateOrder(ctx context.Context, db *sql.DB, w *outbox.Writer, order Order) error {
 	tx, err := db.BeginTx(ctx, nil)
@@ -170,16 +172,16 @@ func pgoutboxCreateOrder(ctx context.Context, db *sql.DB, w *outbox.Writer, orde
 	return tx.Commit()
 }
 
-// ArticlePublisher is the article's Publisher, plus the event id (see above).
-type ArticlePublisher interface {
+// BaselinePublisher is the baseline's Publisher, plus the event id (see above).
+type BaselinePublisher interface {
 	Publish(ctx context.Context, id, eventType, aggregateID string, payload json.RawMessage) error
 }
 
-// articlePublisherFor adapts an outbox.Publisher (the same in-memory and NATS
-// publishers pgoutbox's relay uses) to the article's interface.
-type articlePublisherFor struct{ p outbox.Publisher }
+// baselinePublisherFor adapts an outbox.Publisher (the same in-memory and NATS
+// publishers pgoutbox's relay uses) to the baseline's interface.
+type baselinePublisherFor struct{ p outbox.Publisher }
 
-func (a articlePublisherFor) Publish(ctx context.Context, id, eventType, aggregateID string, payload json.RawMessage) error {
+func (a baselinePublisherFor) Publish(ctx context.Context, id, eventType, aggregateID string, payload json.RawMessage) error {
 	uid, err := uuid.Parse(id)
 	if err != nil {
 		return err
@@ -189,10 +191,10 @@ func (a articlePublisherFor) Publish(ctx context.Context, id, eventType, aggrega
 	})
 }
 
-// OutboxRelay is the article's relay.
+// OutboxRelay is the baseline's relay.
 type OutboxRelay struct {
 	db           *pgxpool.Pool
-	publisher    ArticlePublisher
+	publisher    BaselinePublisher
 	logger       *slog.Logger
 	batchSize    int
 	pollInterval time.Duration
@@ -200,14 +202,14 @@ type OutboxRelay struct {
 	channel      string // LISTEN loop only
 }
 
-func newArticleRelay(pool *pgxpool.Pool, pub ArticlePublisher, schema string, logger *slog.Logger) *OutboxRelay {
-	// The article's figures: batch 100 ("50-200 is typical"), 1 s poll, a
+func newBaselineRelay(pool *pgxpool.Pool, pub BaselinePublisher, schema string, logger *slog.Logger) *OutboxRelay {
+	// The baseline's figures: batch 100 ("50-200 is typical"), 1 s poll, a
 	// dead-letter view at 5 attempts.
 	return &OutboxRelay{db: pool, publisher: pub, logger: logger, batchSize: 100,
-		pollInterval: time.Second, maxAttempts: 5, channel: articleChannel(schema)}
+		pollInterval: time.Second, maxAttempts: 5, channel: baselineChannel(schema)}
 }
 
-// Run is the article's first Run: processBatch on every tick.
+// Run is the baseline's first Run: processBatch on every tick.
 func (r *OutboxRelay) Run(ctx context.Context) error {
 	ticker := time.NewTicker(r.pollInterval)
 	defer ticker.Stop()
@@ -224,7 +226,7 @@ func (r *OutboxRelay) Run(ctx context.Context) error {
 	}
 }
 
-// RunListen is the article's LISTEN/NOTIFY Run: one processBatch per
+// RunListen is the baseline's LISTEN/NOTIFY Run: one processBatch per
 // notification, and a 5 s fallback ticker.
 func (r *OutboxRelay) RunListen(ctx context.Context) error {
 	listener, err := newListener(ctx, r.db.Config().ConnConfig, r.channel)
@@ -252,7 +254,7 @@ func (r *OutboxRelay) RunListen(ctx context.Context) error {
 	}
 }
 
-// processBatch is the article's, verbatim but for pgx's API.
+// processBatch is the baseline's, verbatim but for pgx's API.
 func (r *OutboxRelay) processBatch(ctx context.Context) error {
 	tx, err := r.db.Begin(ctx)
 	if err != nil {
@@ -260,7 +262,7 @@ func (r *OutboxRelay) processBatch(ctx context.Context) error {
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
 
-	rows, err := tx.Query(ctx, articleClaimSQL, r.maxAttempts, r.batchSize)
+	rows, err := tx.Query(ctx, baselineClaimSQL, r.maxAttempts, r.batchSize)
 	if err != nil {
 		return fmt.Errorf("query outbox: %w", err)
 	}
@@ -339,7 +341,7 @@ func newListener(ctx context.Context, cc *pgx.ConnConfig, channel string) (*list
 			n, err := conn.WaitForNotification(lctx)
 			if err != nil {
 				if !errors.Is(err, context.Canceled) {
-					slog.Default().Debug("article listener stopped", "err", err)
+					slog.Default().Debug("baseline listener stopped", "err", err)
 				}
 				return
 			}
