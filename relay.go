@@ -194,9 +194,10 @@ type RelayConfig struct {
 	// BatchDelay and BatchDelayAbove trade latency for the writers'
 	// throughput under a heavy stream. While events arrive at up to
 	// BatchDelayAbove per second, a worker woken by a notification or Wake
-	// claims at once. Above that the relay stops following wake-ups and
-	// paces its claims: one worker claims every BatchDelay (rising to it
-	// between that rate and twice it), so each claim carries more events.
+	// claims at once. Above that the relay coalesces wake-ups: one claim per
+	// BatchDelay (rising to it between that rate and twice it), however many
+	// wake-ups arrive, so each claim carries more events. Only wake-ups are
+	// paced: without one, workers claim at their PollInterval.
 	// A claim costs about the same for 3 events or 300, and on a busy
 	// database that cost is taken from the application's transactions. A
 	// backlog (full batches) is always claimed back to back. A negative

@@ -49,27 +49,37 @@ func (e *Engine) worker(ctx context.Context, id int) {
 }
 
 // waitForWork waits d, or until a wake-up when wakeable; false when ctx is
-// done. Under a heavy stream (rateMeter) the relay stops following wake-ups
-// and paces its claims instead: one worker claims BatchDelay after the last
-// claim of any worker, the others wait for the poll, so each claim gathers
-// many events.
+// done. A wake-up is paced under a heavy stream (wakeClaim): the relay then
+// claims once per BatchDelay however many wake-ups arrive, while the poll
+// keeps its own pace.
 func (e *Engine) waitForWork(ctx context.Context, d time.Duration, wakeable bool) bool {
-	if wakeable {
-		now := time.Now()
-		if pace := e.rate.delay(now); pace > 0 {
-			if e.pacing.CompareAndSwap(false, true) {
-				defer e.pacing.Store(false)
-				at := time.Unix(0, e.lastClaim.Load()).Add(pace)
-				return e.sleep(ctx, max(at.Sub(now), 0), false)
-			}
-			return e.sleep(ctx, d, false)
+	deadline := time.Now().Add(d)
+	for {
+		woken, ok := e.wait(ctx, time.Until(deadline), wakeable)
+		if !ok || !woken {
+			return ok
 		}
+		wait, claim, paced := e.wakeClaim(time.Now())
+		switch {
+		case !claim:
+			continue // another woken worker claims for both
+		case !paced:
+			return true
+		}
+		ok = e.sleep(ctx, wait, false)
+		e.wakeDone()
+		return ok
 	}
-	return e.sleep(ctx, d, wakeable)
 }
 
 // sleep waits d, or until a wake-up when wakeable; false when ctx is done.
 func (e *Engine) sleep(ctx context.Context, d time.Duration, wakeable bool) bool {
+	_, ok := e.wait(ctx, d, wakeable)
+	return ok
+}
+
+// wait is sleep that also says whether a wake-up ended it.
+func (e *Engine) wait(ctx context.Context, d time.Duration, wakeable bool) (woken, ok bool) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	var wake <-chan struct{}
@@ -78,9 +88,10 @@ func (e *Engine) sleep(ctx context.Context, d time.Duration, wakeable bool) bool
 	}
 	select {
 	case <-ctx.Done():
-		return false
+		return false, false
 	case <-t.C:
+		return false, true
 	case <-wake:
+		return true, true
 	}
-	return true
 }
