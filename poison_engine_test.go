@@ -20,8 +20,14 @@ func (e *env) writeLarge(size int) {
 	e.t.Helper()
 	buf := make([]byte, size/2)
 	rand.Read(buf)
-	err := pgx.BeginFunc(ctx(e.t), e.pool, func(tx pgx.Tx) error {
-		_, err := e.writer.Write(ctx(e.t), tx, outbox.Event{AggregateType: "order", AggregateID: "big",
+	// Past the Writer's default limit on purpose: the relay must cope with
+	// such rows however they got in (a plain INSERT, a raised limit).
+	w, err := outbox.NewWriter(outbox.WriterConfig{Schema: e.schema, MaxPayloadBytes: -1})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	err = pgx.BeginFunc(ctx(e.t), e.pool, func(tx pgx.Tx) error {
+		_, err := w.Write(ctx(e.t), tx, outbox.Event{AggregateType: "order", AggregateID: "big",
 			EventType: "order.created", Payload: fmt.Appendf(nil, `{"pad":%q}`, hex.EncodeToString(buf))})
 		return err
 	})
