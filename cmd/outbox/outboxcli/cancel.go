@@ -32,7 +32,7 @@ that moment is waited for.
 A published event cannot be taken back: an id that is already published, or
 unknown, is named on stderr and the command exits 6 after cancelling the
 others.`)
-	d.register(o)
+	d.registerAdmin(o)
 	o.fs.BoolVar(&asJSON, "json", false, "print JSON")
 	o.flagOnly("json")
 	return o, func(ctx context.Context, c *cli, o *options) error {

@@ -20,7 +20,7 @@ const (
 	ExitOK           = 0 // success
 	ExitFailure      = 1 // runtime failure
 	ExitUsage        = 2 // usage or configuration error; nothing was done
-	ExitDatabase     = 3 // cannot connect to the database
+	ExitDatabase     = 3 // cannot connect to the database, or it stopped answering (--statement-timeout)
 	ExitNotMigrated  = 4 // the outbox table is missing or not migrated
 	ExitDrainTimeout = 5 // relay: the batch in flight outlived --drain-timeout
 	ExitNotFound     = 6 // retry, dead-letters discard, cancel: some ids were left alone (named on stderr); the rest was done
@@ -172,6 +172,12 @@ func (c *cli) exit(err error) int {
 	if errors.Is(err, outbox.ErrNotMigrated) {
 		code = ExitNotMigrated
 	}
+	var ste *outbox.StatementTimeoutError
+	if errors.As(err, &ste) {
+		c.fail(fmt.Sprintf("%s: no answer from the database %s within %s (--statement-timeout); the statement was abandoned: is the database up and reachable?",
+			ste.Op, ste.Database, ste.Timeout))
+		return ExitDatabase
+	}
 	c.fail(err.Error())
 	return code
 }
@@ -208,7 +214,8 @@ const exitCodesHelp = `Exit codes:
   0  success
   1  runtime failure
   2  usage or configuration error (nothing was done)
-  3  cannot connect to the database (unreachable, authentication, no such database)
+  3  cannot connect to the database (unreachable, authentication, no such
+     database), or it did not answer a statement within --statement-timeout
   4  the outbox table is missing or not migrated: run outbox migrate
      (also migrate status --exit-code when a migration is pending)
   5  relay: the batch in flight outlived --drain-timeout after SIGINT/SIGTERM

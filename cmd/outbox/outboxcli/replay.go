@@ -82,7 +82,7 @@ briefly locks the table against inserts (see docs/REPLAY.md).
 them. An id that is unknown or not delivered yet is named on stderr and the
 command exits 6 after replaying the others. The command prints the replay's id; outbox replay list follows it and
 outbox replay cancel ID removes its copies not yet delivered.`)
-	d.register(o)
+	d.registerAdmin(o)
 	o.fs.StringVar(&mode, "mode", "", "same-id or new-id (required)")
 	o.fs.StringVar(&eventType, "type", "", "replay the events of this event type")
 	o.fs.StringVar(&aggType, "aggregate-type", "", "replay the events of this aggregate type")
@@ -226,7 +226,7 @@ Lists the last replays, newest first: their mode, how many events they
 selected and queued, how many copies are pending and delivered, and their
 state: queuing (outbox replay is still inserting copies), queued (copies
 pending), done, cancelled or failed.`)
-	d.register(o)
+	d.registerAdmin(o)
 	o.fs.IntVar(&limit, "limit", 20, "list at most this many")
 	o.fs.BoolVar(&asJSON, "json", false, "print JSON")
 	o.flagOnly("limit", "json")
@@ -277,7 +277,7 @@ Cancels a replay: stops its queuing if outbox replay is still running (at its
 next batch) and deletes its copies not yet delivered, releasing what they held
 back in ordered mode. Copies already delivered stay delivered; the original
 events are untouched.`)
-	d.register(o)
+	d.registerAdmin(o)
 	o.fs.BoolVar(&asJSON, "json", false, "print JSON")
 	o.flagOnly("json")
 	return o, func(ctx context.Context, c *cli, o *options) error {

@@ -112,7 +112,7 @@ many it re-queued.
 Events already published are never re-queued: an id that is unknown or
 already published is named on stderr and the command exits 6 after
 re-queuing the others. --dry-run counts without changing anything.`)
-	d.register(o)
+	d.registerAdmin(o)
 	sel.register(o, "re-queue")
 	return o, func(ctx context.Context, c *cli, o *options) error {
 		s, err := sel.selector(o)
@@ -179,7 +179,7 @@ Deletes events published more than --retention ago, --cleanup-batch rows per
 statement (each its own short transaction), reporting progress. Pending events
 and dead letters are never deleted. The relay can do the same continuously
 (outbox relay --retention). Durations are Go durations: 168h for 7 days.`)
-	d.register(o)
+	d.registerAdmin(o)
 	o.fs.DurationVar(&retention, "retention", 0, "delete events published more than this long ago, e.g. 168h (required)")
 	o.fs.IntVar(&batch, "cleanup-batch", outbox.DefaultCleanupBatch, "rows deleted per statement")
 	o.fs.BoolVar(&asJSON, "json", false, "print JSON (and no progress lines)")
