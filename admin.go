@@ -424,11 +424,7 @@ func (a *Admin) Events(ctx context.Context, ids ...uuid.UUID) ([]EventInfo, erro
 	if err != nil {
 		return nil, a.fail(ctx, "events", err)
 	}
-	ev, err := a.collectEvents(rows, "events")
-	if err != nil && context.Cause(ctx) == errAdminDeadline {
-		return nil, a.fail(ctx, "events", err)
-	}
-	return ev, err
+	return a.collectEvents(ctx, rows, "events")
 }
 
 func stateOf(e *EventInfo) EventState {

@@ -25,13 +25,15 @@ func (a *Admin) PublishedPerMinute(ctx context.Context, minutes int) ([]MinuteCo
 	if minutes < 1 || minutes > 24*60 {
 		return nil, errors.New("outbox: PublishedPerMinute: minutes must be between 1 and 1440")
 	}
+	ctx, cancel := a.bound(ctx)
+	defer cancel()
 	var now time.Time
 	if err := a.pool.QueryRow(ctx, `SELECT date_trunc('minute', now())`).Scan(&now); err != nil {
-		return nil, a.wrap("published per minute", err)
+		return nil, a.fail(ctx, "published per minute", err)
 	}
 	rows, err := a.pool.Query(ctx, store.NewConsole(a.names).PublishedPerMinute, minutes)
 	if err != nil {
-		return nil, a.wrap("published per minute", err)
+		return nil, a.fail(ctx, "published per minute", err)
 	}
 	out := make([]MinuteCount, minutes)
 	first := now.Add(-time.Duration(minutes-1) * time.Minute)
@@ -47,7 +49,7 @@ func (a *Admin) PublishedPerMinute(ctx context.Context, minutes int) ([]MinuteCo
 		return nil
 	})
 	if err != nil {
-		return nil, a.wrap("published per minute", err)
+		return nil, a.fail(ctx, "published per minute", err)
 	}
 	return out, nil
 }
@@ -59,11 +61,13 @@ func (a *Admin) DeadLetterGroupMembers(ctx context.Context, eventType, errorGrou
 	if limit <= 0 {
 		limit = 100
 	}
+	ctx, cancel := a.bound(ctx)
+	defer cancel()
 	rows, err := a.pool.Query(ctx, store.NewConsole(a.names).DeadInGroup, eventType, errorGroup, limit)
 	if err != nil {
-		return nil, a.wrap("dead-letter group", err)
+		return nil, a.fail(ctx, "dead-letter group", err)
 	}
-	return a.collectEvents(rows, "dead-letter group")
+	return a.collectEvents(ctx, rows, "dead-letter group")
 }
 
 // DefaultTimelineWindow is how many of the latest published events
@@ -97,11 +101,13 @@ func (a *Admin) AggregateTimeline(ctx context.Context, q TimelineQuery) ([]Event
 	if q.PublishedWindow <= 0 {
 		q.PublishedWindow = DefaultTimelineWindow
 	}
+	ctx, cancel := a.bound(ctx)
+	defer cancel()
 	rows, err := a.pool.Query(ctx, store.NewConsole(a.names).Timeline, q.AggregateType, q.AggregateID, q.Limit, q.PublishedWindow)
 	if err != nil {
-		return nil, a.wrap("timeline", err)
+		return nil, a.fail(ctx, "timeline", err)
 	}
-	out, err := a.collectEvents(rows, "timeline")
+	out, err := a.collectEvents(ctx, rows, "timeline")
 	if err != nil {
 		return nil, err
 	}
@@ -111,7 +117,8 @@ func (a *Admin) AggregateTimeline(ctx context.Context, q TimelineQuery) ([]Event
 	return out, nil
 }
 
-func (a *Admin) collectEvents(rows pgx.Rows, op string) ([]EventInfo, error) {
+// collectEvents reads rows of EventsByID's shape; ctx is the call's, bounded.
+func (a *Admin) collectEvents(ctx context.Context, rows pgx.Rows, op string) ([]EventInfo, error) {
 	out := []EventInfo{}
 	var e EventInfo
 	_, err := pgx.ForEachRow(rows, []any{&e.ID, &e.Seq, &e.AggregateType, &e.AggregateID, &e.EventType, &e.Payload,
@@ -122,7 +129,7 @@ func (a *Admin) collectEvents(rows pgx.Rows, op string) ([]EventInfo, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, a.wrap(op, err)
+		return nil, a.fail(ctx, op, err)
 	}
 	return out, nil
 }
@@ -146,9 +153,11 @@ func (a *Admin) BlockedAggregateList(ctx context.Context, limit int) ([]BlockedA
 	if limit <= 0 {
 		limit = 20
 	}
+	ctx, cancel := a.bound(ctx)
+	defer cancel()
 	rows, err := a.pool.Query(ctx, store.NewConsole(a.names).Blocked, limit)
 	if err != nil {
-		return nil, a.wrap("blocked aggregates", err)
+		return nil, a.fail(ctx, "blocked aggregates", err)
 	}
 	out := []BlockedAggregate{}
 	var b BlockedAggregate
@@ -157,7 +166,7 @@ func (a *Admin) BlockedAggregateList(ctx context.Context, limit int) ([]BlockedA
 		return nil
 	})
 	if err != nil {
-		return nil, a.wrap("blocked aggregates", err)
+		return nil, a.fail(ctx, "blocked aggregates", err)
 	}
 	return out, nil
 }
