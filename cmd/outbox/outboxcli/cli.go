@@ -23,7 +23,7 @@ const (
 	ExitDatabase     = 3 // cannot connect to the database, or it stopped answering (--statement-timeout)
 	ExitNotMigrated  = 4 // the outbox table is missing or not migrated
 	ExitDrainTimeout = 5 // relay: the batch in flight outlived --drain-timeout
-	ExitNotFound     = 6 // retry, dead-letters discard, cancel: some ids were left alone (named on stderr); the rest was done
+	ExitNotFound     = 6 // retry, dead-letters discard, cancel, replay: some ids were left alone (named on stderr); the rest was done
 )
 
 // command is one subcommand.
@@ -219,9 +219,10 @@ const exitCodesHelp = `Exit codes:
   4  the outbox table is missing or not migrated: run outbox migrate
      (also migrate status --exit-code when a migration is pending)
   5  relay: the batch in flight outlived --drain-timeout after SIGINT/SIGTERM
-  6  retry, dead-letters discard, cancel: some of the given ids were left
-     alone (unknown, already published, or not a dead letter; named on
-     stderr); the others were done. replay cancel: no such replay
+  6  retry, dead-letters discard, cancel, replay: some of the given ids
+     were left alone (unknown, already published, not a dead letter, or not
+     delivered yet; named on stderr); the others were done. replay cancel:
+     no such replay
 `
 
 func (c *cli) usage(w io.Writer) {

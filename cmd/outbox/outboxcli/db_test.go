@@ -3,6 +3,7 @@ package outboxcli
 import (
 	"bytes"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -124,5 +125,28 @@ func TestStatementTimeoutFlag(t *testing.T) {
 	wantExit(t, r, ExitUsage)
 	if !strings.Contains(r.stderr, "--statement-timeout: -2s: must not be negative (0 means the default) (set by OUTBOX_STATEMENT_TIMEOUT)") {
 		t.Errorf("stderr does not name the variable and the problem:\n%s", r.stderr)
+	}
+}
+
+// TestDocListsEveryCommand: the package documentation's command list names
+// every command and subcommand `outbox --help` has.
+func TestDocListsEveryCommand(t *testing.T) {
+	t.Parallel()
+	src, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(src), "// # Commands")
+	section, _, _ = strings.Cut(section, "// # Configuration")
+	for _, cmd := range commands() {
+		names := []string{cmd.name}
+		for _, sub := range cmd.subs {
+			names = append(names, cmd.name+" "+sub.name)
+		}
+		for _, n := range names {
+			if !strings.Contains(section, "//\t"+n+" ") && !strings.Contains(section, "//\t"+n+"\n") {
+				t.Errorf("doc.go's command list does not describe %q", n)
+			}
+		}
 	}
 }
