@@ -39,13 +39,9 @@ others.`)
 		if len(o.args) == 0 {
 			return usageErr("cancel: give the ids of the events to cancel")
 		}
-		var ids []uuid.UUID
-		for _, a := range o.args {
-			id, err := uuid.Parse(a)
-			if err != nil {
-				return usageErr("cancel: %q is not an event id (want a UUID)", a)
-			}
-			ids = append(ids, id)
+		ids, err := eventIDs(o)
+		if err != nil {
+			return err
 		}
 		admin, done, err := c.adminFor(ctx, o, &d)
 		if err != nil {

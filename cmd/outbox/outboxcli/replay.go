@@ -29,21 +29,6 @@ type replaySampleJSON struct {
 	CreatedAt     time.Time `json:"created_at"`
 }
 
-// parseWhen reads --since/--until: an RFC 3339 time, or a duration meaning
-// that long ago.
-func parseWhen(flag, s string, now time.Time) (time.Time, error) {
-	if s == "" {
-		return time.Time{}, nil
-	}
-	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		return t, nil
-	}
-	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
-		return now.Add(-d), nil
-	}
-	return time.Time{}, usageErr("--%s: %q: want an RFC 3339 time (2026-03-01T12:00:00Z) or a duration ago (24h)", flag, s)
-}
-
 func replayCommand() (*options, func(context.Context, *cli, *options) error) {
 	var (
 		d                               dbOptions
@@ -100,18 +85,11 @@ outbox replay cancel ID removes its copies not yet delivered.`)
 		now := time.Now()
 		s := outbox.ReplaySelector{Mode: outbox.ReplayMode(mode), EventType: eventType, AggregateType: aggType,
 			AggregateID: aggID, All: all, DryRun: dryRun, Rate: rate, BatchSize: batch, Sample: sample}
-		for _, a := range o.args {
-			id, err := uuid.Parse(a)
-			if err != nil {
-				return usageErr("replay: %q is not an event id (want a UUID)", a)
-			}
-			s.IDs = append(s.IDs, id)
-		}
 		var err error
-		if s.Since, err = parseWhen("since", since, now); err != nil {
+		if s.IDs, err = eventIDs(o); err != nil {
 			return err
 		}
-		if s.Until, err = parseWhen("until", until, now); err != nil {
+		if s.Since, s.Until, err = parseRange(since, until, now); err != nil {
 			return err
 		}
 		switch {
@@ -127,8 +105,9 @@ outbox replay cancel ID removes its copies not yet delivered.`)
 			return usageErr("--sample: %d: must be at least 1", sample)
 		case len(s.IDs) == 0 && !all && eventType == "" && aggType == "" && aggID == "" && since == "" && until == "":
 			return usageErr("replay: give event ids, --all, or at least one of --type, --aggregate-type, --aggregate-id, --since, --until")
-		case !s.Since.IsZero() && !s.Until.IsZero() && !s.Until.After(s.Since):
-			return usageErr("--until %s is not after --since %s", s.Until.Format(time.RFC3339), s.Since.Format(time.RFC3339))
+		}
+		if err := checkRange(s.Since, s.Until); err != nil {
+			return err
 		}
 		admin, done, err := c.adminFor(ctx, o, &d)
 		if err != nil {
