@@ -125,6 +125,17 @@ func (a *Admin) fail(ctx context.Context, op string, err error) error {
 	return a.wrap(op, err)
 }
 
+// collect reads every row of rows into a T, each row starting from a zero T
+// (a map field is never merged into the previous row's); fields returns the
+// scan destinations in v, in the query's column order.
+func collect[T any](rows pgx.Rows, fields func(v *T) []any) ([]T, error) {
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (T, error) {
+		var v T
+		err := row.Scan(fields(&v)...)
+		return v, err
+	})
+}
+
 // Table returns the quoted, qualified outbox table name.
 func (a *Admin) Table() string { return a.names.QTable }
 
@@ -185,12 +196,20 @@ func (a *Admin) Status(ctx context.Context) (*Status, error) {
 	if err != nil {
 		return nil, a.fail(ctx, "status", err)
 	}
-	var ts TypeStatus
-	var oldest *time.Time
-	_, err = pgx.ForEachRow(rows, []any{&ts.EventType, &ts.Pending, &ts.DeadLetters, &ts.Held, &ts.PublishedLastMinute, &ts.PublishedLastHour, &oldest}, func() error {
-		ts.OldestPendingAge = 0
-		if oldest != nil {
-			ts.OldestPendingAge = max(now.Sub(*oldest), 0)
+	type typeRow struct {
+		TypeStatus
+		oldest *time.Time
+	}
+	types, err := collect(rows, func(r *typeRow) []any {
+		return []any{&r.EventType, &r.Pending, &r.DeadLetters, &r.Held, &r.PublishedLastMinute, &r.PublishedLastHour, &r.oldest}
+	})
+	if err != nil {
+		return nil, a.fail(ctx, "status", err)
+	}
+	for _, r := range types {
+		ts := r.TypeStatus
+		if r.oldest != nil {
+			ts.OldestPendingAge = max(now.Sub(*r.oldest), 0)
 		}
 		ts.OldestPendingAgeSeconds = ts.OldestPendingAge.Seconds()
 		st.ByType = append(st.ByType, ts)
@@ -201,10 +220,6 @@ func (a *Admin) Status(ctx context.Context) (*Status, error) {
 		st.PublishedLastHour += ts.PublishedLastHour
 		st.OldestPendingAge = max(st.OldestPendingAge, ts.OldestPendingAge)
 		st.OldestPendingAgeSeconds = st.OldestPendingAge.Seconds()
-		return nil
-	})
-	if err != nil {
-		return nil, a.fail(ctx, "status", err)
 	}
 	return st, nil
 }
@@ -230,13 +245,9 @@ func (a *Admin) DeadLetters(ctx context.Context, f DeadLetterFilter) ([]Record, 
 	if err != nil {
 		return nil, a.fail(ctx, "dead letters", err)
 	}
-	out := []Record{}
-	var r Record
-	_, err = pgx.ForEachRow(rows, []any{&r.ID, &r.Seq, &r.AggregateType, &r.AggregateID, &r.EventType, &r.Payload,
-		&r.Headers, &r.Attempts, &r.CreatedAt, &r.ProcessedAt, &r.RetryAfter, &r.DeadAt, &r.LastError}, func() error {
-		out = append(out, r)
-		r = Record{}
-		return nil
+	out, err := collect(rows, func(r *Record) []any {
+		return []any{&r.ID, &r.Seq, &r.AggregateType, &r.AggregateID, &r.EventType, &r.Payload,
+			&r.Headers, &r.Attempts, &r.CreatedAt, &r.ProcessedAt, &r.RetryAfter, &r.DeadAt, &r.LastError}
 	})
 	if err != nil {
 		return nil, a.fail(ctx, "dead letters", err)
@@ -383,11 +394,8 @@ func (a *Admin) DeadLetterGroups(ctx context.Context, byErrorOnly bool) ([]DeadL
 	if err != nil {
 		return nil, a.fail(ctx, "dead-letter groups", err)
 	}
-	out := []DeadLetterGroup{}
-	var g DeadLetterGroup
-	_, err = pgx.ForEachRow(rows, []any{&g.EventType, &g.Error, &g.Count, &g.FirstSeen, &g.LastSeen, &g.SampleID}, func() error {
-		out = append(out, g)
-		return nil
+	out, err := collect(rows, func(g *DeadLetterGroup) []any {
+		return []any{&g.EventType, &g.Error, &g.Count, &g.FirstSeen, &g.LastSeen, &g.SampleID}
 	})
 	if err != nil {
 		return nil, a.fail(ctx, "dead-letter groups", err)

@@ -40,16 +40,14 @@ func (a *Admin) PublishedPerMinute(ctx context.Context, minutes int) ([]MinuteCo
 	for i := range out {
 		out[i].Minute = first.Add(time.Duration(i) * time.Minute)
 	}
-	var m time.Time
-	var n int64
-	_, err = pgx.ForEachRow(rows, []any{&m, &n}, func() error {
-		if i := int(m.Sub(first) / time.Minute); i >= 0 && i < minutes {
-			out[i].Count = n
-		}
-		return nil
-	})
+	counts, err := collect(rows, func(m *MinuteCount) []any { return []any{&m.Minute, &m.Count} })
 	if err != nil {
 		return nil, a.fail(ctx, "published per minute", err)
+	}
+	for _, m := range counts {
+		if i := int(m.Minute.Sub(first) / time.Minute); i >= 0 && i < minutes {
+			out[i].Count = m.Count
+		}
 	}
 	return out, nil
 }
@@ -119,17 +117,15 @@ func (a *Admin) AggregateTimeline(ctx context.Context, q TimelineQuery) ([]Event
 
 // collectEvents reads rows of EventsByID's shape; ctx is the call's, bounded.
 func (a *Admin) collectEvents(ctx context.Context, rows pgx.Rows, op string) ([]EventInfo, error) {
-	out := []EventInfo{}
-	var e EventInfo
-	_, err := pgx.ForEachRow(rows, []any{&e.ID, &e.Seq, &e.AggregateType, &e.AggregateID, &e.EventType, &e.Payload,
-		&e.Headers, &e.Attempts, &e.CreatedAt, &e.ProcessedAt, &e.RetryAfter, &e.DeadAt, &e.LastError, &e.HeldBy}, func() error {
-		e.State = stateOf(&e)
-		out = append(out, e)
-		e = EventInfo{}
-		return nil
+	out, err := collect(rows, func(e *EventInfo) []any {
+		return []any{&e.ID, &e.Seq, &e.AggregateType, &e.AggregateID, &e.EventType, &e.Payload,
+			&e.Headers, &e.Attempts, &e.CreatedAt, &e.ProcessedAt, &e.RetryAfter, &e.DeadAt, &e.LastError, &e.HeldBy}
 	})
 	if err != nil {
 		return nil, a.fail(ctx, op, err)
+	}
+	for i := range out {
+		out[i].State = stateOf(&out[i])
 	}
 	return out, nil
 }
@@ -159,11 +155,8 @@ func (a *Admin) BlockedAggregateList(ctx context.Context, limit int) ([]BlockedA
 	if err != nil {
 		return nil, a.fail(ctx, "blocked aggregates", err)
 	}
-	out := []BlockedAggregate{}
-	var b BlockedAggregate
-	_, err = pgx.ForEachRow(rows, []any{&b.AggregateType, &b.AggregateID, &b.DeadLetter, &b.EventType, &b.ErrorGroup, &b.Behind}, func() error {
-		out = append(out, b)
-		return nil
+	out, err := collect(rows, func(b *BlockedAggregate) []any {
+		return []any{&b.AggregateType, &b.AggregateID, &b.DeadLetter, &b.EventType, &b.ErrorGroup, &b.Behind}
 	})
 	if err != nil {
 		return nil, a.fail(ctx, "blocked aggregates", err)

@@ -221,13 +221,9 @@ func (a *Admin) Replay(ctx context.Context, sel ReplaySelector) (ReplayResult, e
 		if err != nil {
 			return res, a.wrap("replay", err)
 		}
-		res.Sample = []Record{}
-		var r Record
-		_, err = pgx.ForEachRow(rows, []any{&r.ID, &r.Seq, &r.AggregateType, &r.AggregateID, &r.EventType,
-			&r.Payload, &r.Headers, &r.CreatedAt, &r.ProcessedAt}, func() error {
-			res.Sample = append(res.Sample, r)
-			r = Record{}
-			return nil
+		res.Sample, err = collect(rows, func(r *Record) []any {
+			return []any{&r.ID, &r.Seq, &r.AggregateType, &r.AggregateID, &r.EventType,
+				&r.Payload, &r.Headers, &r.CreatedAt, &r.ProcessedAt}
 		})
 		if err != nil {
 			return res, a.wrap("replay", err)
@@ -441,22 +437,25 @@ func (a *Admin) replays(ctx context.Context, limit int, id *uuid.UUID) ([]Replay
 	if err != nil {
 		return nil, a.wrap("replay list", err)
 	}
-	out := []ReplayInfo{}
-	var r ReplayInfo
-	var mode string
-	var selector []byte
-	_, err = pgx.ForEachRow(rows, []any{&r.ID, &mode, &selector, &r.Selected, &r.Queued, &r.Skipped, &r.Cancelled,
-		&r.State, &r.Error, &r.CreatedAt, &r.FinishedAt, &r.Pending, &r.Delivered}, func() error {
-		r.Mode, r.Selector = ReplayMode(mode), json.RawMessage(selector)
-		if r.State == "queued" && r.Pending == 0 {
-			r.State = "done"
-		}
-		out = append(out, r)
-		r = ReplayInfo{}
-		return nil
+	type replayRow struct {
+		ReplayInfo
+		mode     string
+		selector []byte
+	}
+	rs, err := collect(rows, func(r *replayRow) []any {
+		return []any{&r.ID, &r.mode, &r.selector, &r.Selected, &r.Queued, &r.Skipped, &r.Cancelled,
+			&r.State, &r.Error, &r.CreatedAt, &r.FinishedAt, &r.Pending, &r.Delivered}
 	})
 	if err != nil {
 		return nil, a.wrap("replay list", err)
+	}
+	out := make([]ReplayInfo, len(rs))
+	for i, r := range rs {
+		out[i] = r.ReplayInfo
+		out[i].Mode, out[i].Selector = ReplayMode(r.mode), json.RawMessage(r.selector)
+		if out[i].State == "queued" && out[i].Pending == 0 {
+			out[i].State = "done"
+		}
 	}
 	return out, nil
 }
