@@ -136,6 +136,16 @@ func collect[T any](rows pgx.Rows, fields func(v *T) []any) ([]T, error) {
 	})
 }
 
+// timedOut returns err as a *StatementTimeoutError when ctx (from bound)
+// passed its statement deadline, else err unchanged: for steps whose errors
+// the caller wraps itself.
+func (a *Admin) timedOut(ctx context.Context, op string, err error) error {
+	if err != nil && context.Cause(ctx) == errAdminDeadline {
+		return a.fail(ctx, op, err)
+	}
+	return err
+}
+
 // Table returns the quoted, qualified outbox table name.
 func (a *Admin) Table() string { return a.names.QTable }
 

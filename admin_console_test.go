@@ -105,10 +105,7 @@ func TestAdminAggregateTimelineWindow(t *testing.T) {
 func TestAdminConsoleStatementDeadline(t *testing.T) {
 	e := setup(t)
 	e.write(1)
-	calls := []struct {
-		op   string
-		call func(context.Context, *outbox.Admin) error
-	}{
+	calls := []deadlineCall{
 		{"published per minute", func(c context.Context, a *outbox.Admin) error {
 			_, err := a.PublishedPerMinute(c, 60)
 			return err
@@ -126,6 +123,21 @@ func TestAdminConsoleStatementDeadline(t *testing.T) {
 			return err
 		}},
 	}
+	testStatementDeadlines(t, e, calls)
+}
+
+// deadlineCall is one Admin call for testStatementDeadlines.
+type deadlineCall struct {
+	op   string // as the error names it
+	call func(context.Context, *outbox.Admin) error
+}
+
+// testStatementDeadlines runs each call on a live connection (it must
+// work), then on a frozen one: it must return within the 1s deadline, give
+// or take, with a *StatementTimeoutError naming the operation and the
+// database.
+func testStatementDeadlines(t *testing.T, e *env, calls []deadlineCall) {
+	t.Helper()
 	for _, c := range calls {
 		t.Run(strings.ReplaceAll(c.op, " ", "_"), func(t *testing.T) {
 			t.Parallel()
