@@ -112,6 +112,25 @@ func (a *Admin) bound(ctx context.Context) (context.Context, context.CancelFunc)
 	return context.WithTimeoutCause(ctx, a.timeout, errAdminDeadline)
 }
 
+// boundPerBatch is bound for a call made of batches (Cleanup, Archive): the
+// deadline restarts at each batch, which the call reports through the
+// returned progress (wrapping progress, which may be nil). A long run is
+// fine; a batch that never answers is not. stop releases the timer.
+func (a *Admin) boundPerBatch(ctx context.Context, progress func(int64)) (_ context.Context, each func(int64), stop func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	if a.timeout <= 0 {
+		return ctx, progress, func() { cancel(nil) }
+	}
+	timer := time.AfterFunc(a.timeout, func() { cancel(errAdminDeadline) })
+	each = func(n int64) {
+		timer.Reset(a.timeout)
+		if progress != nil {
+			progress(n)
+		}
+	}
+	return ctx, each, func() { timer.Stop(); cancel(nil) }
+}
+
 // fail is wrap for a call bounded by bound: past the statement deadline it
 // says so, naming the database.
 func (a *Admin) fail(ctx context.Context, op string, err error) error {
@@ -485,21 +504,8 @@ func (a *Admin) Cleanup(ctx context.Context, olderThan time.Duration, batchSize 
 	if batchSize <= 0 {
 		batchSize = DefaultCleanupBatch
 	}
-	// The deadline is per batch: a long cleanup is fine, a batch that
-	// never answers is not.
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	each := progress
-	if a.timeout > 0 {
-		timer := time.AfterFunc(a.timeout, func() { cancel(errAdminDeadline) })
-		defer timer.Stop()
-		each = func(deleted int64) {
-			timer.Reset(a.timeout)
-			if progress != nil {
-				progress(deleted)
-			}
-		}
-	}
+	ctx, each, stop := a.boundPerBatch(ctx, progress)
+	defer stop()
 	n, err := engine.Cleanup(ctx, a.pool, a.q, olderThan, batchSize, each)
 	if err != nil {
 		return n, a.fail(ctx, "cleanup", err)
