@@ -578,7 +578,7 @@ func TestReplayCancelWhileQueuing(t *testing.T) {
 }
 
 // TestAdminReplayStatementDeadline: Replay (dry run and real), ReplayList,
-// ReplayCancel, ReplayTotals and Cancel on a connection that stopped
+// ReplayCancel, ReplayTotals, Cancel and Archive (per batch) on a connection that stopped
 // answering return within AdminConfig.StatementTimeout with a
 // *StatementTimeoutError, like the other Admin calls.
 func TestAdminReplayStatementDeadline(t *testing.T) {
@@ -610,6 +610,10 @@ func TestAdminReplayStatementDeadline(t *testing.T) {
 		}},
 		{"cancel", func(c context.Context, a *outbox.Admin) error {
 			_, err := a.Cancel(c, uuid.New())
+			return err
+		}},
+		{"archive", func(c context.Context, a *outbox.Admin) error {
+			_, err := a.Archive(c, time.Hour, 10, nil)
 			return err
 		}},
 	})
