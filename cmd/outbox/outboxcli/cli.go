@@ -174,8 +174,11 @@ func (c *cli) exit(err error) int {
 	}
 	var ste *outbox.StatementTimeoutError
 	if errors.As(err, &ste) {
-		c.fail(fmt.Sprintf("%s: no answer from the database %s within %s (--statement-timeout); the statement was abandoned: is the database up and reachable?",
-			ste.Op, ste.Database, ste.Timeout))
+		// Reworded for the operator, keeping what the command added around
+		// it ("(deleted 1000 before the failure)").
+		msg := fmt.Sprintf("%s: no answer from the database %s within %s (--statement-timeout); the statement was abandoned: is the database up and reachable?",
+			ste.Op, ste.Database, ste.Timeout)
+		c.fail(strings.Replace(err.Error(), strings.TrimPrefix(ste.Error(), "outbox: "), msg, 1))
 		return ExitDatabase
 	}
 	c.fail(err.Error())

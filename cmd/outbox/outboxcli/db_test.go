@@ -31,12 +31,15 @@ func TestCommandsDoNotHangOnAFrozenDatabase(t *testing.T) {
 		marker     string            // the first bytes of the statement to freeze
 		op         string
 		within     time.Duration // the statement deadline the command must report
+		also       string        // more the error must say
 	}{
 		{args: []string{"status"}, dsnTimeout: "1000", marker: "SELECT now()", op: "status", within: 6 * time.Second},
 		{args: []string{"dead-letters", "--json"}, dsnTimeout: "1000", marker: "dead_at IS NOT NULL", op: "dead letters", within: 6 * time.Second},
 		{args: []string{"status", "--statement-timeout", "2s"}, dsnTimeout: "1000", marker: "SELECT now()", op: "status", within: 2 * time.Second},
 		{args: []string{"dead-letters", "--json"}, env: map[string]string{"OUTBOX_STATEMENT_TIMEOUT": "1500ms"},
 			marker: "dead_at IS NOT NULL", op: "dead letters", within: 1500 * time.Millisecond},
+		{args: []string{"cleanup", "--retention", "1h", "--statement-timeout", "1s"}, marker: "DELETE", op: "cleanup",
+			within: time.Second, also: "(deleted 0 before the failure)"},
 	} {
 		t.Run(strings.Join(c.args, " ")+" "+c.within.String(), func(t *testing.T) {
 			t.Parallel()
@@ -90,7 +93,7 @@ func TestCommandsDoNotHangOnAFrozenDatabase(t *testing.T) {
 				t.Fatalf("%s failed after %s, before its %s deadline:\n%s", c.args, took, c.within, r)
 			}
 			wantExit(t, r, ExitDatabase)
-			for _, want := range []string{"outbox: " + c.op + ": no answer from the database " + px.Addr() + "/", "within " + c.within.String(), "--statement-timeout"} {
+			for _, want := range []string{"outbox: " + c.op + ": no answer from the database " + px.Addr() + "/", "within " + c.within.String(), "--statement-timeout", c.also} {
 				if !strings.Contains(r.stderr, want) {
 					t.Errorf("stderr does not say %q:\n%s", want, r.stderr)
 				}
