@@ -157,7 +157,7 @@ func testStatementDeadlines(t *testing.T, e *env, calls []deadlineCall) {
 				t.Fatalf("err = %v (%T), want a *StatementTimeoutError", err, err)
 			}
 			msg := err.Error()
-			for _, want := range []string{"outbox: " + c.op + ": ", px.Addr(), "within 1s"} {
+			for _, want := range []string{"outbox: " + c.op + ": ", px.Addr(), "within 1s", "AdminConfig.StatementTimeout"} {
 				if !strings.Contains(msg, want) {
 					t.Errorf("error %q does not name %q", msg, want)
 				}
