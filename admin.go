@@ -112,6 +112,25 @@ func (a *Admin) bound(ctx context.Context) (context.Context, context.CancelFunc)
 	return context.WithTimeoutCause(ctx, a.timeout, errAdminDeadline)
 }
 
+// boundPerBatch is bound for a call made of batches (Cleanup, Archive): the
+// deadline restarts at each batch, which the call reports through the
+// returned progress (wrapping progress, which may be nil). A long run is
+// fine; a batch that never answers is not. stop releases the timer.
+func (a *Admin) boundPerBatch(ctx context.Context, progress func(int64)) (_ context.Context, each func(int64), stop func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	if a.timeout <= 0 {
+		return ctx, progress, func() { cancel(nil) }
+	}
+	timer := time.AfterFunc(a.timeout, func() { cancel(errAdminDeadline) })
+	each = func(n int64) {
+		timer.Reset(a.timeout)
+		if progress != nil {
+			progress(n)
+		}
+	}
+	return ctx, each, func() { timer.Stop(); cancel(nil) }
+}
+
 // fail is wrap for a call bounded by bound: past the statement deadline it
 // says so, naming the database.
 func (a *Admin) fail(ctx context.Context, op string, err error) error {
@@ -123,6 +142,27 @@ func (a *Admin) fail(ctx context.Context, op string, err error) error {
 		}
 	}
 	return a.wrap(op, err)
+}
+
+// collect reads every row of rows into a T, each row starting from a zero T
+// (a map field is never merged into the previous row's); fields returns the
+// scan destinations in v, in the query's column order.
+func collect[T any](rows pgx.Rows, fields func(v *T) []any) ([]T, error) {
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (T, error) {
+		var v T
+		err := row.Scan(fields(&v)...)
+		return v, err
+	})
+}
+
+// timedOut returns err as a *StatementTimeoutError when ctx (from bound)
+// passed its statement deadline, else err unchanged: for steps whose errors
+// the caller wraps itself.
+func (a *Admin) timedOut(ctx context.Context, op string, err error) error {
+	if err != nil && context.Cause(ctx) == errAdminDeadline {
+		return a.fail(ctx, op, err)
+	}
+	return err
 }
 
 // Table returns the quoted, qualified outbox table name.
@@ -185,12 +225,20 @@ func (a *Admin) Status(ctx context.Context) (*Status, error) {
 	if err != nil {
 		return nil, a.fail(ctx, "status", err)
 	}
-	var ts TypeStatus
-	var oldest *time.Time
-	_, err = pgx.ForEachRow(rows, []any{&ts.EventType, &ts.Pending, &ts.DeadLetters, &ts.Held, &ts.PublishedLastMinute, &ts.PublishedLastHour, &oldest}, func() error {
-		ts.OldestPendingAge = 0
-		if oldest != nil {
-			ts.OldestPendingAge = max(now.Sub(*oldest), 0)
+	type typeRow struct {
+		TypeStatus
+		oldest *time.Time
+	}
+	types, err := collect(rows, func(r *typeRow) []any {
+		return []any{&r.EventType, &r.Pending, &r.DeadLetters, &r.Held, &r.PublishedLastMinute, &r.PublishedLastHour, &r.oldest}
+	})
+	if err != nil {
+		return nil, a.fail(ctx, "status", err)
+	}
+	for _, r := range types {
+		ts := r.TypeStatus
+		if r.oldest != nil {
+			ts.OldestPendingAge = max(now.Sub(*r.oldest), 0)
 		}
 		ts.OldestPendingAgeSeconds = ts.OldestPendingAge.Seconds()
 		st.ByType = append(st.ByType, ts)
@@ -201,10 +249,6 @@ func (a *Admin) Status(ctx context.Context) (*Status, error) {
 		st.PublishedLastHour += ts.PublishedLastHour
 		st.OldestPendingAge = max(st.OldestPendingAge, ts.OldestPendingAge)
 		st.OldestPendingAgeSeconds = st.OldestPendingAge.Seconds()
-		return nil
-	})
-	if err != nil {
-		return nil, a.fail(ctx, "status", err)
 	}
 	return st, nil
 }
@@ -230,13 +274,9 @@ func (a *Admin) DeadLetters(ctx context.Context, f DeadLetterFilter) ([]Record, 
 	if err != nil {
 		return nil, a.fail(ctx, "dead letters", err)
 	}
-	out := []Record{}
-	var r Record
-	_, err = pgx.ForEachRow(rows, []any{&r.ID, &r.Seq, &r.AggregateType, &r.AggregateID, &r.EventType, &r.Payload,
-		&r.Headers, &r.Attempts, &r.CreatedAt, &r.ProcessedAt, &r.RetryAfter, &r.DeadAt, &r.LastError}, func() error {
-		out = append(out, r)
-		r = Record{}
-		return nil
+	out, err := collect(rows, func(r *Record) []any {
+		return []any{&r.ID, &r.Seq, &r.AggregateType, &r.AggregateID, &r.EventType, &r.Payload,
+			&r.Headers, &r.Attempts, &r.CreatedAt, &r.ProcessedAt, &r.RetryAfter, &r.DeadAt, &r.LastError}
 	})
 	if err != nil {
 		return nil, a.fail(ctx, "dead letters", err)
@@ -383,11 +423,8 @@ func (a *Admin) DeadLetterGroups(ctx context.Context, byErrorOnly bool) ([]DeadL
 	if err != nil {
 		return nil, a.fail(ctx, "dead-letter groups", err)
 	}
-	out := []DeadLetterGroup{}
-	var g DeadLetterGroup
-	_, err = pgx.ForEachRow(rows, []any{&g.EventType, &g.Error, &g.Count, &g.FirstSeen, &g.LastSeen, &g.SampleID}, func() error {
-		out = append(out, g)
-		return nil
+	out, err := collect(rows, func(g *DeadLetterGroup) []any {
+		return []any{&g.EventType, &g.Error, &g.Count, &g.FirstSeen, &g.LastSeen, &g.SampleID}
 	})
 	if err != nil {
 		return nil, a.fail(ctx, "dead-letter groups", err)
@@ -424,11 +461,7 @@ func (a *Admin) Events(ctx context.Context, ids ...uuid.UUID) ([]EventInfo, erro
 	if err != nil {
 		return nil, a.fail(ctx, "events", err)
 	}
-	ev, err := a.collectEvents(rows, "events")
-	if err != nil && context.Cause(ctx) == errAdminDeadline {
-		return nil, a.fail(ctx, "events", err)
-	}
-	return ev, err
+	return a.collectEvents(ctx, rows, "events")
 }
 
 func stateOf(e *EventInfo) EventState {
@@ -471,21 +504,8 @@ func (a *Admin) Cleanup(ctx context.Context, olderThan time.Duration, batchSize 
 	if batchSize <= 0 {
 		batchSize = DefaultCleanupBatch
 	}
-	// The deadline is per batch: a long cleanup is fine, a batch that
-	// never answers is not.
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	each := progress
-	if a.timeout > 0 {
-		timer := time.AfterFunc(a.timeout, func() { cancel(errAdminDeadline) })
-		defer timer.Stop()
-		each = func(deleted int64) {
-			timer.Reset(a.timeout)
-			if progress != nil {
-				progress(deleted)
-			}
-		}
-	}
+	ctx, each, stop := a.boundPerBatch(ctx, progress)
+	defer stop()
 	n, err := engine.Cleanup(ctx, a.pool, a.q, olderThan, batchSize, each)
 	if err != nil {
 		return n, a.fail(ctx, "cleanup", err)

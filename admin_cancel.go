@@ -37,17 +37,19 @@ func (a *Admin) Cancel(ctx context.Context, ids ...uuid.UUID) (CancelResult, err
 	if err != nil {
 		return res, err
 	}
+	ctx, cancel := a.bound(ctx)
+	defer cancel()
 	var gone []uuid.UUID
 	if err := a.pool.QueryRow(ctx, rq.CancelEvents, ids).Scan(&gone, &res.Released); err != nil {
-		return res, a.wrap("cancel", err)
+		return res, a.fail(ctx, "cancel", err)
 	}
 	rows, err := a.pool.Query(ctx, rq.Published, ids)
 	if err != nil {
-		return res, a.wrap("cancel", err)
+		return res, a.fail(ctx, "cancel", err)
 	}
 	published, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
 	if err != nil {
-		return res, a.wrap("cancel", err)
+		return res, a.fail(ctx, "cancel", err)
 	}
 	in := func(set []uuid.UUID) map[uuid.UUID]bool {
 		m := make(map[uuid.UUID]bool, len(set))

@@ -25,29 +25,29 @@ func (a *Admin) PublishedPerMinute(ctx context.Context, minutes int) ([]MinuteCo
 	if minutes < 1 || minutes > 24*60 {
 		return nil, errors.New("outbox: PublishedPerMinute: minutes must be between 1 and 1440")
 	}
+	ctx, cancel := a.bound(ctx)
+	defer cancel()
 	var now time.Time
 	if err := a.pool.QueryRow(ctx, `SELECT date_trunc('minute', now())`).Scan(&now); err != nil {
-		return nil, a.wrap("published per minute", err)
+		return nil, a.fail(ctx, "published per minute", err)
 	}
 	rows, err := a.pool.Query(ctx, store.NewConsole(a.names).PublishedPerMinute, minutes)
 	if err != nil {
-		return nil, a.wrap("published per minute", err)
+		return nil, a.fail(ctx, "published per minute", err)
 	}
 	out := make([]MinuteCount, minutes)
 	first := now.Add(-time.Duration(minutes-1) * time.Minute)
 	for i := range out {
 		out[i].Minute = first.Add(time.Duration(i) * time.Minute)
 	}
-	var m time.Time
-	var n int64
-	_, err = pgx.ForEachRow(rows, []any{&m, &n}, func() error {
-		if i := int(m.Sub(first) / time.Minute); i >= 0 && i < minutes {
-			out[i].Count = n
-		}
-		return nil
-	})
+	counts, err := collect(rows, func(m *MinuteCount) []any { return []any{&m.Minute, &m.Count} })
 	if err != nil {
-		return nil, a.wrap("published per minute", err)
+		return nil, a.fail(ctx, "published per minute", err)
+	}
+	for _, m := range counts {
+		if i := int(m.Minute.Sub(first) / time.Minute); i >= 0 && i < minutes {
+			out[i].Count = m.Count
+		}
 	}
 	return out, nil
 }
@@ -59,11 +59,13 @@ func (a *Admin) DeadLetterGroupMembers(ctx context.Context, eventType, errorGrou
 	if limit <= 0 {
 		limit = 100
 	}
+	ctx, cancel := a.bound(ctx)
+	defer cancel()
 	rows, err := a.pool.Query(ctx, store.NewConsole(a.names).DeadInGroup, eventType, errorGroup, limit)
 	if err != nil {
-		return nil, a.wrap("dead-letter group", err)
+		return nil, a.fail(ctx, "dead-letter group", err)
 	}
-	return a.collectEvents(rows, "dead-letter group")
+	return a.collectEvents(ctx, rows, "dead-letter group")
 }
 
 // DefaultTimelineWindow is how many of the latest published events
@@ -97,11 +99,13 @@ func (a *Admin) AggregateTimeline(ctx context.Context, q TimelineQuery) ([]Event
 	if q.PublishedWindow <= 0 {
 		q.PublishedWindow = DefaultTimelineWindow
 	}
+	ctx, cancel := a.bound(ctx)
+	defer cancel()
 	rows, err := a.pool.Query(ctx, store.NewConsole(a.names).Timeline, q.AggregateType, q.AggregateID, q.Limit, q.PublishedWindow)
 	if err != nil {
-		return nil, a.wrap("timeline", err)
+		return nil, a.fail(ctx, "timeline", err)
 	}
-	out, err := a.collectEvents(rows, "timeline")
+	out, err := a.collectEvents(ctx, rows, "timeline")
 	if err != nil {
 		return nil, err
 	}
@@ -111,18 +115,17 @@ func (a *Admin) AggregateTimeline(ctx context.Context, q TimelineQuery) ([]Event
 	return out, nil
 }
 
-func (a *Admin) collectEvents(rows pgx.Rows, op string) ([]EventInfo, error) {
-	out := []EventInfo{}
-	var e EventInfo
-	_, err := pgx.ForEachRow(rows, []any{&e.ID, &e.Seq, &e.AggregateType, &e.AggregateID, &e.EventType, &e.Payload,
-		&e.Headers, &e.Attempts, &e.CreatedAt, &e.ProcessedAt, &e.RetryAfter, &e.DeadAt, &e.LastError, &e.HeldBy}, func() error {
-		e.State = stateOf(&e)
-		out = append(out, e)
-		e = EventInfo{}
-		return nil
+// collectEvents reads rows of EventsByID's shape; ctx is the call's, bounded.
+func (a *Admin) collectEvents(ctx context.Context, rows pgx.Rows, op string) ([]EventInfo, error) {
+	out, err := collect(rows, func(e *EventInfo) []any {
+		return []any{&e.ID, &e.Seq, &e.AggregateType, &e.AggregateID, &e.EventType, &e.Payload,
+			&e.Headers, &e.Attempts, &e.CreatedAt, &e.ProcessedAt, &e.RetryAfter, &e.DeadAt, &e.LastError, &e.HeldBy}
 	})
 	if err != nil {
-		return nil, a.wrap(op, err)
+		return nil, a.fail(ctx, op, err)
+	}
+	for i := range out {
+		out[i].State = stateOf(&out[i])
 	}
 	return out, nil
 }
@@ -146,18 +149,17 @@ func (a *Admin) BlockedAggregateList(ctx context.Context, limit int) ([]BlockedA
 	if limit <= 0 {
 		limit = 20
 	}
+	ctx, cancel := a.bound(ctx)
+	defer cancel()
 	rows, err := a.pool.Query(ctx, store.NewConsole(a.names).Blocked, limit)
 	if err != nil {
-		return nil, a.wrap("blocked aggregates", err)
+		return nil, a.fail(ctx, "blocked aggregates", err)
 	}
-	out := []BlockedAggregate{}
-	var b BlockedAggregate
-	_, err = pgx.ForEachRow(rows, []any{&b.AggregateType, &b.AggregateID, &b.DeadLetter, &b.EventType, &b.ErrorGroup, &b.Behind}, func() error {
-		out = append(out, b)
-		return nil
+	out, err := collect(rows, func(b *BlockedAggregate) []any {
+		return []any{&b.AggregateType, &b.AggregateID, &b.DeadLetter, &b.EventType, &b.ErrorGroup, &b.Behind}
 	})
 	if err != nil {
-		return nil, a.wrap("blocked aggregates", err)
+		return nil, a.fail(ctx, "blocked aggregates", err)
 	}
 	return out, nil
 }

@@ -1,6 +1,9 @@
 package outbox_test
 
 import (
+	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,5 +94,74 @@ func TestAdminAggregateTimelineWindow(t *testing.T) {
 	}
 	if members, err := a.DeadLetterGroupMembers(ctx(t), "order.paid", "", 0); err != nil || len(members) != 0 {
 		t.Errorf("members of another type = %+v, %v", members, err)
+	}
+}
+
+// TestAdminConsoleStatementDeadline: the console's reads (per-minute counts,
+// a dead-letter group, a timeline, blocked aggregates) on a connection that
+// stopped answering return within AdminConfig.StatementTimeout with a
+// *StatementTimeoutError naming the operation and the database, like the
+// other Admin calls, instead of hanging until the kernel gives up.
+func TestAdminConsoleStatementDeadline(t *testing.T) {
+	e := setup(t)
+	e.write(1)
+	calls := []deadlineCall{
+		{"published per minute", func(c context.Context, a *outbox.Admin) error {
+			_, err := a.PublishedPerMinute(c, 60)
+			return err
+		}},
+		{"dead-letter group", func(c context.Context, a *outbox.Admin) error {
+			_, err := a.DeadLetterGroupMembers(c, "", "boom", 10)
+			return err
+		}},
+		{"timeline", func(c context.Context, a *outbox.Admin) error {
+			_, err := a.AggregateTimeline(c, outbox.TimelineQuery{AggregateID: "a-1"})
+			return err
+		}},
+		{"blocked aggregates", func(c context.Context, a *outbox.Admin) error {
+			_, err := a.BlockedAggregateList(c, 10)
+			return err
+		}},
+	}
+	testStatementDeadlines(t, e, calls)
+}
+
+// deadlineCall is one Admin call for testStatementDeadlines.
+type deadlineCall struct {
+	op   string // as the error names it
+	call func(context.Context, *outbox.Admin) error
+}
+
+// testStatementDeadlines runs each call on a live connection (it must
+// work), then on a frozen one: it must return within the 1s deadline, give
+// or take, with a *StatementTimeoutError naming the operation and the
+// database.
+func testStatementDeadlines(t *testing.T, e *env, calls []deadlineCall) {
+	t.Helper()
+	for _, c := range calls {
+		t.Run(strings.ReplaceAll(c.op, " ", "_"), func(t *testing.T) {
+			t.Parallel()
+			a, px := frozenAdmin(t, e, outbox.AdminConfig{StatementTimeout: time.Second}, nil)
+			if err := c.call(ctx(t), a); err != nil { // the call works on a live connection
+				t.Fatal(err)
+			}
+			px.Partition()
+			start := time.Now()
+			err := c.call(ctx(t), a)
+			took := time.Since(start)
+			if took > 5*time.Second {
+				t.Fatalf("%s on a frozen connection took %s, want about the 1s deadline", c.op, took)
+			}
+			var te *outbox.StatementTimeoutError
+			if !errors.As(err, &te) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("err = %v (%T), want a *StatementTimeoutError", err, err)
+			}
+			msg := err.Error()
+			for _, want := range []string{"outbox: " + c.op + ": ", px.Addr(), "within 1s", "AdminConfig.StatementTimeout"} {
+				if !strings.Contains(msg, want) {
+					t.Errorf("error %q does not name %q", msg, want)
+				}
+			}
+		})
 	}
 }

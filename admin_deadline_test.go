@@ -3,7 +3,6 @@ package outbox_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
@@ -56,10 +55,7 @@ func frozenAdmin(t *testing.T, e *env, cfg outbox.AdminConfig, dsnParams map[str
 func TestAdminStatementDeadline(t *testing.T) {
 	e := setup(t)
 	e.write(1)
-	calls := []struct {
-		op   string
-		call func(context.Context, *outbox.Admin) error
-	}{
+	testStatementDeadlines(t, e, []deadlineCall{
 		{"status", func(c context.Context, a *outbox.Admin) error { _, err := a.Status(c); return err }},
 		{"dead letters", func(c context.Context, a *outbox.Admin) error {
 			_, err := a.DeadLetters(c, outbox.DeadLetterFilter{})
@@ -73,30 +69,7 @@ func TestAdminStatementDeadline(t *testing.T) {
 			_, err := a.Cleanup(c, 0, 10, nil)
 			return err
 		}},
-	}
-	for _, c := range calls {
-		t.Run(strings.ReplaceAll(c.op, " ", "_"), func(t *testing.T) {
-			t.Parallel()
-			a, px := frozenAdmin(t, e, outbox.AdminConfig{StatementTimeout: time.Second}, nil)
-			px.Partition()
-			start := time.Now()
-			err := c.call(context.Background(), a)
-			took := time.Since(start)
-			if took > 5*time.Second {
-				t.Fatalf("%s on a frozen connection took %s, want about the 1s deadline", c.op, took)
-			}
-			var te *outbox.StatementTimeoutError
-			if !errors.As(err, &te) || !errors.Is(err, context.DeadlineExceeded) {
-				t.Fatalf("err = %v (%T), want a *StatementTimeoutError", err, err)
-			}
-			msg := err.Error()
-			for _, want := range []string{c.op, px.Addr(), "within 1s", "AdminConfig.StatementTimeout"} {
-				if !strings.Contains(msg, want) {
-					t.Errorf("error %q does not name %q", msg, want)
-				}
-			}
-		})
-	}
+	})
 }
 
 // TestAdminStatementDeadlineFromDSN: with no StatementTimeout, a pool whose

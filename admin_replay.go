@@ -214,30 +214,12 @@ func (a *Admin) Replay(ctx context.Context, sel ReplaySelector) (ReplayResult, e
 	args := sel.args()
 	var res ReplayResult
 	if sel.DryRun {
-		if err := a.pool.QueryRow(ctx, rq.Count, args...).Scan(&res.Selected); err != nil {
-			return res, a.wrap("replay", err)
-		}
-		rows, err := a.pool.Query(ctx, rq.Sample, append(args, sel.Sample)...)
-		if err != nil {
-			return res, a.wrap("replay", err)
-		}
-		res.Sample = []Record{}
-		var r Record
-		_, err = pgx.ForEachRow(rows, []any{&r.ID, &r.Seq, &r.AggregateType, &r.AggregateID, &r.EventType,
-			&r.Payload, &r.Headers, &r.CreatedAt, &r.ProcessedAt}, func() error {
-			res.Sample = append(res.Sample, r)
-			r = Record{}
-			return nil
-		})
-		if err != nil {
-			return res, a.wrap("replay", err)
-		}
-		return res, nil
+		return a.replayDryRun(ctx, rq, args, sel.Sample)
 	}
 
 	batches, selected, err := a.replayBatches(ctx, rq, args, sel.BatchSize)
 	if err != nil {
-		return res, a.wrap("replay", err)
+		return res, err
 	}
 	res.Selected = selected
 	if res.ID, err = uuid.NewV7(); err != nil {
@@ -247,8 +229,10 @@ func (a *Admin) Replay(ctx context.Context, sel ReplaySelector) (ReplayResult, e
 	if err != nil {
 		return res, fmt.Errorf("outbox: replay: %w", err)
 	}
-	if _, err := a.pool.Exec(ctx, rq.Create, res.ID, string(sel.Mode), selector, selected); err != nil {
-		return res, a.wrap("replay", err)
+	cctx, cancel := a.bound(ctx)
+	defer cancel()
+	if _, err := a.pool.Exec(cctx, rq.Create, res.ID, string(sel.Mode), selector, selected); err != nil {
+		return res, a.fail(cctx, "replay", err)
 	}
 	err = a.queueReplay(ctx, rq, &sel, batches, &res)
 	state, msg := "queued", ""
@@ -273,9 +257,38 @@ func (a *Admin) Replay(ctx context.Context, sel ReplaySelector) (ReplayResult, e
 	return res, nil
 }
 
+// replayDryRun counts the selected events and reads the first sample of them.
+func (a *Admin) replayDryRun(ctx context.Context, rq *store.ReplayQueries, args []any, sample int) (ReplayResult, error) {
+	ctx, cancel := a.bound(ctx)
+	defer cancel()
+	var res ReplayResult
+	if err := a.pool.QueryRow(ctx, rq.Count, args...).Scan(&res.Selected); err != nil {
+		return res, a.fail(ctx, "replay", err)
+	}
+	rows, err := a.pool.Query(ctx, rq.Sample, append(args, sample)...)
+	if err != nil {
+		return res, a.fail(ctx, "replay", err)
+	}
+	res.Sample, err = collect(rows, func(r *Record) []any {
+		return []any{&r.ID, &r.Seq, &r.AggregateType, &r.AggregateID, &r.EventType,
+			&r.Payload, &r.Headers, &r.CreatedAt, &r.ProcessedAt}
+	})
+	if err != nil {
+		return res, a.fail(ctx, "replay", err)
+	}
+	return res, nil
+}
+
 // replayBatches reads the selected event ids, grouped by aggregate, and cuts
 // them into batches of about size ids that never split an aggregate.
-func (a *Admin) replayBatches(ctx context.Context, rq *store.ReplayQueries, args []any, size int) ([][]uuid.UUID, int64, error) {
+func (a *Admin) replayBatches(ctx context.Context, rq *store.ReplayQueries, args []any, size int) (_ [][]uuid.UUID, _ int64, err error) {
+	ctx, cancel := a.bound(ctx)
+	defer cancel()
+	defer func() {
+		if err != nil {
+			err = a.fail(ctx, "replay", err)
+		}
+	}()
 	rows, err := a.pool.Query(ctx, rq.Select, args...)
 	if err != nil {
 		return nil, 0, err
@@ -371,6 +384,9 @@ func (a *Admin) replayBatch(ctx context.Context, rq *store.ReplayQueries, sel *R
 }
 
 func (a *Admin) replayTx(ctx context.Context, rq *store.ReplayQueries, sel *ReplaySelector, replayID uuid.UUID, ids, newIDs []uuid.UUID) (queued int64, cancelled bool, err error) {
+	ctx, cancel := a.bound(ctx)
+	defer cancel()
+	defer func() { err = a.timedOut(ctx, "replay", err) }()
 	err = pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
 		var state string
 		if err := tx.QueryRow(ctx, rq.State, replayID).Scan(&state); err != nil {
@@ -437,26 +453,31 @@ func (a *Admin) replays(ctx context.Context, limit int, id *uuid.UUID) ([]Replay
 	if err != nil {
 		return nil, err
 	}
+	ctx, cancel := a.bound(ctx)
+	defer cancel()
 	rows, err := a.pool.Query(ctx, rq.List, limit, id)
 	if err != nil {
-		return nil, a.wrap("replay list", err)
+		return nil, a.fail(ctx, "replay list", err)
 	}
-	out := []ReplayInfo{}
-	var r ReplayInfo
-	var mode string
-	var selector []byte
-	_, err = pgx.ForEachRow(rows, []any{&r.ID, &mode, &selector, &r.Selected, &r.Queued, &r.Skipped, &r.Cancelled,
-		&r.State, &r.Error, &r.CreatedAt, &r.FinishedAt, &r.Pending, &r.Delivered}, func() error {
-		r.Mode, r.Selector = ReplayMode(mode), json.RawMessage(selector)
-		if r.State == "queued" && r.Pending == 0 {
-			r.State = "done"
-		}
-		out = append(out, r)
-		r = ReplayInfo{}
-		return nil
+	type replayRow struct {
+		ReplayInfo
+		mode     string
+		selector []byte
+	}
+	rs, err := collect(rows, func(r *replayRow) []any {
+		return []any{&r.ID, &r.mode, &r.selector, &r.Selected, &r.Queued, &r.Skipped, &r.Cancelled,
+			&r.State, &r.Error, &r.CreatedAt, &r.FinishedAt, &r.Pending, &r.Delivered}
 	})
 	if err != nil {
-		return nil, a.wrap("replay list", err)
+		return nil, a.fail(ctx, "replay list", err)
+	}
+	out := make([]ReplayInfo, len(rs))
+	for i, r := range rs {
+		out[i] = r.ReplayInfo
+		out[i].Mode, out[i].Selector = ReplayMode(r.mode), json.RawMessage(r.selector)
+		if out[i].State == "queued" && out[i].Pending == 0 {
+			out[i].State = "done"
+		}
 	}
 	return out, nil
 }
@@ -483,17 +504,19 @@ func (a *Admin) ReplayCancel(ctx context.Context, id uuid.UUID) (ReplayCancelRes
 		return ReplayCancelResult{}, err
 	}
 	var res ReplayCancelResult
-	err = pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, rq.Cancel, id).Scan(new(uuid.UUID)); err != nil {
+	bctx, cancel := a.bound(ctx)
+	defer cancel()
+	err = pgx.BeginFunc(bctx, a.pool, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(bctx, rq.Cancel, id).Scan(new(uuid.UUID)); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
 				return fmt.Errorf("%s: %w", id, ErrReplayNotFound)
 			}
 			return err
 		}
-		return tx.QueryRow(ctx, rq.CancelCopies, id).Scan(&res.Removed, &res.Released)
+		return tx.QueryRow(bctx, rq.CancelCopies, id).Scan(&res.Removed, &res.Released)
 	})
 	if err != nil {
-		return res, a.wrap("replay cancel", err)
+		return res, a.fail(bctx, "replay cancel", err)
 	}
 	info, err := a.replays(ctx, 1, &id)
 	if err != nil {
@@ -522,9 +545,11 @@ func (a *Admin) ReplayTotals(ctx context.Context) (ReplayTotals, error) {
 	if err != nil {
 		return ReplayTotals{}, err
 	}
+	ctx, cancel := a.bound(ctx)
+	defer cancel()
 	var t ReplayTotals
 	if err := a.pool.QueryRow(ctx, rq.Totals).Scan(&t.Pending, &t.Delivered, &t.Active); err != nil {
-		return t, a.wrap("replay totals", err)
+		return t, a.fail(ctx, "replay totals", err)
 	}
 	return t, nil
 }

@@ -1,6 +1,7 @@
 package outbox_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -574,4 +575,46 @@ func TestReplayCancelWhileQueuing(t *testing.T) {
 	if list[0].State != "cancelled" {
 		t.Errorf("state %q, want cancelled", list[0].State)
 	}
+}
+
+// TestAdminReplayStatementDeadline: Replay (dry run and real), ReplayList,
+// ReplayCancel, ReplayTotals, Cancel and Archive (per batch) on a connection that stopped
+// answering return within AdminConfig.StatementTimeout with a
+// *StatementTimeoutError, like the other Admin calls.
+func TestAdminReplayStatementDeadline(t *testing.T) {
+	e := setup(t)
+	e.write(1)
+	testStatementDeadlines(t, e, []deadlineCall{
+		{"replay", func(c context.Context, a *outbox.Admin) error {
+			_, err := a.Replay(c, outbox.ReplaySelector{Mode: outbox.ReplayNewID, All: true, DryRun: true})
+			return err
+		}},
+		{"replay", func(c context.Context, a *outbox.Admin) error {
+			_, err := a.Replay(c, outbox.ReplaySelector{Mode: outbox.ReplayNewID, EventType: "no.such.type"})
+			return err
+		}},
+		{"replay list", func(c context.Context, a *outbox.Admin) error {
+			_, err := a.ReplayList(c, 10)
+			return err
+		}},
+		{"replay cancel", func(c context.Context, a *outbox.Admin) error {
+			_, err := a.ReplayCancel(c, uuid.New())
+			if errors.Is(err, outbox.ErrReplayNotFound) {
+				return nil
+			}
+			return err
+		}},
+		{"replay totals", func(c context.Context, a *outbox.Admin) error {
+			_, err := a.ReplayTotals(c)
+			return err
+		}},
+		{"cancel", func(c context.Context, a *outbox.Admin) error {
+			_, err := a.Cancel(c, uuid.New())
+			return err
+		}},
+		{"archive", func(c context.Context, a *outbox.Admin) error {
+			_, err := a.Archive(c, time.Hour, 10, nil)
+			return err
+		}},
+	})
 }

@@ -30,9 +30,11 @@ func (a *Admin) Archive(ctx context.Context, olderThan time.Duration, batchSize 
 	if err != nil {
 		return 0, err
 	}
-	n, err := engine.Archive(ctx, a.pool, rq, olderThan, batchSize, progress)
+	ctx, each, stop := a.boundPerBatch(ctx, progress)
+	defer stop()
+	n, err := engine.Archive(ctx, a.pool, rq, olderThan, batchSize, each)
 	if err != nil {
-		return n, a.wrap("archive", err)
+		return n, a.fail(ctx, "archive", err)
 	}
 	return n, nil
 }

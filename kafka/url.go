@@ -2,12 +2,10 @@ package kafka
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -15,6 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/pgoutbox/outbox/internal/brokerurl"
 )
 
 // NewFromURL returns a Publisher configured by a URL, for command-line use:
@@ -60,13 +60,9 @@ func ParseURL(u *url.URL) (Config, error) {
 	bad := func(key string, err error) (Config, error) {
 		return Config{}, fmt.Errorf("kafka: URL %s: %s=%q: %w", u.Redacted(), key, q.Get(key), err)
 	}
-	for key := range q {
-		switch key {
-		case "topic", "delivery_timeout", "request_timeout", "max_message_bytes", "client_id", "tls", "sasl",
-			"tls_ca", "tls_cert", "tls_key", "create_topics", "topic_partitions", "topic_replication_factor":
-		default:
-			return Config{}, fmt.Errorf("kafka: URL %s: unknown option %q", u.Redacted(), key)
-		}
+	if err := brokerurl.Known("kafka", u, "topic", "delivery_timeout", "request_timeout", "max_message_bytes", "client_id", "tls", "sasl",
+		"tls_ca", "tls_cert", "tls_key", "create_topics", "topic_partitions", "topic_replication_factor"); err != nil {
+		return Config{}, err
 	}
 	cfg.Topic = q.Get("topic")
 	var err error
@@ -155,25 +151,8 @@ func ParseURL(u *url.URL) (Config, error) {
 // CAs in caFile; a client certificate when certFile is set.
 func tlsConfig(caFile, certFile, keyFile string) (*tls.Config, error) {
 	tc := &tls.Config{MinVersion: tls.VersionTLS12}
-	if caFile != "" {
-		pem, err := os.ReadFile(caFile)
-		if err != nil {
-			return nil, fmt.Errorf("tls_ca: %w", err)
-		}
-		tc.RootCAs = x509.NewCertPool()
-		if !tc.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("tls_ca: %s holds no PEM certificate", caFile)
-		}
-	}
-	if (certFile == "") != (keyFile == "") {
-		return nil, errors.New("tls_cert and tls_key go together")
-	}
-	if certFile != "" {
-		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-		if err != nil {
-			return nil, fmt.Errorf("tls_cert, tls_key: %w", err)
-		}
-		tc.Certificates = []tls.Certificate{cert}
+	if err := brokerurl.AddTLSFiles(tc, caFile, certFile, keyFile); err != nil {
+		return nil, err
 	}
 	return tc, nil
 }

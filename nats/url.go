@@ -6,12 +6,13 @@ import (
 	"io"
 	"log/slog"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
 
 	natsgo "github.com/nats-io/nats.go"
+
+	"github.com/pgoutbox/outbox/internal/brokerurl"
 )
 
 // Query options of a broker URL; they are removed before the URL is handed
@@ -83,21 +84,14 @@ func ParseURL(u *url.URL) (DialConfig, Config, error) {
 	if u.Host == "" {
 		return dc, cfg, fmt.Errorf("%q: missing host, e.g. nats://127.0.0.1:4222", u.Redacted())
 	}
-	for name, vals := range u.Query() {
-		v := vals[len(vals)-1]
-		bad := func(why string) (DialConfig, Config, error) {
-			return DialConfig{}, Config{}, fmt.Errorf("nats: URL %s: option %s=%q: %s", u.Redacted(), name, v, why)
-		}
-		if len(vals) > 1 {
-			return bad("given more than once")
-		}
+	err := brokerurl.Each("nats", u, func(name, v string) string {
 		switch name {
 		case optSubject:
 			cfg.Subject = v
 		case optMaxPending:
 			n, err := strconv.Atoi(v)
 			if err != nil || n <= 0 {
-				return bad("want a positive number")
+				return "want a positive number"
 			}
 			cfg.MaxPending = n
 		case optEnsureStream:
@@ -121,9 +115,13 @@ func ParseURL(u *url.URL) (DialConfig, Config, error) {
 		case optName:
 			dc.Name = v
 		default:
-			return bad("unknown option (want " + strings.Join([]string{optSubject, optMaxPending, optEnsureStream,
-				optStreamSubjects, optCreds, optNKey, optCA, optCert, optKey, optName}, ", ") + ")")
+			return "unknown option (want " + strings.Join([]string{optSubject, optMaxPending, optEnsureStream,
+				optStreamSubjects, optCreds, optNKey, optCA, optCert, optKey, optName}, ", ") + ")"
 		}
+		return ""
+	})
+	if err != nil {
+		return DialConfig{}, Config{}, err
 	}
 	clean := *u
 	clean.RawQuery = ""
@@ -147,7 +145,7 @@ func (dc DialConfig) connectOptions() ([]natsgo.Option, error) {
 		if path == "" {
 			continue
 		}
-		if err := readable(path); err != nil {
+		if err := brokerurl.Readable(path); err != nil {
 			return nil, fmt.Errorf("nats: DialConfig.%s: %w", field, err)
 		}
 	}
@@ -168,15 +166,6 @@ func (dc DialConfig) connectOptions() ([]natsgo.Option, error) {
 		opts = append(opts, natsgo.ClientCert(dc.CertFile, dc.KeyFile))
 	}
 	return opts, nil
-}
-
-// readable reports a file that cannot be opened.
-func readable(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	return f.Close()
 }
 
 // Dial connects to NATS as dc says and returns a Publisher that owns the

@@ -3,11 +3,12 @@ package rabbitmq
 import (
 	"fmt"
 	"net/url"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/pgoutbox/outbox/internal/brokerurl"
 )
 
 // Query options of a broker URL that configure the publisher; they are
@@ -43,16 +44,8 @@ func ParseURL(u *url.URL) (Config, error) {
 	if u.Scheme != "amqp" && u.Scheme != "amqps" {
 		return cfg, fmt.Errorf("rabbitmq: URL %s: scheme %q, want amqp or amqps", u.Redacted(), u.Scheme)
 	}
-	q := u.Query()
 	rest := url.Values{}
-	for name, vals := range q {
-		v := vals[len(vals)-1]
-		bad := func(why string) (Config, error) {
-			return Config{}, fmt.Errorf("rabbitmq: URL %s: option %s=%q: %s", u.Redacted(), name, v, why)
-		}
-		if len(vals) > 1 {
-			return bad("given more than once")
-		}
+	err := brokerurl.Each("rabbitmq", u, func(name, v string) string {
 		switch name {
 		case optExchange:
 			cfg.Exchange = v
@@ -65,31 +58,35 @@ func ParseURL(u *url.URL) (Config, error) {
 		case optMaxMessageSize:
 			n, err := strconv.Atoi(v)
 			if err != nil || n <= 0 {
-				return bad("want a positive number of bytes")
+				return "want a positive number of bytes"
 			}
 			cfg.MaxMessageSize = n
 		case optDialTimeout:
 			d, err := time.ParseDuration(v)
 			if err != nil || d <= 0 {
-				return bad("want a positive Go duration such as 5s")
+				return "want a positive Go duration such as 5s"
 			}
 			cfg.DialTimeout = d
 		default:
 			if !slices.Contains(amqp091Options, name) {
-				return bad("unknown option (want " + strings.Join(append([]string{
+				return "unknown option (want " + strings.Join(append([]string{
 					optExchange, optRoutingKey, optDeclareExchange, optMaxMessageSize, optDialTimeout, optConnectionName,
-				}, amqp091Options...), ", ") + ")")
+				}, amqp091Options...), ", ") + ")"
 			}
 			if name == "certfile" || name == "keyfile" || name == "cacertfile" {
 				if u.Scheme != "amqps" {
-					return bad("TLS files need an amqps:// URL")
+					return "TLS files need an amqps:// URL"
 				}
-				if err := readable(v); err != nil {
-					return bad(err.Error())
+				if err := brokerurl.Readable(v); err != nil {
+					return err.Error()
 				}
 			}
-			rest[name] = vals
+			rest.Set(name, v)
 		}
+		return ""
+	})
+	if err != nil {
+		return Config{}, err
 	}
 	if (rest.Has("certfile")) != (rest.Has("keyfile")) {
 		return Config{}, fmt.Errorf("rabbitmq: URL %s: options certfile and keyfile go together", u.Redacted())
@@ -99,16 +96,6 @@ func ParseURL(u *url.URL) (Config, error) {
 	clean.ForceQuery = false
 	cfg.URL = clean.String()
 	return cfg, nil
-}
-
-// readable reports a file that cannot be opened: a typo in a certificate
-// path fails at start, not as an endless outage.
-func readable(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	return f.Close()
 }
 
 // NewFromURL is New(ParseURL(u)).

@@ -1,16 +1,15 @@
 package redis
 
 import (
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
 	"strconv"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/pgoutbox/outbox/internal/brokerurl"
 )
 
 // Query options of a broker URL that configure the publisher; the rest go to
@@ -47,52 +46,44 @@ func ParseURL(u *url.URL) (*goredis.Options, Config, error) {
 		return nil, cfg, errors.New("redis: URL is nil")
 	}
 	var tlsCA, tlsCert, tlsKey string
-	q := u.Query()
 	rest := url.Values{}
-	for name, vals := range q {
-		v := vals[len(vals)-1]
-		bad := func(why string) (*goredis.Options, Config, error) {
-			return nil, Config{}, fmt.Errorf("redis: URL %s: option %s=%q: %s", u.Redacted(), name, v, why)
-		}
-		if len(vals) > 1 {
-			return bad("given more than once")
-		}
+	err := brokerurl.Each("redis", u, func(name, v string) string {
 		switch name {
 		case optStream:
 			cfg.Stream = v
 		case optMaxLen:
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil || n < 0 {
-				return bad("want a number of entries, 0 for no trimming")
+				return "want a number of entries, 0 for no trimming"
 			}
 			cfg.MaxLen = n
 		case optMaxValueSize:
 			n, err := strconv.Atoi(v)
 			if err != nil || n <= 0 {
-				return bad("want a positive number of bytes")
+				return "want a positive number of bytes"
 			}
 			cfg.MaxValueSize = n
 		case optRequireStream:
 			b, err := strconv.ParseBool(v)
 			if err != nil {
-				return bad("want true or false")
+				return "want true or false"
 			}
 			cfg.RequireStream = b
 		case optWaitReplicas:
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 0 {
-				return bad("want a number of replicas")
+				return "want a number of replicas"
 			}
 			cfg.WaitReplicas = n
 		case optWaitTimeout:
 			d, err := time.ParseDuration(v)
 			if err != nil || d <= 0 {
-				return bad("want a positive Go duration such as 500ms")
+				return "want a positive Go duration such as 500ms"
 			}
 			cfg.WaitTimeout = d
 		case optTLSCA, optTLSCert, optTLSKey:
 			if u.Scheme != "rediss" {
-				return bad("TLS files need a rediss:// URL")
+				return "TLS files need a rediss:// URL"
 			}
 			switch name {
 			case optTLSCA:
@@ -103,8 +94,12 @@ func ParseURL(u *url.URL) (*goredis.Options, Config, error) {
 				tlsKey = v
 			}
 		default:
-			rest[name] = vals
+			rest.Set(name, v)
 		}
+		return ""
+	})
+	if err != nil {
+		return nil, Config{}, err
 	}
 	clean := *u
 	clean.RawQuery = rest.Encode()
@@ -121,37 +116,11 @@ func ParseURL(u *url.URL) (*goredis.Options, Config, error) {
 		opts.MaxRetries = -1
 	}
 	if opts.TLSConfig != nil {
-		if err := addTLSFiles(opts.TLSConfig, tlsCA, tlsCert, tlsKey); err != nil {
+		if err := brokerurl.AddTLSFiles(opts.TLSConfig, tlsCA, tlsCert, tlsKey); err != nil {
 			return nil, Config{}, fmt.Errorf("redis: URL %s: %w", u.Redacted(), err)
 		}
 	}
 	return opts, cfg, nil
-}
-
-// addTLSFiles completes tc with private CAs and a client certificate, read
-// now so that a wrong path fails at start rather than as an endless outage.
-func addTLSFiles(tc *tls.Config, caFile, certFile, keyFile string) error {
-	if caFile != "" {
-		pem, err := os.ReadFile(caFile)
-		if err != nil {
-			return fmt.Errorf("%s: %w", optTLSCA, err)
-		}
-		tc.RootCAs = x509.NewCertPool()
-		if !tc.RootCAs.AppendCertsFromPEM(pem) {
-			return fmt.Errorf("%s: %s holds no PEM certificate", optTLSCA, caFile)
-		}
-	}
-	if (certFile == "") != (keyFile == "") {
-		return fmt.Errorf("%s and %s go together", optTLSCert, optTLSKey)
-	}
-	if certFile != "" {
-		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-		if err != nil {
-			return fmt.Errorf("%s, %s: %w", optTLSCert, optTLSKey, err)
-		}
-		tc.Certificates = []tls.Certificate{cert}
-	}
-	return nil
 }
 
 // NewFromURL parses u (see ParseURL), creates a client and returns a

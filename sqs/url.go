@@ -11,6 +11,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/pgoutbox/outbox/internal/brokerurl"
 )
 
 // NewFromURL returns a Publisher configured by a URL, for command-line use:
@@ -45,14 +47,10 @@ func ParseURL(u *url.URL) (Config, error) {
 	if u.User != nil {
 		return Config{}, fmt.Errorf("sqs: URL %s: credentials in the URL are not supported; use the AWS environment or profile", u.Redacted())
 	}
-	q := u.Query()
-	for key := range q {
-		switch key {
-		case "queue_url", "region", "endpoint", "max_message_bytes", "concurrency", "create_queues":
-		default:
-			return Config{}, fmt.Errorf("sqs: URL %s: unknown option %q", u.Redacted(), key)
-		}
+	if err := brokerurl.Known("sqs", u, "queue_url", "region", "endpoint", "max_message_bytes", "concurrency", "create_queues"); err != nil {
+		return Config{}, err
 	}
+	q := u.Query()
 	cfg := Config{QueueURL: q.Get("queue_url")}
 	if cfg.QueueURL == "" {
 		return Config{}, fmt.Errorf("sqs: URL %s: queue_url is required", u.Redacted())

@@ -31,7 +31,7 @@ reporting progress. Pending events and dead letters are never moved. Archived
 events stay available to outbox replay. pgoutbox never deletes from the
 archive: drop, truncate or delete from it as your retention policy says.
 Durations are Go durations: 168h for 7 days.`)
-	d.register(o)
+	d.registerAdmin(o)
 	o.fs.DurationVar(&olderThan, "older-than", 0, "move events published more than this long ago, e.g. 168h (required)")
 	o.fs.IntVar(&batch, "archive-batch", outbox.DefaultArchiveBatch, "rows moved per statement")
 	o.fs.BoolVar(&asJSON, "json", false, "print JSON (and no progress lines)")

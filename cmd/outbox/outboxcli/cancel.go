@@ -32,20 +32,16 @@ that moment is waited for.
 A published event cannot be taken back: an id that is already published, or
 unknown, is named on stderr and the command exits 6 after cancelling the
 others.`)
-	d.register(o)
+	d.registerAdmin(o)
 	o.fs.BoolVar(&asJSON, "json", false, "print JSON")
 	o.flagOnly("json")
 	return o, func(ctx context.Context, c *cli, o *options) error {
 		if len(o.args) == 0 {
 			return usageErr("cancel: give the ids of the events to cancel")
 		}
-		var ids []uuid.UUID
-		for _, a := range o.args {
-			id, err := uuid.Parse(a)
-			if err != nil {
-				return usageErr("cancel: %q is not an event id (want a UUID)", a)
-			}
-			ids = append(ids, id)
+		ids, err := eventIDs(o)
+		if err != nil {
+			return err
 		}
 		admin, done, err := c.adminFor(ctx, o, &d)
 		if err != nil {

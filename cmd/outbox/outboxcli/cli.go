@@ -20,10 +20,10 @@ const (
 	ExitOK           = 0 // success
 	ExitFailure      = 1 // runtime failure
 	ExitUsage        = 2 // usage or configuration error; nothing was done
-	ExitDatabase     = 3 // cannot connect to the database
+	ExitDatabase     = 3 // cannot connect to the database, or it stopped answering (--statement-timeout)
 	ExitNotMigrated  = 4 // the outbox table is missing or not migrated
 	ExitDrainTimeout = 5 // relay: the batch in flight outlived --drain-timeout
-	ExitNotFound     = 6 // retry, dead-letters discard, cancel: some ids were left alone (named on stderr); the rest was done
+	ExitNotFound     = 6 // retry, dead-letters discard, cancel, replay: some ids were left alone (named on stderr); the rest was done
 )
 
 // command is one subcommand.
@@ -172,6 +172,15 @@ func (c *cli) exit(err error) int {
 	if errors.Is(err, outbox.ErrNotMigrated) {
 		code = ExitNotMigrated
 	}
+	var ste *outbox.StatementTimeoutError
+	if errors.As(err, &ste) {
+		// Reworded for the operator, keeping what the command added around
+		// it ("(deleted 1000 before the failure)").
+		msg := fmt.Sprintf("%s: no answer from the database %s within %s (--statement-timeout); the statement was abandoned: is the database up and reachable?",
+			ste.Op, ste.Database, ste.Timeout)
+		c.fail(strings.Replace(err.Error(), strings.TrimPrefix(ste.Error(), "outbox: "), msg, 1))
+		return ExitDatabase
+	}
 	c.fail(err.Error())
 	return code
 }
@@ -208,13 +217,15 @@ const exitCodesHelp = `Exit codes:
   0  success
   1  runtime failure
   2  usage or configuration error (nothing was done)
-  3  cannot connect to the database (unreachable, authentication, no such database)
+  3  cannot connect to the database (unreachable, authentication, no such
+     database), or it did not answer a statement within --statement-timeout
   4  the outbox table is missing or not migrated: run outbox migrate
      (also migrate status --exit-code when a migration is pending)
   5  relay: the batch in flight outlived --drain-timeout after SIGINT/SIGTERM
-  6  retry, dead-letters discard, cancel: some of the given ids were left
-     alone (unknown, already published, or not a dead letter; named on
-     stderr); the others were done. replay cancel: no such replay
+  6  retry, dead-letters discard, cancel, replay: some of the given ids
+     were left alone (unknown, already published, not a dead letter, or not
+     delivered yet; named on stderr); the others were done. replay cancel:
+     no such replay
 `
 
 func (c *cli) usage(w io.Writer) {

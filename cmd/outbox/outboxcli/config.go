@@ -282,6 +282,10 @@ type dbOptions struct {
 	Schema      string
 	Table       string
 	Config      string
+	// StatementTimeout is AdminConfig.StatementTimeout, for the commands
+	// built on outbox.Admin (registerAdmin); 0 means the library's default.
+	StatementTimeout time.Duration
+	timeout          *setting // nil unless registerAdmin
 }
 
 func (d *dbOptions) register(o *options) {
@@ -291,6 +295,18 @@ func (d *dbOptions) register(o *options) {
 	o.fs.StringVar(&d.Config, "config", "", "YAML config file; keys are flag names")
 	o.setsField("Schema", "schema")
 	o.setsField("Table", "table")
+}
+
+// registerAdmin is register plus --statement-timeout, for the commands
+// whose statements go through outbox.Admin.
+func (d *dbOptions) registerAdmin(o *options) {
+	d.register(o)
+	st := bind("StatementTimeout", "statement-timeout", &d.StatementTimeout, 0,
+		"give up on a statement the database has not answered within this long, with exit code 3 "+
+			"(default "+outbox.DefaultAdminStatementTimeout.String()+", or the connection string's statement_timeout plus 5s)").
+		zeroMeans("0 means the default")
+	st.register(o)
+	d.timeout = &st
 }
 
 // setting is a numeric or boolean setting that sets a field of a library

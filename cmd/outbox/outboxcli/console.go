@@ -159,7 +159,7 @@ To serve the console from the relay instead, run outbox relay --console.`)
 		if err != nil {
 			return err
 		}
-		defer pool.Close()
+		defer closePool(pool)
 		admin, err := outbox.NewAdmin(pool, outbox.AdminConfig{Schema: d.Schema, Table: d.Table})
 		if err != nil {
 			return flagError(err)

@@ -58,10 +58,31 @@ func (c *cli) connect(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, 
 		return nil, &exitError{code: ExitDatabase, err: fmt.Errorf("database: %w", err)}
 	}
 	if err := ping(ctx, pool); err != nil {
-		pool.Close()
+		closePool(pool)
 		return nil, err
 	}
 	return pool, nil
+}
+
+// poolCloseWait bounds closePool.
+const poolCloseWait = time.Second
+
+// closePool closes pool, waiting at most poolCloseWait. pgxpool's Close waits
+// up to 15s for each connection abandoned mid-statement to say goodbye to
+// the server (a cancel request, then reading until the server hangs up); on a
+// database that stopped answering that is 15s of nothing after the command's
+// error is printed. The command is about to exit: the leftover cleanup is not
+// worth waiting for.
+func closePool(pool *pgxpool.Pool) {
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		pool.Close()
+	}()
+	select {
+	case <-closed:
+	case <-time.After(poolCloseWait):
+	}
 }
 
 // ping checks that the database answers, as an ExitDatabase error.

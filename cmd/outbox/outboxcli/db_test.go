@@ -3,6 +3,7 @@ package outboxcli
 import (
 	"bytes"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -14,21 +15,33 @@ import (
 // TestCommandsDoNotHangOnAFrozenDatabase: once connected, a database that
 // stops answering (the connection stays open, no byte comes back: a host
 // gone behind a live proxy, a partition) makes the command fail within the
-// statement deadline, with an error naming the operation and the database,
-// instead of waiting for the kernel (~15 minutes). With statement_timeout in
-// the connection string the deadline is that plus 5s.
+// statement deadline with exit code 3 and a one-line error naming the
+// operation and the database, instead of waiting for the kernel (~15
+// minutes), and the command exits right after printing it rather than
+// waiting for pgx to say goodbye to the dead connection (up to 15s more).
+// With statement_timeout in the connection string the deadline is that plus
+// 5s; --statement-timeout (or OUTBOX_STATEMENT_TIMEOUT) sets it.
 func TestCommandsDoNotHangOnAFrozenDatabase(t *testing.T) {
 	f := setup(t)
 	f.write("order.created", 2)
 	for _, c := range []struct {
-		args   []string
-		marker string // the first bytes of the statement to freeze
-		op     string
+		args       []string
+		dsnTimeout string            // statement_timeout in the DSN, "" for none
+		env        map[string]string // more environment
+		marker     string            // the first bytes of the statement to freeze
+		op         string
+		within     time.Duration // the statement deadline the command must report
+		also       string        // more the error must say
 	}{
-		{[]string{"status"}, "SELECT now()", "status"},
-		{[]string{"dead-letters", "--json"}, "dead_at IS NOT NULL", "dead letters"},
+		{args: []string{"status"}, dsnTimeout: "1000", marker: "SELECT now()", op: "status", within: 6 * time.Second},
+		{args: []string{"dead-letters", "--json"}, dsnTimeout: "1000", marker: "dead_at IS NOT NULL", op: "dead letters", within: 6 * time.Second},
+		{args: []string{"status", "--statement-timeout", "2s"}, dsnTimeout: "1000", marker: "SELECT now()", op: "status", within: 2 * time.Second},
+		{args: []string{"dead-letters", "--json"}, env: map[string]string{"OUTBOX_STATEMENT_TIMEOUT": "1500ms"},
+			marker: "dead_at IS NOT NULL", op: "dead letters", within: 1500 * time.Millisecond},
+		{args: []string{"cleanup", "--retention", "1h", "--statement-timeout", "1s"}, marker: "DELETE", op: "cleanup",
+			within: time.Second, also: "(deleted 0 before the failure)"},
 	} {
-		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+		t.Run(strings.Join(c.args, " ")+" "+c.within.String(), func(t *testing.T) {
 			t.Parallel()
 			u, err := url.Parse(testdb.URL())
 			if err != nil || u.Host == "" {
@@ -51,10 +64,15 @@ func TestCommandsDoNotHangOnAFrozenDatabase(t *testing.T) {
 			})
 			t.Cleanup(func() { close(release) })
 			u.Host = px.Addr()
-			q := u.Query()
-			q.Set("statement_timeout", "1000")
-			u.RawQuery = q.Encode()
+			if c.dsnTimeout != "" {
+				q := u.Query()
+				q.Set("statement_timeout", c.dsnTimeout)
+				u.RawQuery = q.Encode()
+			}
 			vars := map[string]string{"DATABASE_URL": u.String(), "OUTBOX_SCHEMA": f.schema}
+			for k, v := range c.env {
+				vars[k] = v
+			}
 
 			start := time.Now()
 			r := run(t, vars, c.args...)
@@ -64,19 +82,74 @@ func TestCommandsDoNotHangOnAFrozenDatabase(t *testing.T) {
 			default:
 				t.Fatalf("the statement never reached the proxy (marker %q):\n%s", c.marker, r)
 			}
-			// The error comes at 6s (statement_timeout 1s + 5s); closing the
-			// pool then waits up to 15s more for pgx to give up on the dead
-			// connection's cleanup. Without the deadline the command waits
+			// The error comes at the deadline; the command then returns
+			// within poolCloseWait. pgx's own close of the dead connection
+			// would add up to 15s; without the deadline the command waits
 			// for the test's own 60s context.
-			if took > 30*time.Second {
-				t.Fatalf("%s on a frozen connection took %s, want about 6s plus pgx's 15s close:\n%s", c.args, took, r)
+			if limit := c.within + poolCloseWait + 2*time.Second; took > limit {
+				t.Fatalf("%s on a frozen connection took %s, want at most %s (deadline %s, then a prompt exit):\n%s", c.args, took, limit, c.within, r)
 			}
-			wantExit(t, r, ExitFailure)
-			for _, want := range []string{c.op, "no answer from the database " + px.Addr() + "/", "within 6s"} {
+			if took < c.within {
+				t.Fatalf("%s failed after %s, before its %s deadline:\n%s", c.args, took, c.within, r)
+			}
+			wantExit(t, r, ExitDatabase)
+			for _, want := range []string{"outbox: " + c.op + ": no answer from the database " + px.Addr() + "/", "within " + c.within.String(), "--statement-timeout", c.also} {
 				if !strings.Contains(r.stderr, want) {
 					t.Errorf("stderr does not say %q:\n%s", want, r.stderr)
 				}
 			}
+			if n := strings.Count(strings.TrimSpace(r.stderr), "\n"); n != 0 {
+				t.Errorf("stderr has %d lines, want one:\n%s", n+1, r.stderr)
+			}
 		})
+	}
+}
+
+// TestStatementTimeoutFlag: --statement-timeout is on the commands built on
+// Admin, shown with its default, and a negative value is refused before
+// anything is done.
+func TestStatementTimeoutFlag(t *testing.T) {
+	t.Parallel()
+	for _, cmd := range [][]string{{"status"}, {"dead-letters"}, {"dead-letters", "discard"}, {"retry"}, {"cancel"},
+		{"cleanup"}, {"archive"}, {"replay"}, {"replay", "list"}, {"replay", "cancel"}} {
+		r := run(t, nil, append(cmd, "--help")...)
+		wantExit(t, r, ExitOK)
+		if !strings.Contains(r.stdout, "--statement-timeout duration") || !strings.Contains(r.stdout, "default 30s, or the connection string's statement_timeout plus 5s") ||
+			!strings.Contains(r.stdout, "env OUTBOX_STATEMENT_TIMEOUT") {
+			t.Errorf("outbox %s --help does not show --statement-timeout with its default and variable:\n%s", strings.Join(cmd, " "), r.stdout)
+		}
+	}
+	r := run(t, map[string]string{"DATABASE_URL": testdb.URL()}, "status", "--statement-timeout", "-1s")
+	wantExit(t, r, ExitUsage)
+	if !strings.Contains(r.stderr, "--statement-timeout: -1s: must not be negative") {
+		t.Errorf("stderr does not name the flag and the problem:\n%s", r.stderr)
+	}
+	r = run(t, map[string]string{"DATABASE_URL": testdb.URL(), "OUTBOX_STATEMENT_TIMEOUT": "-2s"}, "status")
+	wantExit(t, r, ExitUsage)
+	if !strings.Contains(r.stderr, "--statement-timeout: -2s: must not be negative (0 means the default) (set by OUTBOX_STATEMENT_TIMEOUT)") {
+		t.Errorf("stderr does not name the variable and the problem:\n%s", r.stderr)
+	}
+}
+
+// TestDocListsEveryCommand: the package documentation's command list names
+// every command and subcommand `outbox --help` has.
+func TestDocListsEveryCommand(t *testing.T) {
+	t.Parallel()
+	src, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(src), "// # Commands")
+	section, _, _ = strings.Cut(section, "// # Configuration")
+	for _, cmd := range commands() {
+		names := []string{cmd.name}
+		for _, sub := range cmd.subs {
+			names = append(names, cmd.name+" "+sub.name)
+		}
+		for _, n := range names {
+			if !strings.Contains(section, "//\t"+n+" ") && !strings.Contains(section, "//\t"+n+"\n") {
+				t.Errorf("doc.go's command list does not describe %q", n)
+			}
+		}
 	}
 }

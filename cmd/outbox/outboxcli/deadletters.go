@@ -43,7 +43,7 @@ released: those are pending again and the relay publishes them.
 
 Only dead letters are deleted: an id that is unknown or not a dead letter is
 named on stderr and the command exits 6 after deleting the others.`)
-	d.register(o)
+	d.registerAdmin(o)
 	sel.register(o, "delete")
 	return o, func(ctx context.Context, c *cli, o *options) error {
 		s, err := sel.selector(o)

@@ -56,10 +56,37 @@
 //	               --dry-run, --json
 //	retry          the manual retry path: re-queue events by id, or dead letters
 //	               by --type, --error-group, --older-than or --all; prints the
-//	               count; --dry-run, --json
+//	               count; --dry-run, --json; exits 6 when some ids were left alone
+//	cancel         delete events not yet published (pending, retrying, held,
+//	               dead) by id, releasing the events they held; --json; exits
+//	               6 when some ids were already published or unknown
+//	replay         re-queue delivered events (from the table and its archive)
+//	               in their original order: --mode same-id|new-id (required),
+//	               by id, --type, --aggregate-type, --aggregate-id, --since,
+//	               --until (RFC 3339 or a duration ago) or --all; --rate,
+//	               --replay-batch, --dry-run with --sample, --json; prints the
+//	               replay's id; exits 6 when some ids were unknown or not
+//	               delivered yet (see docs/REPLAY.md)
+//	replay list    list the last replays, newest first: mode, events selected
+//	               and queued, copies pending and delivered, state; --limit,
+//	               --json
+//	replay cancel  cancel a replay by its id, deleting its copies not yet
+//	               delivered; --json; exits 6 when there is no such replay
+//	console        serve the operator console (state, dead-letter triage and
+//	               actions, timelines) on --http-addr
 //	cleanup        delete events published more than --retention ago, in
 //	               batches of --cleanup-batch, reporting progress; --json
+//	archive        move events published more than --older-than ago to the
+//	               archive table (<table>_archive), --archive-batch rows per
+//	               statement, reporting progress; --json. The archive is never
+//	               deleted from by pgoutbox
 //	version        print the version (also --version, -v); --json
+//
+// The commands built on outbox.Admin (status, dead-letters, retry, cancel,
+// replay, cleanup, archive) take --statement-timeout (OUTBOX_STATEMENT_TIMEOUT):
+// a statement the database has not answered within it is abandoned and the
+// command exits 3 at once. Defaults to outbox.DefaultAdminStatementTimeout
+// (30s), or, when the connection string sets statement_timeout, that plus 5s.
 //
 // `outbox <command> --help` documents every flag with its default and
 // environment variable.
@@ -101,13 +128,15 @@
 //	0  success
 //	1  runtime failure
 //	2  usage or configuration error (nothing was done)
-//	3  cannot connect to the database (unreachable, authentication, no such database)
+//	3  cannot connect to the database (unreachable, authentication, no such
+//	   database), or it did not answer a statement within --statement-timeout
 //	4  the outbox table is missing or not migrated: run outbox migrate
 //	   (also migrate status --exit-code when a migration is pending)
 //	5  relay: the batch in flight outlived --drain-timeout after SIGINT/SIGTERM
-//	6  retry, dead-letters discard: some of the given ids were left alone
-//	   (unknown, already published, or not a dead letter; named on stderr);
-//	   the others were done
+//	6  retry, dead-letters discard, cancel, replay: some of the given ids
+//	   were left alone (unknown, already published, not a dead letter, or
+//	   not delivered yet; named on stderr); the others were done.
+//	   replay cancel: no such replay
 //
 // Durations are Go durations (90s, 15m, 168h); "7d" is refused with the
 // equivalent in hours.

@@ -29,21 +29,6 @@ type replaySampleJSON struct {
 	CreatedAt     time.Time `json:"created_at"`
 }
 
-// parseWhen reads --since/--until: an RFC 3339 time, or a duration meaning
-// that long ago.
-func parseWhen(flag, s string, now time.Time) (time.Time, error) {
-	if s == "" {
-		return time.Time{}, nil
-	}
-	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		return t, nil
-	}
-	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
-		return now.Add(-d), nil
-	}
-	return time.Time{}, usageErr("--%s: %q: want an RFC 3339 time (2026-03-01T12:00:00Z) or a duration ago (24h)", flag, s)
-}
-
 func replayCommand() (*options, func(context.Context, *cli, *options) error) {
 	var (
 		d                               dbOptions
@@ -82,7 +67,7 @@ briefly locks the table against inserts (see docs/REPLAY.md).
 them. An id that is unknown or not delivered yet is named on stderr and the
 command exits 6 after replaying the others. The command prints the replay's id; outbox replay list follows it and
 outbox replay cancel ID removes its copies not yet delivered.`)
-	d.register(o)
+	d.registerAdmin(o)
 	o.fs.StringVar(&mode, "mode", "", "same-id or new-id (required)")
 	o.fs.StringVar(&eventType, "type", "", "replay the events of this event type")
 	o.fs.StringVar(&aggType, "aggregate-type", "", "replay the events of this aggregate type")
@@ -100,18 +85,11 @@ outbox replay cancel ID removes its copies not yet delivered.`)
 		now := time.Now()
 		s := outbox.ReplaySelector{Mode: outbox.ReplayMode(mode), EventType: eventType, AggregateType: aggType,
 			AggregateID: aggID, All: all, DryRun: dryRun, Rate: rate, BatchSize: batch, Sample: sample}
-		for _, a := range o.args {
-			id, err := uuid.Parse(a)
-			if err != nil {
-				return usageErr("replay: %q is not an event id (want a UUID)", a)
-			}
-			s.IDs = append(s.IDs, id)
-		}
 		var err error
-		if s.Since, err = parseWhen("since", since, now); err != nil {
+		if s.IDs, err = eventIDs(o); err != nil {
 			return err
 		}
-		if s.Until, err = parseWhen("until", until, now); err != nil {
+		if s.Since, s.Until, err = parseRange(since, until, now); err != nil {
 			return err
 		}
 		switch {
@@ -127,8 +105,9 @@ outbox replay cancel ID removes its copies not yet delivered.`)
 			return usageErr("--sample: %d: must be at least 1", sample)
 		case len(s.IDs) == 0 && !all && eventType == "" && aggType == "" && aggID == "" && since == "" && until == "":
 			return usageErr("replay: give event ids, --all, or at least one of --type, --aggregate-type, --aggregate-id, --since, --until")
-		case !s.Since.IsZero() && !s.Until.IsZero() && !s.Until.After(s.Since):
-			return usageErr("--until %s is not after --since %s", s.Until.Format(time.RFC3339), s.Since.Format(time.RFC3339))
+		}
+		if err := checkRange(s.Since, s.Until); err != nil {
+			return err
 		}
 		admin, done, err := c.adminFor(ctx, o, &d)
 		if err != nil {
@@ -226,7 +205,7 @@ Lists the last replays, newest first: their mode, how many events they
 selected and queued, how many copies are pending and delivered, and their
 state: queuing (outbox replay is still inserting copies), queued (copies
 pending), done, cancelled or failed.`)
-	d.register(o)
+	d.registerAdmin(o)
 	o.fs.IntVar(&limit, "limit", 20, "list at most this many")
 	o.fs.BoolVar(&asJSON, "json", false, "print JSON")
 	o.flagOnly("limit", "json")
@@ -277,7 +256,7 @@ Cancels a replay: stops its queuing if outbox replay is still running (at its
 next batch) and deletes its copies not yet delivered, releasing what they held
 back in ordered mode. Copies already delivered stay delivered; the original
 events are untouched.`)
-	d.register(o)
+	d.registerAdmin(o)
 	o.fs.BoolVar(&asJSON, "json", false, "print JSON")
 	o.flagOnly("json")
 	return o, func(ctx context.Context, c *cli, o *options) error {

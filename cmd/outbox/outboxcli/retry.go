@@ -11,51 +11,6 @@ import (
 	"github.com/pgoutbox/outbox"
 )
 
-// selectorFlags are the flags that choose dead letters for retry and
-// dead-letters discard.
-type selectorFlags struct {
-	eventType  string
-	errorGroup string
-	olderThan  time.Duration
-	all        bool
-	dryRun     bool
-	asJSON     bool
-}
-
-func (s *selectorFlags) register(o *options, verb string) {
-	o.fs.StringVar(&s.eventType, "type", "", verb+" the dead letters of this event type")
-	o.fs.StringVar(&s.errorGroup, "error-group", "", verb+" the dead letters whose normalised error is this (the ERROR column of outbox dead-letters --group-by error)")
-	o.fs.DurationVar(&s.olderThan, "older-than", 0, "only dead letters created at least this long ago, e.g. 24h (alone: every such dead letter)")
-	o.fs.BoolVar(&s.all, "all", false, verb+" every dead letter")
-	o.fs.BoolVar(&s.dryRun, "dry-run", false, "count without changing anything")
-	o.fs.BoolVar(&s.asJSON, "json", false, "print JSON")
-	o.flagOnly("type", "error-group", "older-than", "all", "dry-run", "json")
-}
-
-// selector checks the flags and the id arguments and returns the selector.
-func (s *selectorFlags) selector(o *options) (outbox.RetrySelector, error) {
-	sel := outbox.RetrySelector{EventType: s.eventType, ErrorGroup: s.errorGroup, OlderThan: s.olderThan, All: s.all, DryRun: s.dryRun}
-	for _, a := range o.args {
-		id, err := uuid.Parse(a)
-		if err != nil {
-			return sel, usageErr("%s: %q is not an event id (want a UUID)", o.cmd, a)
-		}
-		sel.IDs = append(sel.IDs, id)
-	}
-	filter := s.eventType != "" || s.errorGroup != "" || s.olderThan != 0
-	switch {
-	case s.olderThan < 0:
-		return sel, usageErr("--older-than: %s: must not be negative", s.olderThan)
-	case len(sel.IDs) > 0 && (filter || s.all):
-		return sel, usageErr("%s: event ids cannot be combined with --type, --error-group, --older-than or --all", o.cmd)
-	case s.all && (s.eventType != "" || s.errorGroup != ""):
-		return sel, usageErr("%s: --all cannot be combined with --type or --error-group (--older-than can)", o.cmd)
-	case len(sel.IDs) == 0 && !filter && !s.all:
-		return sel, usageErr("%s: give event ids, --all, or at least one of --type, --error-group, --older-than", o.cmd)
-	}
-	return sel, nil
-}
-
 // idsNotDone is a partial success: the command did what it could, and these
 // ids were left alone. Scripts gate on its exit code.
 func idsNotDone(what string, ids []uuid.UUID) error {
@@ -112,7 +67,7 @@ many it re-queued.
 Events already published are never re-queued: an id that is unknown or
 already published is named on stderr and the command exits 6 after
 re-queuing the others. --dry-run counts without changing anything.`)
-	d.register(o)
+	d.registerAdmin(o)
 	sel.register(o, "re-queue")
 	return o, func(ctx context.Context, c *cli, o *options) error {
 		s, err := sel.selector(o)
@@ -179,7 +134,7 @@ Deletes events published more than --retention ago, --cleanup-batch rows per
 statement (each its own short transaction), reporting progress. Pending events
 and dead letters are never deleted. The relay can do the same continuously
 (outbox relay --retention). Durations are Go durations: 168h for 7 days.`)
-	d.register(o)
+	d.registerAdmin(o)
 	o.fs.DurationVar(&retention, "retention", 0, "delete events published more than this long ago, e.g. 168h (required)")
 	o.fs.IntVar(&batch, "cleanup-batch", outbox.DefaultCleanupBatch, "rows deleted per statement")
 	o.fs.BoolVar(&asJSON, "json", false, "print JSON (and no progress lines)")

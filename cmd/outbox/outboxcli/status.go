@@ -14,16 +14,21 @@ import (
 
 // adminFor connects and returns an Admin on d's table.
 func (c *cli) adminFor(ctx context.Context, o *options, d *dbOptions) (*outbox.Admin, func(), error) {
+	if d.timeout != nil {
+		if err := d.timeout.check(o); err != nil {
+			return nil, nil, err
+		}
+	}
 	pool, err := c.openDB(ctx, o, d)
 	if err != nil {
 		return nil, nil, err
 	}
-	admin, err := outbox.NewAdmin(pool, outbox.AdminConfig{Schema: d.Schema, Table: d.Table})
+	admin, err := outbox.NewAdmin(pool, outbox.AdminConfig{Schema: d.Schema, Table: d.Table, StatementTimeout: d.StatementTimeout})
 	if err != nil {
-		pool.Close()
+		closePool(pool)
 		return nil, nil, flagError(err)
 	}
-	return admin, pool.Close, nil
+	return admin, func() { closePool(pool) }, nil
 }
 
 func statusCommand() (*options, func(context.Context, *cli, *options) error) {
@@ -36,7 +41,7 @@ Prints the outbox's state: events pending and the age of the oldest, dead
 letters, events published in the last minute and hour; in total and per event
 type; replayed events (outbox replay) pending and delivered, apart. --json
 prints the same for scripts (ages in seconds).`)
-	d.register(o)
+	d.registerAdmin(o)
 	o.fs.BoolVar(&asJSON, "json", false, "print JSON")
 	o.flagOnly("json")
 	return o, func(ctx context.Context, c *cli, o *options) error {
@@ -151,7 +156,7 @@ discard (see outbox dead-letters discard --help).
 replaced by <n> and <id>), the largest groups first; --group-by type per event
 type and error. A group's error is what retry and discard take as
 --error-group.`)
-	d.register(o)
+	d.registerAdmin(o)
 	o.fs.StringVar(&eventType, "type", "", "only dead letters of this event type")
 	o.fs.DurationVar(&olderThan, "older-than", 0, "only events created at least this long ago")
 	o.fs.IntVar(&limit, "limit", 100, "list at most this many")
