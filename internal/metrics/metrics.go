@@ -42,7 +42,7 @@ func New(reg prometheus.Registerer, constLabels prometheus.Labels) (*Metrics, er
 		}, []string{"event_type"}),
 		Pending: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "outbox_events_pending", ConstLabels: constLabels,
-			Help: "Current number of unprocessed outbox events (dead letters excluded).",
+			Help: "Current number of unprocessed outbox events (dead letters and events scheduled for later excluded).",
 		}),
 		BatchDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "outbox_batch_duration_seconds", ConstLabels: constLabels,
