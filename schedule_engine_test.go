@@ -312,3 +312,35 @@ func TestScheduledWriteOnOldTable(t *testing.T) {
 		t.Errorf("%d rows, want 1", n)
 	}
 }
+
+// TestScheduledEndToEndNATS: through a real NATS JetStream stream, an event
+// scheduled 1.5s ahead reaches the stream after the unscheduled event
+// written after it, never before its time.
+func TestScheduledEndToEndNATS(t *testing.T) {
+	e := setup(t)
+	b := natsReplayBroker(t)
+	r := e.relay(b.pub, outbox.RelayConfig{Workers: 1, PollInterval: 20 * time.Millisecond})
+	stop := e.run(r)
+	defer stop()
+	due := time.Now().Add(1500 * time.Millisecond)
+	sched := e.writeEvents(scheduledAt("a", 1, due))
+	now := e.writeEvents(event("b", 1))
+	deadline := time.Now().Add(10 * time.Second)
+	for e.count("processed_at IS NULL") > 0 && time.Now().Before(deadline) {
+		if time.Now().Before(due.Add(-100*time.Millisecond)) && e.count("processed_at IS NOT NULL AND aggregate_id = 'a'") > 0 {
+			t.Fatal("the scheduled event was published before its time")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var processed time.Time
+	if err := e.pool.QueryRow(ctx(t), `SELECT processed_at FROM outbox_events WHERE id = $1`, sched[0]).Scan(&processed); err != nil {
+		t.Fatalf("scheduled event not published: %v", err)
+	}
+	if processed.Before(due) {
+		t.Errorf("scheduled event marked published %v before its time", due.Sub(processed))
+	}
+	msgs := b.read(t, 2)
+	if len(msgs) != 2 || msgs[0].ID != now[0] || msgs[1].ID != sched[0] {
+		t.Errorf("stream holds %+v, want the unscheduled event then the scheduled one", msgs)
+	}
+}
