@@ -56,9 +56,10 @@ type Event struct {
 	// columns as always. In ordered mode a scheduled event holds back its
 	// aggregate's later events until it is published (or cancelled).
 	DeliverAt time.Time
-	// Delay schedules the event Delay after the write, by the database
-	// clock (so the application's clock skew does not matter). Set at most
-	// one of DeliverAt and Delay. Zero means now.
+	// Delay schedules the event Delay after the write (the start of the
+	// writing transaction, by the database clock, so the application's
+	// clock skew does not matter). Set at most one of DeliverAt and Delay.
+	// Zero means now.
 	Delay time.Duration
 }
 
