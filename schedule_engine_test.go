@@ -293,8 +293,9 @@ func TestScheduledValidation(t *testing.T) {
 }
 
 // TestScheduledWriteOnOldTable: on a table without migration 6 unscheduled
-// events are written as before, and a scheduled one fails naming the column
-// instead of being published at once.
+// events are written as before, a scheduled one fails naming the column
+// instead of being published at once, and the relay asks for the migration
+// (it would otherwise publish scheduled rows at once).
 func TestScheduledWriteOnOldTable(t *testing.T) {
 	e := setup(t)
 	if _, err := e.pool.Exec(ctx(t), `ALTER TABLE outbox_events DROP COLUMN deliver_at`); err != nil {
@@ -311,36 +312,44 @@ func TestScheduledWriteOnOldTable(t *testing.T) {
 	if n := e.count("true"); n != 1 {
 		t.Errorf("%d rows, want 1", n)
 	}
+	r := e.relay(memory.New(), outbox.RelayConfig{})
+	if err := r.CheckSchema(ctx(t)); !errors.Is(err, outbox.ErrNotMigrated) {
+		t.Errorf("relay on a table without deliver_at: CheckSchema = %v, want ErrNotMigrated", err)
+	}
 }
 
-// TestScheduledEndToEndNATS: through a real NATS JetStream stream, an event
-// scheduled 1.5s ahead reaches the stream after the unscheduled event
-// written after it, never before its time.
-func TestScheduledEndToEndNATS(t *testing.T) {
-	e := setup(t)
-	b := natsReplayBroker(t)
-	r := e.relay(b.pub, outbox.RelayConfig{Workers: 1, PollInterval: 20 * time.Millisecond})
-	stop := e.run(r)
-	defer stop()
-	due := time.Now().Add(1500 * time.Millisecond)
-	sched := e.writeEvents(scheduledAt("a", 1, due))
-	now := e.writeEvents(event("b", 1))
-	deadline := time.Now().Add(10 * time.Second)
-	for e.count("processed_at IS NULL") > 0 && time.Now().Before(deadline) {
-		if time.Now().Before(due.Add(-100*time.Millisecond)) && e.count("processed_at IS NOT NULL AND aggregate_id = 'a'") > 0 {
-			t.Fatal("the scheduled event was published before its time")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	var processed time.Time
-	if err := e.pool.QueryRow(ctx(t), `SELECT processed_at FROM outbox_events WHERE id = $1`, sched[0]).Scan(&processed); err != nil {
-		t.Fatalf("scheduled event not published: %v", err)
-	}
-	if processed.Before(due) {
-		t.Errorf("scheduled event marked published %v before its time", due.Sub(processed))
-	}
-	msgs := b.read(t, 2)
-	if len(msgs) != 2 || msgs[0].ID != now[0] || msgs[1].ID != sched[0] {
-		t.Errorf("stream holds %+v, want the unscheduled event then the scheduled one", msgs)
+// TestScheduledEndToEnd: through a real NATS JetStream stream and a real
+// Redis stream, an event scheduled 1.5s ahead reaches the broker after the
+// unscheduled event written after it, and never before its time.
+func TestScheduledEndToEnd(t *testing.T) {
+	for name, broker := range map[string]func(*testing.T) replayBroker{"nats": natsReplayBroker, "redis": redisReplayBroker} {
+		t.Run(name, func(t *testing.T) {
+			e := setup(t)
+			b := broker(t)
+			r := e.relay(b.pub, outbox.RelayConfig{Workers: 1, PollInterval: 20 * time.Millisecond})
+			stop := e.run(r)
+			defer stop()
+			due := time.Now().Add(1500 * time.Millisecond)
+			sched := e.writeEvents(scheduledAt("a", 1, due))
+			now := e.writeEvents(event("b", 1))
+			deadline := time.Now().Add(10 * time.Second)
+			for e.count("processed_at IS NULL") > 0 && time.Now().Before(deadline) {
+				if time.Now().Before(due.Add(-100*time.Millisecond)) && e.count("processed_at IS NOT NULL AND aggregate_id = 'a'") > 0 {
+					t.Fatal("the scheduled event was published before its time")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			var processed time.Time
+			if err := e.pool.QueryRow(ctx(t), `SELECT processed_at FROM outbox_events WHERE id = $1`, sched[0]).Scan(&processed); err != nil {
+				t.Fatalf("scheduled event not published: %v", err)
+			}
+			if processed.Before(due) {
+				t.Errorf("scheduled event marked published %v before its time", due.Sub(processed))
+			}
+			msgs := b.read(t, 2)
+			if len(msgs) != 2 || msgs[0].ID != now[0] || msgs[1].ID != sched[0] {
+				t.Errorf("stream holds %+v, want the unscheduled event then the scheduled one", msgs)
+			}
+		})
 	}
 }
