@@ -24,6 +24,10 @@ const (
 	MaxHeaderValueLen = 4096
 )
 
+// maxDeliverYear bounds Event.DeliverAt: a later time is a bug (a
+// computation gone wrong), not a plan.
+const maxDeliverYear = 9999
+
 // Event is one event to write to the outbox in the caller's transaction.
 type Event struct {
 	// ID is the event's identity and its deduplication key downstream. Leave it
@@ -45,7 +49,22 @@ type Event struct {
 	// Headers travel with the message as broker headers (trace context, user
 	// metadata). Optional.
 	Headers map[string]string
+	// DeliverAt schedules the event: the relay publishes it no earlier than
+	// this time, and within about one poll interval after it. Zero, or a
+	// time already past by the database clock, means now. Scheduled events
+	// need migration 6 (deliver_at); unscheduled ones write the same
+	// columns as always. In ordered mode a scheduled event holds back its
+	// aggregate's later events until it is published (or cancelled).
+	DeliverAt time.Time
+	// Delay schedules the event Delay after the write (the start of the
+	// writing transaction, by the database clock, so the application's
+	// clock skew does not matter). Set at most one of DeliverAt and Delay.
+	// Zero means now.
+	Delay time.Duration
 }
+
+// scheduled reports whether the event asks for a later delivery.
+func (e *Event) scheduled() bool { return !e.DeliverAt.IsZero() || e.Delay > 0 }
 
 // JSONPayload marshals v for Event.Payload.
 func JSONPayload(v any) ([]byte, error) {
@@ -132,6 +151,14 @@ func (e *Event) validate(i int) error {
 	// aborts the caller's transaction.
 	if reason := unstorableJSON(e.Payload); reason != "" {
 		return bad("payload", "%s", reason)
+	}
+	switch {
+	case e.Delay < 0:
+		return bad("delay", "%v is negative (use 0 for now)", e.Delay)
+	case e.Delay > 0 && !e.DeliverAt.IsZero():
+		return bad("deliver_at", "set at most one of DeliverAt and Delay")
+	case e.DeliverAt.Year() > maxDeliverYear:
+		return bad("deliver_at", "%s is after year %d", e.DeliverAt.Format(time.RFC3339), maxDeliverYear)
 	}
 	for k, v := range e.Headers {
 		switch {

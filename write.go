@@ -57,6 +57,10 @@ const maxParamsPerStatement = 65535
 
 const colsPerEvent = 6
 
+// colsPerScheduledEvent: a statement with a scheduled event also binds each
+// event's DeliverAt and Delay.
+const colsPerScheduledEvent = colsPerEvent + 2
+
 // maxEventsPerStatement keeps one INSERT under the bind-parameter limit; larger
 // calls are split, still without leaving the caller's transaction.
 const maxEventsPerStatement = maxParamsPerStatement / colsPerEvent
@@ -132,9 +136,19 @@ func (w *Writer) write(ctx context.Context, tx dbtx.Querier, events []Event) ([]
 			ids[i] = id
 		}
 	}
-	for start := 0; start < len(events); start += maxEventsPerStatement {
-		end := min(start+maxEventsPerStatement, len(events))
-		query, args, err := w.insertStatement(ctx, events[start:end], ids[start:end])
+	// Only a call with a scheduled event names deliver_at, so writing
+	// unscheduled events works on a table from before migration 6.
+	sched := false
+	for i := range events {
+		sched = sched || events[i].scheduled()
+	}
+	per := maxEventsPerStatement
+	if sched {
+		per = maxParamsPerStatement / colsPerScheduledEvent
+	}
+	for start := 0; start < len(events); start += per {
+		end := min(start+per, len(events))
+		query, args, err := w.insertStatement(ctx, events[start:end], ids[start:end], sched)
 		if err != nil {
 			return nil, err
 		}
@@ -148,19 +162,31 @@ func (w *Writer) write(ctx context.Context, tx dbtx.Querier, events []Event) ([]
 // insertStatement builds one multi-row INSERT. Only placeholders and the
 // quoted table name enter the text; values are bind parameters. Multi-row
 // VALUES (rather than unnest of arrays) works with every database/sql driver.
-func (w *Writer) insertStatement(ctx context.Context, events []Event, ids []uuid.UUID) (string, []any, error) {
+//
+// With sched, each row also sets deliver_at: DeliverAt, or now() + Delay, or
+// NULL when that is not after now() (by the database clock), so an event
+// due already is an ordinary pending event.
+func (w *Writer) insertStatement(ctx context.Context, events []Event, ids []uuid.UUID, sched bool) (string, []any, error) {
+	cols := colsPerEvent
+	if sched {
+		cols = colsPerScheduledEvent
+	}
 	var b strings.Builder
 	b.Grow(96 + len(events)*64)
 	b.WriteString("INSERT INTO ")
 	b.WriteString(w.names.QTable)
-	b.WriteString(" (id, aggregate_type, aggregate_id, event_type, payload, headers) VALUES ")
-	args := make([]any, 0, len(events)*colsPerEvent)
+	if sched {
+		b.WriteString(" (id, aggregate_type, aggregate_id, event_type, payload, headers, deliver_at) VALUES ")
+	} else {
+		b.WriteString(" (id, aggregate_type, aggregate_id, event_type, payload, headers) VALUES ")
+	}
+	args := make([]any, 0, len(events)*cols)
 	for i := range events {
 		e := &events[i]
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		p := i*colsPerEvent + 1
+		p := i*cols + 1
 		b.WriteString("($")
 		b.WriteString(strconv.Itoa(p))
 		b.WriteString("::uuid,$")
@@ -173,7 +199,13 @@ func (w *Writer) insertStatement(ctx context.Context, events []Event, ids []uuid
 		b.WriteString(strconv.Itoa(p + 4))
 		b.WriteString("::jsonb,$")
 		b.WriteString(strconv.Itoa(p + 5))
-		b.WriteString("::jsonb)")
+		b.WriteString("::jsonb")
+		if sched {
+			at, delay := strconv.Itoa(p+6), strconv.Itoa(p+7)
+			b.WriteString(",nullif(greatest(coalesce($" + at + "::timestamptz, now() + $" + delay +
+				"::bigint * interval '1 microsecond'), now()), now())")
+		}
+		b.WriteByte(')')
 		var headers any // SQL NULL when there are none
 		if hs := withTraceContext(ctx, e.Headers); len(hs) > 0 {
 			h, err := json.Marshal(hs)
@@ -183,6 +215,13 @@ func (w *Writer) insertStatement(ctx context.Context, events []Event, ids []uuid
 			headers = string(h)
 		}
 		args = append(args, ids[i].String(), e.AggregateType, e.AggregateID, e.EventType, string(e.Payload), headers)
+		if sched {
+			var at any // NULL: now, or Delay after now
+			if !e.DeliverAt.IsZero() {
+				at = e.DeliverAt
+			}
+			args = append(args, at, e.Delay.Microseconds())
+		}
 	}
 	return b.String(), args, nil
 }

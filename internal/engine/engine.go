@@ -12,7 +12,8 @@
 // batch.go strings them together. Around the batches: worker.go (the claim
 // loops and their waits), tuning.go (batch size, sparse ordered claim, claim
 // pace), cursor.go (the claim floor), scan.go (reading claimed rows),
-// listen.go (LISTEN wake-ups), housekeeping.go (gauges, held events) and
+// listen.go (LISTEN wake-ups), schedule.go (releasing scheduled events
+// when due), housekeeping.go (gauges, held events) and
 // cleanup.go (deleting old processed rows).
 package engine
 
@@ -71,6 +72,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		wg.Go(func() { e.worker(ctx, i) })
 	}
 	wg.Go(func() { e.statsLoop(ctx) })
+	wg.Go(func() { e.scheduleLoop(ctx) })
 	if e.cfg.Listen {
 		wg.Go(func() { e.listenLoop(ctx) })
 	}

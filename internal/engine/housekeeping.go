@@ -80,6 +80,9 @@ func (e *Engine) refreshGauges(ctx context.Context) error {
 	b.Queue(e.q.CountPending).QueryRow(func(r pgx.Row) error { return r.Scan(&pending) })
 	b.Queue(e.q.CountDead).QueryRow(func(r pgx.Row) error { return r.Scan(&dead) })
 	b.Queue(e.q.CountHeld).QueryRow(func(r pgx.Row) error { return r.Scan(&held) })
+	var scheduled int64
+	var nextDue *time.Time
+	b.Queue(e.q.Scheduled).QueryRow(func(r pgx.Row) error { return r.Scan(&scheduled, &nextDue) })
 	var oldest, now time.Time
 	b.Queue(`SELECT now()`).QueryRow(func(r pgx.Row) error { return r.Scan(&now) })
 	b.Queue(e.q.OldestPending).QueryRow(func(r pgx.Row) error {
@@ -98,6 +101,12 @@ func (e *Engine) refreshGauges(ctx context.Context) error {
 	e.cfg.Metrics.DeadLetters.Set(float64(dead))
 	e.cfg.Metrics.HeldEvents.Set(float64(held))
 	e.cfg.Metrics.BlockedAggregates.Set(float64(blocked))
+	e.cfg.Metrics.Scheduled.Set(float64(scheduled))
+	due := 0.0
+	if nextDue != nil {
+		due = float64(nextDue.UnixNano()) / 1e9
+	}
+	e.cfg.Metrics.NextDue.Set(due)
 	age := 0.0
 	if !oldest.IsZero() {
 		age = max(now.Sub(oldest).Seconds(), 0)

@@ -22,6 +22,8 @@ type Metrics struct {
 	LastPublish       prometheus.Gauge
 	BlockedAggregates prometheus.Gauge
 	HeldEvents        prometheus.Gauge
+	Scheduled         prometheus.Gauge
+	NextDue           prometheus.Gauge
 	OldestPendingAge  prometheus.Gauge
 }
 
@@ -40,7 +42,7 @@ func New(reg prometheus.Registerer, constLabels prometheus.Labels) (*Metrics, er
 		}, []string{"event_type"}),
 		Pending: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "outbox_events_pending", ConstLabels: constLabels,
-			Help: "Current number of unprocessed outbox events (dead letters excluded).",
+			Help: "Current number of unprocessed outbox events (dead letters and events scheduled for later excluded).",
 		}),
 		BatchDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "outbox_batch_duration_seconds", ConstLabels: constLabels,
@@ -82,6 +84,14 @@ func New(reg prometheus.Registerer, constLabels prometheus.Labels) (*Metrics, er
 			Name: "outbox_events_held", ConstLabels: constLabels,
 			Help: "Events parked behind an earlier failing event of their aggregate (ordered mode).",
 		}),
+		Scheduled: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "outbox_events_scheduled", ConstLabels: constLabels,
+			Help: "Events scheduled for later delivery (Event.DeliverAt or Delay) and not yet due.",
+		}),
+		NextDue: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "outbox_scheduled_next_due_timestamp_seconds", ConstLabels: constLabels,
+			Help: "Unix time the earliest scheduled event is due; 0 when none is scheduled.",
+		}),
 		OldestPendingAge: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "outbox_oldest_pending_age_seconds", ConstLabels: constLabels,
 			Help: "Age of the oldest claimable event (by insertion order); 0 when none is pending.",
@@ -99,7 +109,8 @@ func New(reg prometheus.Registerer, constLabels prometheus.Labels) (*Metrics, er
 
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.Published, m.Failed, m.Pending, m.BatchDuration, m.DeadLetters,
-		m.DeadLettered, m.PublishLag, m.BrokerUnavailable, m.DBErrors, m.LastPublish, m.BlockedAggregates, m.HeldEvents, m.OldestPendingAge}
+		m.DeadLettered, m.PublishLag, m.BrokerUnavailable, m.DBErrors, m.LastPublish, m.BlockedAggregates, m.HeldEvents, m.OldestPendingAge,
+		m.Scheduled, m.NextDue}
 }
 
 // ObservePublished records one confirmed event.

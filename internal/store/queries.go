@@ -19,6 +19,8 @@ const claimPayload = `CASE WHEN pg_column_size(payload) <= 8192 THEN payload END
 // Queries are the statements for one outbox table.
 type Queries struct {
 	// Claim locks up to $1 claimable rows with seq > $2 in insertion order.
+	// A claimable row is pending, not waiting for a retry and not scheduled
+	// for later (deliver_at IS NULL: the ready index's predicate).
 	// Every claim returns a row's payload as claimPayload's two columns.
 	// SKIP LOCKED lets several relays claim disjoint batches; the predicate
 	// matches the partial pending index, so processed rows are never read,
@@ -91,8 +93,20 @@ type Queries struct {
 	// probe).
 	CountPending  string
 	OldestPending string
-	CountDead     string
-	CountHeld     string
+	// Scheduled is the count of events scheduled for later delivery and the
+	// earliest due time (NULL if none), read through the scheduled index.
+	Scheduled string
+	// ReleaseDue makes up to $1 scheduled events that are due claimable
+	// (deliver_at = NULL) and returns how many it released. Scheduled rows
+	// stay out of the ready index the claims scan (deliver_at IS NULL in its
+	// predicate), so a million rows due next month cost the claims nothing;
+	// this statement reads only the due end of the scheduled index. A
+	// released row keeps its seq, so in ordered mode it stays ahead of its
+	// aggregate's later events; the engine rescans from the start to find
+	// it below the claim floor.
+	ReleaseDue string
+	CountDead  string
+	CountHeld  string
 	// Cleanup deletes up to $2 rows processed more than $1 (interval) ago.
 	Cleanup string
 	// Status aggregates per event type: pending, dead, published in the last
@@ -118,7 +132,7 @@ func New(n ident.Names, deleteProcessed bool) *Queries {
 	return &Queries{
 		Claim: `SELECT id, seq, aggregate_type, aggregate_id, event_type, ` + claimPayload + `, headers, created_at, attempts, last_error IS NOT NULL, false, false
 FROM ` + t + `
-WHERE processed_at IS NULL AND dead_at IS NULL
+WHERE processed_at IS NULL AND dead_at IS NULL AND deliver_at IS NULL
   AND (retry_after IS NULL OR retry_after <= now())
   AND seq > $2
 ORDER BY seq
@@ -133,7 +147,7 @@ WHERE id = ANY($1::uuid[]) AND processed_at IS NULL AND dead_at IS NULL
 FOR UPDATE SKIP LOCKED`,
 		Refund: `UPDATE ` + t + ` SET attempts = attempts - 1 WHERE id = ANY($1::uuid[]) AND attempts > 0`,
 		LowWater: `SELECT min(seq) FROM ` + t + `
-WHERE processed_at IS NULL AND dead_at IS NULL
+WHERE processed_at IS NULL AND dead_at IS NULL AND deliver_at IS NULL
   AND (retry_after IS NULL OR retry_after <= now())`,
 		BlockedAggregates: `SELECT count(*) FROM (
     SELECT DISTINCT d.aggregate_type, d.aggregate_id
@@ -160,10 +174,22 @@ WHERE s.held_by IS NOT NULL AND s.dead_at IS NOT NULL AND s.processed_at IS NULL
   AND NOT EXISTS (SELECT 1 FROM ` + t + ` AS h WHERE h.id = s.held_by AND h.processed_at IS NULL)`,
 		ReleaseAll: `UPDATE ` + t + ` SET dead_at = NULL, held_by = NULL
 WHERE held_by IS NOT NULL AND dead_at IS NOT NULL AND processed_at IS NULL`,
-		CountPending:  `SELECT count(*) FROM ` + t + ` WHERE processed_at IS NULL AND dead_at IS NULL`,
-		OldestPending: `SELECT created_at FROM ` + t + ` WHERE processed_at IS NULL AND dead_at IS NULL ORDER BY seq LIMIT 1`,
-		CountDead:     `SELECT count(*) FROM ` + t + ` WHERE dead_at IS NOT NULL AND processed_at IS NULL AND held_by IS NULL`,
-		CountHeld:     `SELECT count(*) FROM ` + t + ` WHERE dead_at IS NOT NULL AND processed_at IS NULL AND held_by IS NOT NULL`,
+		CountPending:  `SELECT count(*) FROM ` + t + ` WHERE processed_at IS NULL AND dead_at IS NULL AND deliver_at IS NULL`,
+		OldestPending: `SELECT created_at FROM ` + t + ` WHERE processed_at IS NULL AND dead_at IS NULL AND deliver_at IS NULL ORDER BY seq LIMIT 1`,
+		Scheduled:     `SELECT count(*), min(deliver_at) FROM ` + t + ` WHERE deliver_at IS NOT NULL AND processed_at IS NULL`,
+		ReleaseDue: `WITH due AS (
+    SELECT id FROM ` + t + `
+    WHERE deliver_at <= now() AND processed_at IS NULL
+    ORDER BY deliver_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED),
+released AS (
+    UPDATE ` + t + ` AS o SET deliver_at = NULL
+    FROM due WHERE o.id = due.id
+    RETURNING 1)
+SELECT count(*) FROM released`,
+		CountDead: `SELECT count(*) FROM ` + t + ` WHERE dead_at IS NOT NULL AND processed_at IS NULL AND held_by IS NULL`,
+		CountHeld: `SELECT count(*) FROM ` + t + ` WHERE dead_at IS NOT NULL AND processed_at IS NULL AND held_by IS NOT NULL`,
 		Cleanup: `DELETE FROM ` + t + ` WHERE id IN (
     SELECT id FROM ` + t + `
     WHERE processed_at IS NOT NULL AND processed_at < now() - $1::interval
@@ -173,7 +199,7 @@ WHERE held_by IS NOT NULL AND dead_at IS NOT NULL AND processed_at IS NULL`,
 		Status: `SELECT event_type, sum(p)::bigint, sum(d)::bigint, sum(k)::bigint, sum(m)::bigint, sum(h)::bigint, min(oldest)
 FROM (
     SELECT event_type, 1 AS p, 0 AS d, 0 AS k, 0 AS m, 0 AS h, created_at AS oldest
-    FROM ` + t + ` WHERE processed_at IS NULL AND dead_at IS NULL
+    FROM ` + t + ` WHERE processed_at IS NULL AND dead_at IS NULL AND deliver_at IS NULL
   UNION ALL
     SELECT event_type, 0, (held_by IS NULL)::int, (held_by IS NOT NULL)::int, 0, 0, NULL
     FROM ` + t + ` WHERE dead_at IS NOT NULL AND processed_at IS NULL
@@ -194,7 +220,7 @@ LIMIT $3`,
 		RetryIDs:      `UPDATE ` + t + ` SET attempts = 0, retry_after = NULL, dead_at = NULL, held_by = NULL WHERE processed_at IS NULL AND id = ANY($1::uuid[])`,
 		CountRetryIDs: `SELECT count(*) FROM ` + t + ` WHERE processed_at IS NULL AND id = ANY($1::uuid[])`,
 		CheckColumns: `SELECT id, seq, aggregate_type, aggregate_id, event_type, payload, headers,
-       attempts, created_at, processed_at, retry_after, last_error, dead_at, held_by
+       attempts, created_at, processed_at, retry_after, last_error, dead_at, held_by, deliver_at
 FROM ` + t + ` LIMIT 0`,
 	}
 }
@@ -242,7 +268,7 @@ func claimOrdered(t string, sparse bool) string {
 	heads := `WITH locked AS (
   SELECT ` + headCols + `
   FROM ` + t + ` AS o
-  WHERE o.processed_at IS NULL AND o.dead_at IS NULL
+  WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND o.deliver_at IS NULL
     AND (o.retry_after IS NULL OR o.retry_after <= now())
     AND o.seq > $2
   ORDER BY o.seq
@@ -262,7 +288,7 @@ scan AS (SELECT count(*) >= $1 AS more FROM locked),
   SELECT w.id, w.seq, w.aggregate_type, w.aggregate_id,
          (w.retry_after IS NULL OR w.retry_after <= now()) AS due
   FROM ` + t + ` AS w
-  WHERE w.processed_at IS NULL AND w.dead_at IS NULL AND w.seq > $2
+  WHERE w.processed_at IS NULL AND w.dead_at IS NULL AND w.deliver_at IS NULL AND w.seq > $2
   ORDER BY w.seq
   LIMIT $3
 ),
@@ -275,7 +301,7 @@ heads AS (
   SELECT ` + headCols + `
   FROM (SELECT id, seq FROM firsts WHERE due ORDER BY seq) AS c
   JOIN ` + t + ` AS o ON o.id = c.id
-  WHERE o.processed_at IS NULL AND o.dead_at IS NULL
+  WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND o.deliver_at IS NULL
     AND ` + isHead + `
   ORDER BY c.seq
   LIMIT $1
@@ -299,7 +325,7 @@ SELECT ` + cols + `, true, false FROM (
   FROM heads AS h CROSS JOIN share CROSS JOIN LATERAL (
     SELECT h.id AS head, f.id, f.seq, f.aggregate_type, f.aggregate_id, f.event_type, f.payload, f.headers,
            f.created_at, f.attempts, f.last_error IS NOT NULL AS failed,
-           (f.dead_at IS NULL AND (f.retry_after IS NULL OR f.retry_after <= now())) AS ok
+           (f.dead_at IS NULL AND f.deliver_at IS NULL AND (f.retry_after IS NULL OR f.retry_after <= now())) AS ok
     FROM ` + t + ` AS f
     WHERE share.k > 1
       AND f.aggregate_type = h.aggregate_type AND f.aggregate_id = h.aggregate_id
@@ -308,7 +334,7 @@ SELECT ` + cols + `, true, false FROM (
     LIMIT share.k - 1) AS f
   LEFT JOIN LATERAL (
     SELECT true AS got FROM ` + t + ` AS l
-    WHERE l.id = f.id AND l.processed_at IS NULL AND l.dead_at IS NULL
+    WHERE l.id = f.id AND l.processed_at IS NULL AND l.dead_at IS NULL AND l.deliver_at IS NULL
     FOR UPDATE OF l SKIP LOCKED) AS l ON true
 ) AS r
 WHERE r.prefix

@@ -41,6 +41,7 @@ type OutboxEvent struct {
 	DeadAt        pgtype.Timestamptz `json:"dead_at"`
 	HeldBy        pgtype.UUID        `json:"held_by"`
 	ReplayID      pgtype.UUID        `json:"replay_id"`
+	DeliverAt     pgtype.Timestamptz `json:"deliver_at"`
 }
 
 type OutboxEventsArchive struct {

@@ -62,7 +62,7 @@ func (q *Queries) DeletePublishedBefore(ctx context.Context, arg DeletePublished
 }
 
 const getEvent = `-- name: GetEvent :one
-SELECT id, aggregate_type, aggregate_id, event_type, payload, attempts, created_at, processed_at, seq, retry_after, last_error, headers, dead_at, held_by, replay_id FROM outbox_events WHERE id = $1
+SELECT id, aggregate_type, aggregate_id, event_type, payload, attempts, created_at, processed_at, seq, retry_after, last_error, headers, dead_at, held_by, replay_id, deliver_at FROM outbox_events WHERE id = $1
 `
 
 func (q *Queries) GetEvent(ctx context.Context, id pgtype.UUID) (OutboxEvent, error) {
@@ -84,6 +84,7 @@ func (q *Queries) GetEvent(ctx context.Context, id pgtype.UUID) (OutboxEvent, er
 		&i.DeadAt,
 		&i.HeldBy,
 		&i.ReplayID,
+		&i.DeliverAt,
 	)
 	return i, err
 }

@@ -1,0 +1,11 @@
+package ident
+
+// ReadyIndex is the outbox table's index of the rows the relay may claim
+// now (pending, not scheduled for later), unqualified.
+func (n Names) ReadyIndex() (string, error) { return n.local("ready index", n.Table+"_ready_idx") }
+
+// ScheduledIndex is the outbox table's index of unprocessed rows scheduled
+// for later delivery, by due time, unqualified.
+func (n Names) ScheduledIndex() (string, error) {
+	return n.local("scheduled index", n.Table+"_sched_idx")
+}
