@@ -203,8 +203,13 @@ type Status struct {
 	// BlockedAggregates counts aggregates with a dead letter and later
 	// events behind it; in ordered mode those events are held until the
 	// dead letter is re-queued and published.
-	BlockedAggregates int64        `json:"blocked_aggregates"`
-	ByType            []TypeStatus `json:"by_type"`
+	BlockedAggregates int64 `json:"blocked_aggregates"`
+	// Scheduled counts events written with a later delivery time
+	// (Event.DeliverAt or Delay) and not yet due; NextDue is the earliest of
+	// their times (nil if none). They are not counted in Pending.
+	Scheduled int64        `json:"scheduled"`
+	NextDue   *time.Time   `json:"next_due,omitempty"`
+	ByType    []TypeStatus `json:"by_type"`
 }
 
 // Status reads the outbox's state.
@@ -219,6 +224,9 @@ func (a *Admin) Status(ctx context.Context) (*Status, error) {
 	// a second connection, and a pool of one would wait forever.
 	st := &Status{ByType: []TypeStatus{}}
 	if err := a.pool.QueryRow(ctx, a.q.BlockedAggregates).Scan(&st.BlockedAggregates); err != nil {
+		return nil, a.fail(ctx, "status", err)
+	}
+	if err := a.pool.QueryRow(ctx, a.q.Scheduled).Scan(&st.Scheduled, &st.NextDue); err != nil {
 		return nil, a.fail(ctx, "status", err)
 	}
 	rows, err := a.pool.Query(ctx, a.q.Status)

@@ -353,3 +353,25 @@ func TestScheduledEndToEnd(t *testing.T) {
 		})
 	}
 }
+
+// TestStatusCountsScheduled: Admin.Status reports scheduled events and the
+// earliest due time apart from the pending ones.
+func TestStatusCountsScheduled(t *testing.T) {
+	e := setup(t)
+	first := time.Now().Add(time.Hour).Truncate(time.Microsecond)
+	e.writeEvents(scheduledAt("a", 1, first.Add(time.Hour)), scheduledAt("b", 1, first), event("c", 1))
+	a, err := outbox.NewAdmin(e.pool, outbox.AdminConfig{Schema: e.schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := a.Status(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Scheduled != 2 || st.Pending != 1 {
+		t.Errorf("scheduled %d, pending %d; want 2 and 1", st.Scheduled, st.Pending)
+	}
+	if st.NextDue == nil || !st.NextDue.Equal(first) {
+		t.Errorf("next due %v, want %v", st.NextDue, first)
+	}
+}

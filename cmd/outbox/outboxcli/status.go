@@ -75,6 +75,9 @@ prints the same for scripts (ages in seconds).`)
 		w := c.stdout
 		fmt.Fprintf(w, "outbox %s\n", admin.Table())
 		fmt.Fprintf(w, "  pending           %d (oldest %s)\n", st.Pending, age(st.OldestPendingAge))
+		if st.Scheduled > 0 && st.NextDue != nil {
+			fmt.Fprintf(w, "  scheduled         %d event(s), next due %s\n", st.Scheduled, st.NextDue.Local().Format(time.RFC3339))
+		}
 		fmt.Fprintf(w, "  dead letters      %d\n", st.DeadLetters)
 		if st.Held > 0 {
 			fmt.Fprintf(w, "  held              %d event(s) parked behind an earlier failing event of their aggregate (ordered mode)\n", st.Held)
