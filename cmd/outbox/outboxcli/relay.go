@@ -308,6 +308,16 @@ func (c *cli) startRelay(ctx context.Context, o *options, s *relaySettings) (*ru
 		pool.Close()
 		return nil, err
 	}
+	// Replays are counted apart, read from the table at each scrape.
+	admin, err := outbox.NewAdmin(pool, outbox.AdminConfig{Schema: s.db.Schema, Table: s.db.Table})
+	if err == nil {
+		err = reg.Register(admin.ReplayCollector(s.cfg.MetricLabels))
+	}
+	if err != nil {
+		brokerCloser.Close()
+		pool.Close()
+		return nil, err
+	}
 	started = true
 	return &runningRelay{relay: relay, pool: pool, reg: reg, log: log, brokerURL: brokerURL.Redacted(), stopTracing: stopTracing, shutdown: func() {
 		brokerCloser.Close()
@@ -395,7 +405,9 @@ func tableName(d dbOptions) string {
 
 func (c *cli) httpServer(relay *outbox.Relay, reg *prometheus.Registry) *http.Server {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	// ContinueOnError: a collector that fails (the replay query while the
+	// database is down) must not hide the relay's own metrics.
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, ErrorHandling: promhttp.ContinueOnError}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})

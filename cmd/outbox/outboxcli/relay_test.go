@@ -110,7 +110,7 @@ func TestRelayNATS(t *testing.T) {
 		_, metrics = get(t, "http://"+addr+"/metrics")
 		return strings.Contains(metrics, "\noutbox_events_pending 0\n")
 	})
-	for _, want := range []string{"\noutbox_events_published_total 300\n", "\ngo_goroutines ", "\nprocess_open_fds ", "\noutbox_dead_letters 0\n"} {
+	for _, want := range []string{"\noutbox_events_published_total 300\n", "\ngo_goroutines ", "\nprocess_open_fds ", "\noutbox_dead_letters 0\n", "\noutbox_replayed_events{state=\"pending\"} 0\n", "\noutbox_events_scheduled 0\n"} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %q", strings.TrimSpace(want))
 		}
