@@ -76,6 +76,17 @@ func (e *Engine) claim(ctx context.Context, start time.Time) (*claim, error) {
 		return nil, inPhase("acquire connection", err)
 	}
 	l := &tableLease{e: e, conn: conn}
+	if e.releaseTurn(start) {
+		n, err := e.releaseDue(sctx, conn)
+		if err != nil {
+			l.broken = timedOut(err)
+			l.release(context.WithoutCancel(ctx))
+			return nil, inPhase("release scheduled", err)
+		}
+		if n > 0 {
+			e.cur.reset() // released rows are likely below the floor
+		}
+	}
 	p := e.planClaim(start)
 	rows, more, err := l.claim(sctx, p)
 	if err == nil {

@@ -48,10 +48,11 @@ type Engine struct {
 	// (see adaptSparse).
 	sparse atomic.Bool
 
-	alone      aloneTracker // tells a message failing alone from an outage
-	brokerDown atomic.Bool
-	lastClaim  atomic.Int64 // when the last claim started, Unix ns
-	pacing     atomic.Bool  // a worker paces the claims of a heavy stream
+	alone       aloneTracker // tells a message failing alone from an outage
+	brokerDown  atomic.Bool
+	lastClaim   atomic.Int64 // when the last claim started, Unix ns
+	lastRelease atomic.Int64 // when a claim last released due scheduled events, Unix ns
+	pacing      atomic.Bool  // a worker paces the claims of a heavy stream
 }
 
 // New returns an engine; cfg must be validated by the caller.
@@ -72,7 +73,6 @@ func (e *Engine) Run(ctx context.Context) error {
 		wg.Go(func() { e.worker(ctx, i) })
 	}
 	wg.Go(func() { e.statsLoop(ctx) })
-	wg.Go(func() { e.scheduleLoop(ctx) })
 	if e.cfg.Listen {
 		wg.Go(func() { e.listenLoop(ctx) })
 	}
