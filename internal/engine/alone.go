@@ -9,11 +9,14 @@ import (
 // An unavailable-class error (the connection reset, no answer) on one
 // message means the destination is down only as long as nothing says
 // otherwise; a message whose publish always fails that way would keep the
-// relay in outage backoff forever. So a row's unavailable failure counts an
-// attempt once the destination was seen taking other messages: a row
-// published after it in the same batch was confirmed, or a confirmation
-// (any worker's) came between its previous unavailable failure and this
-// one. During a real outage nothing is confirmed, and no attempt counts.
+// relay in outage backoff forever. So a row's unavailable failure, from its
+// second on, counts an attempt once the destination was seen taking other
+// messages: a row published after it in the same batch was confirmed, or a
+// confirmation (any worker's) came between its previous unavailable failure
+// and this one. During a real outage nothing is confirmed, and no attempt
+// counts; the first failure never counts, since the first rows of a batch
+// that meets a connection the broker closed fail while the next ones, on a
+// fresh connection, go through.
 type aloneTracker struct {
 	mu       sync.Mutex
 	lastOK   time.Time              // the last confirmation of any row
@@ -34,8 +37,9 @@ func (a *aloneTracker) confirmed(t time.Time) {
 }
 
 // failedAlone records an unavailable failure of row id at t and reports
-// whether the destination confirmed something since the row's previous one.
-func (a *aloneTracker) failedAlone(id [16]byte, t time.Time) bool {
+// whether the row failed so before (seen) and whether the destination
+// confirmed something since that previous failure (since).
+func (a *aloneTracker) failedAlone(id [16]byte, t time.Time) (seen, since bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	prev, seen := a.failedAt[id]
@@ -43,7 +47,7 @@ func (a *aloneTracker) failedAlone(id [16]byte, t time.Time) bool {
 		a.failedAt = map[[16]byte]time.Time{}
 	}
 	a.failedAt[id] = t
-	return seen && a.lastOK.After(prev)
+	return seen, seen && a.lastOK.After(prev)
 }
 
 // published forgets the rows of a batch that were confirmed.

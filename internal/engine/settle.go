@@ -63,9 +63,13 @@ func (e *Engine) settle(rows []*Row, attempts []Attempt) *settlement {
 	}
 	now := time.Now()
 	for i, r := range rows {
-		alone := laterOK[i]
+		alone := false
 		if a := attempts[i]; a.Err != nil && a.Class == outboxtype.ClassUnavailable {
-			alone = e.alone.failedAlone(r.ID, now) || alone
+			seen, since := e.alone.failedAlone(r.ID, now)
+			// Never on a row's first unavailable failure: the first
+			// messages of a batch often meet a connection the broker
+			// closed, and the next ones a fresh one.
+			alone = seen && (since || laterOK[i])
 		}
 		o := e.settleRow(r, attempts[i], anyOK, alone)
 		s.outcomes[i] = o
