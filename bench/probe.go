@@ -113,12 +113,12 @@ func (h *harness) walStats(ctx context.Context) (recs, fpi int64, bytes float64)
 	return recs, fpi, bytes
 }
 
-// pendingScans is how many index scans the schema's pending index has had:
+// pendingScans is how many index scans the indexes the claims read have had:
 // one per claim.
 func (h *harness) pendingScans(ctx context.Context, schema string) int64 {
 	var n int64
 	_ = h.pool.QueryRow(ctx, `SELECT COALESCE(sum(idx_scan), 0)::bigint FROM pg_stat_user_indexes
-		WHERE schemaname = $1 AND indexrelname IN ('outbox_events_pending_idx', 'idx_outbox_unprocessed')`, schema).Scan(&n)
+		WHERE schemaname = $1 AND indexrelname IN ('outbox_events_pending_idx', 'outbox_events_ready_idx', 'idx_outbox_unprocessed')`, schema).Scan(&n)
 	return n
 }
 
