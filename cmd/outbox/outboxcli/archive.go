@@ -51,18 +51,9 @@ Durations are Go durations: 168h for 7 days.`)
 		}
 		defer done()
 		start := time.Now()
-		var report func(int64)
-		var p *progress
-		if !asJSON {
-			p = c.progress()
-			report = func(total int64) {
-				p.update(fmt.Sprintf("archive: moved %d so far [%s]", total, time.Since(start).Round(time.Millisecond)))
-			}
-		}
-		n, err := admin.Archive(ctx, olderThan, batch, report)
-		if p != nil {
-			p.done()
-		}
+		n, err := c.withProgress(asJSON, "archive: moved", func(report func(int64)) (int64, error) {
+			return admin.Archive(ctx, olderThan, batch, report)
+		})
 		if err != nil {
 			return notMigrated(admin.Table(), &d, fmt.Errorf("%w (moved %d before the failure)", err, n))
 		}

@@ -154,18 +154,9 @@ and dead letters are never deleted. The relay can do the same continuously
 		}
 		defer done()
 		start := time.Now()
-		var report func(int64)
-		var p *progress
-		if !asJSON {
-			p = c.progress()
-			report = func(total int64) {
-				p.update(fmt.Sprintf("cleanup: deleted %d so far [%s]", total, time.Since(start).Round(time.Millisecond)))
-			}
-		}
-		n, err := admin.Cleanup(ctx, retention, batch, report)
-		if p != nil {
-			p.done()
-		}
+		n, err := c.withProgress(asJSON, "cleanup: deleted", func(report func(int64)) (int64, error) {
+			return admin.Cleanup(ctx, retention, batch, report)
+		})
 		if err != nil {
 			return notMigrated(admin.Table(), &d, fmt.Errorf("%w (deleted %d before the failure)", err, n))
 		}
@@ -177,4 +168,19 @@ and dead letters are never deleted. The relay can do the same continuously
 			n, retention, admin.Table(), time.Since(start).Round(time.Millisecond))
 		return nil
 	}
+}
+
+// withProgress runs a batched operation (cleanup, archive), printing
+// "<what> N so far [elapsed]" as it reports progress, unless the output is
+// JSON.
+func (c *cli) withProgress(asJSON bool, what string, run func(report func(int64)) (int64, error)) (int64, error) {
+	if asJSON {
+		return run(nil)
+	}
+	start := time.Now()
+	p := c.progress()
+	defer p.done()
+	return run(func(total int64) {
+		p.update(fmt.Sprintf("%s %d so far [%s]", what, total, time.Since(start).Round(time.Millisecond)))
+	})
 }
