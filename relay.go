@@ -120,6 +120,15 @@ type RelayConfig struct {
 	// flight. Defaults to DefaultStatementTimeout (5s).
 	StatementTimeout time.Duration
 
+	// Source is where the relay finds events: SourceTable (claims from the
+	// outbox table) or SourceWAL (streams them from a logical replication
+	// slot, writing nothing per event on the happy path; see SourceWAL and
+	// docs/WAL.md). With SourceWAL, Run checks the replication
+	// prerequisites first and returns an error wrapping
+	// ErrReplicationPrerequisite naming the missing one. Defaults to
+	// SourceTable.
+	Source Source
+
 	// DeleteOnPublish deletes a row once the broker confirmed it, instead of
 	// setting processed_at. It is the fastest way to drain (a DELETE writes
 	// less than an UPDATE, and nothing is left to clean up) at the cost of
@@ -211,6 +220,7 @@ type RelayConfig struct {
 
 // withDefaults returns cfg with every zero value replaced by its default.
 func (cfg RelayConfig) withDefaults() RelayConfig {
+	orDefault(&cfg.Source, SourceTable)
 	orDefault(&cfg.BatchSize, DefaultBatchSize)
 	orDefault(&cfg.MaxBatchBytes, DefaultMaxBatchBytes)
 	orDefault(&cfg.Workers, DefaultWorkers)
@@ -247,6 +257,9 @@ func orDefault[T comparable](v *T, d T) {
 func (cfg RelayConfig) validate(raw RelayConfig) error {
 	bad := func(field, format string, args ...any) error {
 		return &ConfigError{Config: "RelayConfig", Field: field, Err: fmt.Errorf(format, args...)}
+	}
+	if err := cfg.Source.valid(); err != nil {
+		return bad("Source", "%w", err)
 	}
 	switch {
 	case cfg.BatchSize < 1 || cfg.BatchSize > 10000:
@@ -317,6 +330,7 @@ func (cfg RelayConfig) engineConfig() (engine.Config, error) {
 		DeleteOnPublish:  c.DeleteOnPublish,
 		Ordered:          c.Ordered,
 		Listen:           c.Listen,
+		WAL:              c.Source == SourceWAL,
 		Logger:           c.Logger,
 	}, nil
 }
@@ -349,7 +363,7 @@ func NewRelay(pool *pgxpool.Pool, pub Publisher, cfg RelayConfig) (*Relay, error
 	if err != nil {
 		return nil, err
 	}
-	m, err := metrics.New(cfg.Registerer, cfg.MetricLabels)
+	m, err := metrics.New(cfg.Registerer, cfg.MetricLabels, ec.WAL)
 	if err != nil {
 		return nil, &ConfigError{Config: "RelayConfig", Field: "Registerer", Err: err}
 	}

@@ -52,7 +52,7 @@ func (f metricFamily) Series() []string {
 func relayMetrics(t *testing.T) map[string]metricFamily {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	m, err := metrics.New(reg, nil)
+	m, err := metrics.New(reg, nil, true)
 	if err != nil {
 		t.Fatal(err)
 	}

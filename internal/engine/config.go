@@ -48,6 +48,11 @@ type Config struct {
 	// connection and wake a worker on every notification.
 	Listen bool
 
+	// WAL streams events from the table's logical replication slot
+	// (wal.go); the table workers then claim only the rows the stream
+	// handed over (retry_after set), unless the stream fell back.
+	WAL bool
+
 	Logger  *slog.Logger
 	Metrics *metrics.Metrics // nil: no metrics
 

@@ -25,13 +25,28 @@ type Metrics struct {
 	Scheduled         prometheus.Gauge
 	NextDue           prometheus.Gauge
 	OldestPendingAge  prometheus.Gauge
+
+	// The event source (RelayConfig.Source). Replication* are set only by a
+	// relay whose source is the WAL, from the slot's row in
+	// pg_replication_slots every StatsInterval.
+	Source               *prometheus.GaugeVec
+	Streaming            prometheus.Gauge
+	Fallbacks            prometheus.Counter
+	ReplicationLag       prometheus.Gauge
+	ReplicationRetained  prometheus.Gauge
+	ReplicationSlotState *prometheus.GaugeVec
+
+	wal bool
 }
 
 // New builds the collectors and registers them with reg when reg is not nil.
 // constLabels are added to every series (for example the outbox table when one
 // process runs relays for several tables).
-func New(reg prometheus.Registerer, constLabels prometheus.Labels) (*Metrics, error) {
-	m := &Metrics{
+//
+// The replication collectors are registered only with wal (the relay's
+// source is the WAL), so a table relay exports none of them.
+func New(reg prometheus.Registerer, constLabels prometheus.Labels, wal bool) (*Metrics, error) {
+	m := &Metrics{wal: wal,
 		Published: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "outbox_events_published_total", ConstLabels: constLabels,
 			Help: "Total outbox events successfully published.",
@@ -96,6 +111,30 @@ func New(reg prometheus.Registerer, constLabels prometheus.Labels) (*Metrics, er
 			Name: "outbox_oldest_pending_age_seconds", ConstLabels: constLabels,
 			Help: "Age of the oldest claimable event (by insertion order); 0 when none is pending.",
 		}),
+		Source: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "outbox_relay_source", ConstLabels: constLabels,
+			Help: "1 for the source the relay reads events from now (table or wal; a WAL relay falling back reads the table), else 0.",
+		}, []string{"source"}),
+		Streaming: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "outbox_replication_streaming", ConstLabels: constLabels,
+			Help: "1 while this relay streams the replication slot, 0 while it stands by or falls back (WAL source).",
+		}),
+		Fallbacks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "outbox_replication_fallbacks_total", ConstLabels: constLabels,
+			Help: "Times the WAL source found its slot lost or dropped and fell back to the table.",
+		}),
+		ReplicationLag: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "outbox_replication_lag_bytes", ConstLabels: constLabels,
+			Help: "WAL written since the slot's confirmed position: how far the WAL source is behind (pg_current_wal_lsn() - confirmed_flush_lsn).",
+		}),
+		ReplicationRetained: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "outbox_replication_retained_bytes", ConstLabels: constLabels,
+			Help: "WAL the slot keeps on the server's disk (pg_current_wal_lsn() - restart_lsn).",
+		}),
+		ReplicationSlotState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "outbox_replication_slot_state", ConstLabels: constLabels,
+			Help: "1 for the slot's current wal_status (reserved, extended, unreserved, lost) or missing, else 0.",
+		}, []string{"state"}),
 	}
 	if reg != nil {
 		for _, c := range m.collectors() {
@@ -108,9 +147,13 @@ func New(reg prometheus.Registerer, constLabels prometheus.Labels) (*Metrics, er
 }
 
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.Published, m.Failed, m.Pending, m.BatchDuration, m.DeadLetters,
+	cs := []prometheus.Collector{m.Published, m.Failed, m.Pending, m.BatchDuration, m.DeadLetters,
 		m.DeadLettered, m.PublishLag, m.BrokerUnavailable, m.DBErrors, m.LastPublish, m.BlockedAggregates, m.HeldEvents, m.OldestPendingAge,
-		m.Scheduled, m.NextDue}
+		m.Scheduled, m.NextDue, m.Source}
+	if m.wal {
+		cs = append(cs, m.Streaming, m.Fallbacks, m.ReplicationLag, m.ReplicationRetained, m.ReplicationSlotState)
+	}
+	return cs
 }
 
 // ObservePublished records one confirmed event.
