@@ -90,9 +90,21 @@ func buildCharts(f resultsFile) []barChart {
 	if len(f.Writes) > 0 {
 		c := barChart{File: "write-cost.svg", Title: fmt.Sprintf("Write cost: writers' throughput with the relay running, / the same design without relay (%d writers)", f.Writers),
 			Series: []string{"ratio"}, Format: func(x float64) string { return fmt.Sprintf("%.2f", x) }, Max: 1, Footer: footer}
+		business := false
+		for _, w := range f.Writes {
+			business = business || (w.Check && len(w.VsBusiness) > 0)
+		}
+		if business {
+			c.Title = fmt.Sprintf("Write cost: writers' throughput with the relay running, / the same design without relay and / business row only (%d writers)", f.Writers)
+			c.Series = []string{"/ no relay", "/ business only (no outbox)"}
+		}
 		for _, w := range f.Writes {
 			if w.Check { // relay phases; the no-relay phases are the 1.00 they are divided by
-				c.Rows = append(c.Rows, barRow{w.Label, []float64{median(w.Ratio)}})
+				vs := []float64{median(w.Ratio)}
+				if business {
+					vs = append(vs, median(w.VsBusiness))
+				}
+				c.Rows = append(c.Rows, barRow{w.Label, vs})
 			}
 		}
 		if len(c.Rows) > 0 {

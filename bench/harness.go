@@ -21,7 +21,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/ident"
 	"github.com/pgoutbox/outbox/internal/sqsfake"
+	"github.com/pgoutbox/outbox/internal/wal"
 )
 
 // options are the command's flags.
@@ -59,6 +61,14 @@ type options struct {
 	WriteRate    int    // write: writers paced at this many orders/s in all (0: full speed)
 	WriteProfile string // write: CPU profile of every phase into this directory
 
+	// The WAL source's figures (wal, walsize).
+	WALTx         int   // events per transaction of their backlogs
+	WALRates      []int // latency rates, events/s
+	WALTxRate     int   // latency: most writer transactions per second (higher rates put several events in each)
+	WALLatWindow  time.Duration
+	WALSizeEvents int // events streamed in the size figure
+	WALSizePoints int // chunks (size samples) among them
+
 	// For tests: servers to use instead of starting them in process (the
 	// harness leaves them running), and a hook told of every stream, topic,
 	// queue and webhook receiver the harness creates.
@@ -67,7 +77,14 @@ type options struct {
 	onCreate     func(pub, name string)
 }
 
-func (o *options) want(s string) bool { return len(o.Only) == 0 || o.Only[s] }
+// want reports whether a figure runs: every figure but the WAL source's own
+// (wal, walsize) when --only is not given, which run only when named.
+func (o *options) want(s string) bool {
+	if s == "wal" || s == "walsize" {
+		return o.Only[s]
+	}
+	return len(o.Only) == 0 || o.Only[s]
+}
 
 // harness owns the database schemas, NATS streams and broker destinations
 // (figure 5) of one invocation.
@@ -85,6 +102,9 @@ type harness struct {
 	dests   []*destination // every broker destination opened, removed by close unless --keep
 	sameRun map[string]sameRun
 
+	repl   []string // schemas whose table has a publication and slot (the WAL source's), dropped even with --keep
+	walErr error    // why the server cannot run the WAL source (nil: it can)
+
 	lastWaits    []string  // the last drain's wait sample (--sample-waits)
 	noCheckpoint bool      // CHECKPOINT was refused once
 	loads        []float64 // 1-minute load average at every progress line
@@ -99,7 +119,7 @@ func newHarness(ctx context.Context, opt options) (*harness, error) {
 		opt.Prefix = "bench_" + randHex(4)
 	}
 	h := &harness{opt: opt, pool: pool, prefix: opt.Prefix, sameRun: map[string]sameRun{}}
-	if opt.want("drain") || opt.want("latency") || (opt.want("brokers") && slices.Contains(opt.Brokers, pubNATS)) {
+	if opt.want("drain") || opt.want("latency") || opt.want("wal") || (opt.want("brokers") && slices.Contains(opt.Brokers, pubNATS)) {
 		nc, err := natsgo.Connect(opt.NatsURL)
 		if err != nil {
 			pool.Close()
@@ -116,6 +136,15 @@ func newHarness(ctx context.Context, opt options) (*harness, error) {
 		if err := h.openBrokers(ctx); err != nil {
 			h.close()
 			return nil, err
+		}
+	}
+	if opt.want("write") || opt.want("wal") || opt.want("walsize") {
+		// The WAL source's phases need wal_level=logical, a role that may
+		// replicate and a free slot; without them the rest still runs and
+		// the output says why those phases did not.
+		h.walErr = outbox.CheckReplication(ctx, pool, outbox.MigrateConfig{Schema: h.prefix + "_check"})
+		if h.walErr != nil {
+			h.logf("WAL source phases skipped: %v", h.walErr)
 		}
 	}
 	return h, nil
@@ -166,7 +195,13 @@ func (h *harness) close() {
 		if len(kept) > 0 {
 			h.logf("keeping %s (the in-process Kafka, SQS and webhook servers stop with the harness)", strings.Join(kept, ", "))
 		}
-	} else {
+	}
+	// A slot left behind would keep every byte of WAL the server writes from
+	// now on: these go whatever happened, --keep included.
+	for _, s := range slices.Clone(h.repl) {
+		h.dropReplication(ctx, s)
+	}
+	if !h.opt.Keep {
 		for _, s := range h.schemas {
 			h.dropSchema(ctx, s)
 		}
@@ -193,6 +228,9 @@ func (h *harness) dropSchema(ctx context.Context, s string) {
 // release drops a schema as soon as a figure is done with it, so a run never
 // holds more than a few million rows at once.
 func (h *harness) release(ctx context.Context, s string) {
+	if slices.Contains(h.repl, s) {
+		h.dropReplication(ctx, s)
+	}
 	if h.opt.Keep {
 		return
 	}
@@ -230,6 +268,60 @@ func (h *harness) setupOurs(ctx context.Context, what string) (string, error) {
 		return "", err
 	}
 	return s, nil
+}
+
+// setupWAL is setupOurs plus what `outbox migrate --source wal` adds: the
+// table's publication and replication slot, which the slot keeps WAL for
+// from now on. release and close drop them.
+func (h *harness) setupWAL(ctx context.Context, what string) (string, error) {
+	if h.walErr != nil {
+		return "", h.walErr
+	}
+	s, err := h.setupOurs(ctx, what)
+	if err != nil {
+		return "", err
+	}
+	h.repl = append(h.repl, s) // before creating, so a half-done setup is dropped too
+	if _, err := outbox.SetupReplication(ctx, h.pool, outbox.MigrateConfig{Schema: s}); err != nil {
+		return "", err
+	}
+	return s, nil
+}
+
+// setupBusiness creates a schema with the orders table alone: the business
+// row without any outbox.
+func (h *harness) setupBusiness(ctx context.Context, what string) (string, error) {
+	s, err := h.newSchema(ctx, what)
+	if err != nil {
+		return "", err
+	}
+	if _, err := h.exec(ctx, s, ordersSQL); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+// walsenderApp is the application_name of the walsender streaming
+// schema's slot (internal/wal names its replication connection so).
+func walsenderApp(schema string) string { return "pgoutbox relay " + slotName(schema) }
+
+// slotName is the WAL source's slot for schema's table.
+func slotName(schema string) string {
+	n, err := ident.New(schema, "")
+	if err != nil {
+		return ""
+	}
+	return wal.NamesFor(n).Slot
+}
+
+// dropReplication drops schema's slot and publication (ending the stream
+// of a relay still reading it).
+func (h *harness) dropReplication(ctx context.Context, s string) {
+	if err := outbox.DropReplication(ctx, h.pool, outbox.MigrateConfig{Schema: s}); err != nil {
+		h.logf("drop the replication slot and publication of %s: %v", s, err)
+		return
+	}
+	h.repl = slices.DeleteFunc(h.repl, func(x string) bool { return x == s })
 }
 
 // setupBaseline creates a schema with the baseline's table (and its trigger).

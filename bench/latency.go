@@ -2,44 +2,64 @@ package main
 
 import (
 	"context"
+	"database/sql"
+	"encoding/json"
 	"fmt"
 	"sort"
+	"strings"
+	"time"
 
 	"github.com/pgoutbox/outbox"
 )
 
 // latencyRun measures commit-to-confirmation latency once per variant.
 func (h *harness) latencyRun(ctx context.Context, r *results) error {
-	type variant struct{ label, design, pub string }
-	vs := []variant{
-		{"pgoutbox → NATS JetStream (relay process, LISTEN + Notifier)", designOurs, pubNATS},
-		{"baseline → NATS JetStream (trigger + LISTEN)", designBaseline, pubNATS},
+	vs := []latVariant{
+		{label: "pgoutbox → NATS JetStream (relay process, LISTEN + Notifier)", design: designOurs, pub: pubNATS},
+		{label: "baseline → NATS JetStream (trigger + LISTEN)", design: designBaseline, pub: pubNATS},
 	}
 	if h.opt.LatMemory {
 		vs = append(vs,
-			variant{"pgoutbox → in-memory (relay process, LISTEN + Notifier)", designOurs, pubMemory},
-			variant{"baseline → in-memory (trigger + LISTEN)", designBaseline, pubMemory})
+			latVariant{label: "pgoutbox → in-memory (relay process, LISTEN + Notifier)", design: designOurs, pub: pubMemory},
+			latVariant{label: "baseline → in-memory (trigger + LISTEN)", design: designBaseline, pub: pubMemory})
 	}
 	for _, v := range vs {
-		if err := h.latencyOnce(ctx, r, v.label, v.design, v.pub); err != nil {
+		v.rate, v.perTx, v.window = h.opt.Rate, 1, h.opt.LatWindow
+		if err := h.latencyOnce(ctx, r.lat(v.label), v); err != nil {
 			return fmt.Errorf("%s: %w", v.label, err)
 		}
 	}
 	return nil
 }
 
-func (h *harness) latencyOnce(ctx context.Context, r *results, label, design, pub string) error {
+// latVariant is one latency measurement: a relay, its publisher, and the
+// writers' load.
+type latVariant struct {
+	label, design, pub string
+	source             string // pgoutbox: RelayConfig.Source; the table source runs with LISTEN + a Notifier, the WAL source needs no wake-up
+	rate               int    // events/s
+	perTx              int    // events per writer transaction
+	window             time.Duration
+}
+
+func (h *harness) latencyOnce(ctx context.Context, f *latFigure, v latVariant) error {
+	wal := v.source == string(outbox.SourceWAL)
 	var s string
 	var err error
-	if design == designOurs {
+	switch {
+	case wal:
+		s, err = h.setupWAL(ctx, "latency")
+	case v.design == designOurs:
 		s, err = h.setupOurs(ctx, "latency")
-	} else {
+	default:
 		s, err = h.setupBaseline(ctx, "latency", true)
+	}
+	if s != "" {
+		defer h.release(ctx, s)
 	}
 	if err != nil {
 		return err
 	}
-	defer h.release(ctx, s)
 	pool, db, err := h.writerDB(ctx, s)
 	if err != nil {
 		return err
@@ -47,10 +67,11 @@ func (h *harness) latencyOnce(ctx context.Context, r *results, label, design, pu
 	defer pool.Close()
 	defer db.Close()
 
-	spec := h.spec(design, s, pub)
-	spec.Listen = true
+	spec := h.spec(v.design, s, v.pub)
+	spec.Listen = !wal
+	spec.Source = v.source
 	spec.Timed = true
-	if pub == pubNATS {
+	if v.pub == pubNATS {
 		stream, err := h.newStream(ctx)
 		if err != nil {
 			return err
@@ -66,38 +87,46 @@ func (h *harness) latencyOnce(ctx context.Context, r *results, label, design, pu
 		child.kill()
 		return err
 	}
-	w := writers{n: h.opt.LatWriters}
-	if design == designOurs {
+	w := writers{n: h.opt.LatWriters, perTx: v.perTx}
+	if v.design == designOurs {
 		ow, err := outbox.NewWriter(outbox.WriterConfig{Schema: s})
 		if err != nil {
 			child.kill()
 			return err
 		}
-		n, err := outbox.NewNotifier(pool, outbox.NotifierConfig{Schema: s})
-		if err != nil {
-			child.kill()
-			return err
-		}
-		defer n.Close()
 		w.create = func(ctx context.Context, o Order) error { return pgoutboxCreateOrder(ctx, db, ow, o) }
-		w.after = n.Notify
+		w.createN = func(ctx context.Context, os []Order) error { return pgoutboxCreateOrders(ctx, db, ow, os) }
+		if !wal {
+			n, err := outbox.NewNotifier(pool, outbox.NotifierConfig{Schema: s})
+			if err != nil {
+				child.kill()
+				return err
+			}
+			defer n.Close()
+			w.after = n.Notify
+		}
 	} else {
+		if v.perTx > 1 {
+			child.kill()
+			return fmt.Errorf("the baseline writes one order per transaction")
+		}
 		w.create = func(ctx context.Context, o Order) error { return baselineCreateOrder(ctx, db, o) }
 	}
-	h.logf("latency: %s, %d ev/s for %s", label, h.opt.Rate, h.opt.LatWindow)
-	st := w.paced(ctx, h.opt.Rate, h.opt.LatWindow)
-	rows, err := h.rowCount(ctx, s, "outbox_events")
+	h.logf("latency: %s, %d ev/s (%d per transaction) for %s", v.label, v.rate, max(v.perTx, 1), v.window)
+	st := w.paced(ctx, v.rate, v.window)
+	// Every committed order wrote exactly one event (the WAL source deletes
+	// the rows it published, so count the orders).
+	orders, err := h.rowCount(ctx, s, "orders")
 	if err != nil {
 		child.kill()
 		return err
 	}
-	res, err := child.finish(rows)
-	f := r.lat(label)
+	res, err := child.finish(orders)
 	if err != nil {
 		f.Notes = append(f.Notes, err.Error())
 	}
 	if st.Failed > 0 {
-		f.Notes = append(f.Notes, fmt.Sprintf("%d CreateOrder calls failed, first: %v", st.Failed, st.FirstErr))
+		f.Notes = append(f.Notes, fmt.Sprintf("%d events' transactions failed, first: %v", st.Failed, st.FirstErr))
 	}
 	var lat []float64
 	for k, c := range st.CommitNs {
@@ -107,7 +136,7 @@ func (h *harness) latencyOnce(ctx context.Context, r *results, label, design, pu
 		lat = append(lat, float64(res.Times[k]-c)/1e6)
 	}
 	sort.Float64s(lat)
-	ok := err == nil && res.Delivery.OK() && int64(len(lat)) == st.Committed && rows == st.Committed
+	ok := err == nil && res.Delivery.OK() && int64(len(lat)) == st.Committed && orders == st.Committed
 	f.OK = append(f.OK, ok)
 	f.Dups = append(f.Dups, res.Delivery.Dups())
 	f.Achieved = append(f.Achieved, float64(st.Committed)/st.Elapsed.Seconds())
@@ -118,8 +147,45 @@ func (h *harness) latencyOnce(ctx context.Context, r *results, label, design, pu
 	}
 	f.CommitP50 = append(f.CommitP50, percentile(st.CallMS, 50))
 	f.CommitP99 = append(f.CommitP99, percentile(st.CallMS, 99))
-	h.logf("latency: %s: writers %.0f ev/s, p50 %.2f ms, p99 %.2f ms, max %.1f ms, delivered %d/%d, dups %d",
-		label, f.Achieved[len(f.Achieved)-1], percentile(lat, 50), percentile(lat, 99), percentile(lat, 100),
-		res.Delivery.Distinct, rows, res.Delivery.Dups())
+	if res.MaxRSSKB > 0 {
+		f.RSSMB = append(f.RSSMB, float64(res.MaxRSSKB)/1024)
+	}
+	h.logf("latency: %s: writers %.0f ev/s, p50 %.2f ms, p99 %.2f ms, max %.1f ms, delivered %d/%d, dups %d, relay peak RSS %.0f MB",
+		v.label, f.Achieved[len(f.Achieved)-1], percentile(lat, 50), percentile(lat, 99), percentile(lat, 100),
+		res.Delivery.Distinct, orders, res.Delivery.Dups(), float64(res.MaxRSSKB)/1024)
 	return nil
+}
+
+// pgoutboxCreateOrders is pgoutboxCreateOrder for several orders in one
+// transaction: one multi-row INSERT of the orders, one Writer.WriteSQL of
+// their events.
+func pgoutboxCreateOrders(ctx context.Context, db *sql.DB, w *outbox.Writer, os []Order) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin tx: %w", err)
+	}
+	defer tx.Rollback()
+	var q strings.Builder
+	q.WriteString(`INSERT INTO orders (id, customer_id, total, created_at) VALUES `)
+	args := make([]any, 0, 3*len(os))
+	evs := make([]outbox.Event, len(os))
+	for i, o := range os {
+		if i > 0 {
+			q.WriteString(", ")
+		}
+		fmt.Fprintf(&q, "($%d, $%d, $%d, NOW())", 3*i+1, 3*i+2, 3*i+3)
+		args = append(args, o.ID, o.CustomerID, o.Total)
+		payload, err := json.Marshal(map[string]any{"order_id": o.ID, "customer_id": o.CustomerID, "total": o.Total})
+		if err != nil {
+			return err
+		}
+		evs[i] = outbox.Event{AggregateType: "order", AggregateID: o.ID, EventType: "order.created", Payload: payload}
+	}
+	if _, err := tx.ExecContext(ctx, q.String(), args...); err != nil {
+		return fmt.Errorf("insert orders: %w", err)
+	}
+	if _, err := w.WriteSQL(ctx, tx, evs...); err != nil {
+		return err
+	}
+	return tx.Commit()
 }

@@ -13,6 +13,7 @@
 //	go run ./bench --quick    # smaller sizes (~3 min)
 //	go run ./bench --only brokers --brokers kafka,redis --broker-events 50000
 //	go run ./bench --json out.json && go run ./bench chart out.json docs/bench
+//	go run ./bench --only write,wal,walsize  # the WAL source beside the table source
 package main
 
 import (
@@ -24,6 +25,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -78,8 +80,8 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 		redisDef = "redis://127.0.0.1:6379/0"
 	}
 	var (
-		opt           options
-		only, brokers string
+		opt                     options
+		only, brokers, walRates string
 	)
 	fs.StringVar(&opt.DatabaseURL, "database-url", def, "PostgreSQL URL (default $DATABASE_URL)")
 	fs.StringVar(&opt.NatsURL, "nats-url", natsDef, "NATS URL (default $NATS_URL)")
@@ -88,7 +90,7 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 	fs.IntVar(&opt.Events, "events", 0, "drain backlog (default 1M, --quick 100k)")
 	fs.IntVar(&opt.BaselineCap, "baseline-events", 0, "the baseline's drain backlog (default min(events, 30k), --quick 5k: its relay is 3-6x slower)")
 	fs.BoolVar(&opt.Extra, "extra", false, "also pgoutbox configured otherwise: BatchSize 1000, DeleteOnPublish, Workers 4 and 8, relay sessions with synchronous_commit=off, Notifier Interval 20ms, polling only")
-	fs.StringVar(&only, "only", "", "comma-separated subset of drain,write,latency,growth,brokers")
+	fs.StringVar(&only, "only", "", "comma-separated subset of drain,write,latency,growth,brokers,wal,walsize (default: all but wal and walsize)")
 	fs.StringVar(&brokers, "brokers", strings.Join(allBrokers, ","), "brokers: the drains besides the in-memory reference, a subset of "+strings.Join(allBrokers, ","))
 	fs.IntVar(&opt.BrokerEvents, "broker-events", 0, "brokers: backlog of each drain (default min(events, 100k), --quick min(events, 20k))")
 	fs.StringVar(&opt.RabbitMQURL, "rabbitmq-url", rabbitDef, "brokers: RabbitMQ AMQP URL (default $RABBITMQ_URL)")
@@ -110,6 +112,12 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 	fs.IntVar(&opt.WriteRate, "write-rate", 0, "write: pace the writers at this many orders/s in all instead of full speed (the per-order costs at a given rate; the ratio then only says whether the rate was held)")
 	fs.BoolVar(&opt.WriteWaits, "write-waits", false, "write: sample the writers' and the relay's sessions in pg_stat_activity every 10 ms (adds load)")
 	fs.StringVar(&opt.WriteProfile, "write-profile", "", "write: write a CPU profile of the harness process (writers, and the relay when in process) per phase into this directory")
+	fs.IntVar(&opt.WALTx, "wal-tx", 100, "wal, walsize: events per transaction of the backlogs")
+	fs.StringVar(&walRates, "wal-rates", "1000,10000", "wal: latency rates, events/s, comma-separated")
+	fs.IntVar(&opt.WALTxRate, "wal-tx-rate", 1000, "wal: latency writers commit at most this many transactions/s; a higher rate puts several events in each")
+	fs.DurationVar(&opt.WALLatWindow, "wal-latency-window", 0, "wal: latency window per phase (default 20s, --quick 5s)")
+	fs.IntVar(&opt.WALSizeEvents, "wal-size-events", 0, "walsize: events streamed (default 10M, --quick 200k)")
+	fs.IntVar(&opt.WALSizePoints, "wal-size-points", 10, "walsize: chunks, each followed by a size sample")
 	fs.StringVar(&opt.JSONOut, "json", "", "also write every figure's per-run values to this file, for: go run ./bench chart FILE DIR")
 	if err := fs.Parse(args); err != nil {
 		return opt, err
@@ -141,14 +149,26 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 	pick(&opt.Runs, 3, 1)
 	pickD(&opt.WriteWindow, 10*time.Second, 3*time.Second)
 	pickD(&opt.LatWindow, 30*time.Second, 5*time.Second)
+	pickD(&opt.WALLatWindow, 20*time.Second, 5*time.Second)
+	pick(&opt.WALSizeEvents, 10_000_000, 200_000)
+	for _, x := range strings.Split(walRates, ",") {
+		if x = strings.TrimSpace(x); x == "" {
+			continue
+		}
+		n, err := strconv.Atoi(x)
+		if err != nil || n < 1 {
+			return opt, fmt.Errorf("--wal-rates: %q is not a positive rate", x)
+		}
+		opt.WALRates = append(opt.WALRates, n)
+	}
 	opt.Only = map[string]bool{}
 	for _, s := range strings.Split(only, ",") {
 		switch s = strings.TrimSpace(s); s {
 		case "":
-		case "drain", "write", "latency", "growth", "brokers":
+		case "drain", "write", "latency", "growth", "brokers", "wal", "walsize":
 			opt.Only[s] = true
 		default:
-			return opt, fmt.Errorf("--only: unknown figure %q (want drain, write, latency, growth, brokers)", s)
+			return opt, fmt.Errorf("--only: unknown figure %q (want drain, write, latency, growth, brokers, wal, walsize)", s)
 		}
 	}
 	for _, s := range strings.Split(brokers, ",") {
@@ -165,6 +185,8 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 		return opt, errors.New("--events, --baseline-events, --growth-rows, --growth-batch, --broker-events must be positive")
 	case opt.Writers < 1 || opt.LatWriters < 1 || opt.Rate < 1 || opt.Workers < 1 || opt.ClaimSamples < 1:
 		return opt, errors.New("--writers, --rate, --workers, --claim-samples must be positive")
+	case opt.WALTx < 1 || opt.WALTxRate < 1 || opt.WALSizePoints < 1 || opt.WALSizeEvents < opt.WALSizePoints:
+		return opt, errors.New("--wal-tx, --wal-tx-rate, --wal-size-points must be positive, --wal-size-events at least --wal-size-points")
 	}
 	opt.Log = errOut
 	return opt, nil
@@ -188,6 +210,9 @@ func run(ctx context.Context, opt options, out io.Writer, cmdline string) error 
 		return err
 	}
 	r.loads = h.loads
+	if h.walErr != nil {
+		r.walSkipped = h.walErr.Error()
+	}
 	r.print(out, m, opt, cmdline, started, time.Since(started))
 	r.printTargets(out, opt)
 	if opt.JSONOut != "" {
@@ -232,6 +257,16 @@ func (h *harness) measure(ctx context.Context) (*results, error) {
 			if err := h.growthRun(ctx, r, g, i == 0); err != nil {
 				return nil, fmt.Errorf("growth: %w", err)
 			}
+		}
+		if h.opt.want("wal") {
+			if err := h.walRun(ctx, r); err != nil {
+				return nil, fmt.Errorf("wal: %w", err)
+			}
+		}
+	}
+	if h.opt.want("walsize") { // once: a long stream, sampled as it goes
+		if err := h.walSizeRun(ctx, r); err != nil {
+			return nil, fmt.Errorf("walsize: %w", err)
 		}
 	}
 	return r, nil

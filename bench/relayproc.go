@@ -34,7 +34,8 @@ import (
 //
 //	child → "ready"      connected, relay built, nothing claimed yet
 //	parent → "go"        start the relay (and the clock)
-//	child → "running"    relay started (and, with LISTEN, listening)
+//	child → "running"    relay started (with LISTEN, listening; with the WAL
+//	                     source, streaming its slot)
 //	parent → "stop N"    serve mode: wait until N distinct events arrived, stop
 //	child → {result}     one JSON line, then exit
 //
@@ -59,6 +60,7 @@ type relaySpec struct {
 	Workers      int           `json:"workers,omitempty"`
 	Listen       bool          `json:"listen,omitempty"`        // pgoutbox: RelayConfig.Listen
 	Delete       bool          `json:"delete,omitempty"`        // pgoutbox: RelayConfig.DeleteOnPublish
+	Source       string        `json:"source,omitempty"`        // pgoutbox: RelayConfig.Source ("" is the default, the table)
 	BatchDelay   time.Duration `json:"batch_delay,omitempty"`   // pgoutbox: RelayConfig.BatchDelay
 	Rescan       time.Duration `json:"rescan,omitempty"`        // pgoutbox: RelayConfig.RescanInterval
 	AsyncCommit  bool          `json:"async_commit,omitempty"`  // the relay's sessions run synchronous_commit=off
@@ -101,6 +103,7 @@ type runningRelay struct {
 	cancel context.CancelFunc
 	done   chan error
 	wake   func()
+	status func() outbox.SourceStatus // pgoutbox only
 }
 
 func (r *runningRelay) stop() error {
@@ -122,12 +125,14 @@ func startRelay(ctx context.Context, spec relaySpec, pool *pgxpool.Pool, pub out
 		r, err := outbox.NewRelay(pool, pub, outbox.RelayConfig{
 			Schema: spec.Schema, BatchSize: spec.BatchSize, Workers: spec.Workers,
 			Listen: spec.Listen, DeleteOnPublish: spec.Delete, BatchDelay: spec.BatchDelay, RescanInterval: spec.Rescan, Logger: logger,
+			Source: outbox.Source(spec.Source),
 		})
 		if err != nil {
 			cancel()
 			return nil, err
 		}
 		rr.wake = r.Wake
+		rr.status = r.SourceStatus
 		go func() { rr.done <- r.Run(ctx) }()
 	case designBaseline:
 		r := newBaselineRelay(pool, baselinePublisherFor{pub}, spec.Schema, logger)
@@ -193,6 +198,26 @@ func waitListening(ctx context.Context, pool *pgxpool.Pool, appName string) erro
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("relay never listened: %w", ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// waitStreaming blocks until a WAL relay streams its slot: events written
+// from then on are timed from a relay that is already reading. It returns
+// the relay's error if Run ended (a missing prerequisite, say).
+func waitStreaming(ctx context.Context, rr *runningRelay) error {
+	for {
+		st := rr.status()
+		if st.Streaming {
+			return nil
+		}
+		select {
+		case err := <-rr.done:
+			rr.done <- err // for stop
+			return fmt.Errorf("WAL relay ended before streaming: %v", err)
+		case <-ctx.Done():
+			return fmt.Errorf("WAL relay not streaming (slot %q, standby %v, last error: %v): %w", st.Slot, st.Standby, st.Err, ctx.Err())
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
@@ -301,6 +326,15 @@ func runChild(args []string, stdin io.Reader, stdout io.Writer) error {
 	if spec.Listen || (spec.Design == designBaseline && spec.BaselineMode != "poll") {
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		err := waitListening(wctx, pool, spec.AppName)
+		cancel()
+		if err != nil {
+			rr.stop()
+			return err
+		}
+	}
+	if spec.Source == string(outbox.SourceWAL) {
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := waitStreaming(wctx, rr)
 		cancel()
 		if err != nil {
 			rr.stop()

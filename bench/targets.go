@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/pgoutbox/outbox"
 )
 
 // printTargets checks the targets against this run's medians.
@@ -102,6 +104,34 @@ func (r *results) printTargets(w io.Writer, opt options) {
 			met = met && rss <= small*1.2+5
 		}
 		ts = append(ts, target{"relay peak RSS while draining", "≤ 100 MB, flat in backlog size", got, yes(met)})
+	}
+	if f := write(walWriteLabel); f != nil {
+		ts = append(ts, target{"WAL source: writers' throughput with the relay / the same writers, business row only (no outbox)", "≥ 0.90",
+			fmtRatio(f.VsBusiness), yes(median(f.VsBusiness) >= 0.9 && allOK(f.OK))})
+		ts = append(ts, target{"WAL source: writers' throughput with the relay / writers with the outbox, no relay", "≥ 0.97",
+			fmtRatio(f.Ratio), yes(median(f.Ratio) >= 0.97 && allOK(f.OK))})
+	}
+	for _, pub := range []string{pubMemory, pubNATS} {
+		want := map[string]float64{pubMemory: 150_000, pubNATS: 80_000}[pub]
+		for _, f := range r.walDrains {
+			if f.Label == walDrainLabel(string(outbox.SourceWAL), pub) {
+				ts = append(ts, target{fmt.Sprintf("WAL source: drain of a %s backlog already in the WAL → %s", count(f.Backlog), brokerLabelShort(pub)),
+					"≥ " + humanRate(want) + " ev/s", strings.TrimSpace(fmtRate(f.Rate)), yes(median(f.Rate) >= want && allOK(f.OK))})
+			}
+		}
+	}
+	for _, f := range r.walLats {
+		if strings.HasPrefix(f.Label, "WAL source") {
+			ts = append(ts, target{"WAL source: commit → broker latency, " + strings.TrimPrefix(f.Label, "WAL source → NATS JetStream, "), "p99 ≤ 5 ms",
+				fmt.Sprintf("p50 %s ms, p99 %s ms, writers %s ev/s", fmtMS(f.P50), fmtMS(f.P99), strings.TrimSpace(fmtRate(f.Achieved))), yes(median(f.P99) <= 5 && allOK(f.OK))})
+		}
+	}
+	if f := r.walSize; f != nil && len(f.Points) > 0 {
+		got, met := walSizeVerdict(f)
+		ts = append(ts, target{fmt.Sprintf("WAL source: table + indexes after %s events delivered, no cleanup run (VACUUM as autovacuum would)", count(f.Events)),
+			"flat: within 10% of the empty table", got, yes(met)})
+		rss, rssMet := walRSSVerdict(f)
+		ts = append(ts, target{"WAL source: relay RSS while streaming", "≤ 100 MB, flat", rss, yes(rssMet)})
 	}
 	if len(ts) == 0 {
 		return

@@ -25,6 +25,11 @@ type writers struct {
 	n      int
 	create func(ctx context.Context, o Order) error
 	after  func() // called after each successful commit (the wake-up)
+
+	// paced only: perTx > 1 commits that many orders per transaction
+	// through createN (the latency figure's higher rates).
+	perTx   int
+	createN func(ctx context.Context, os []Order) error
 }
 
 type writeStats struct {
@@ -71,12 +76,13 @@ func (w writers) fullSpeed(ctx context.Context, window time.Duration) writeStats
 	return st
 }
 
-// paced runs the writers at rate events/s (open loop: event k is due at
-// start + k/rate, whatever happened to k-1) for window, recording when each
-// CreateOrder returned.
+// paced runs the writers at rate events/s (open loop: transaction k is due
+// at start + k*perTx/rate, whatever happened to k-1) for window, recording
+// when each event's transaction returned. Committed counts events.
 func (w writers) paced(ctx context.Context, rate int, window time.Duration) writeStats {
-	total := int64(float64(rate) * window.Seconds())
-	st := writeStats{CommitNs: make([]int64, total)}
+	perTx := max(w.perTx, 1)
+	txs := int64(float64(rate)*window.Seconds()) / int64(perTx)
+	st := writeStats{CommitNs: make([]int64, txs*int64(perTx))}
 	var (
 		next, ok, failed atomic.Int64
 		firstErr         atomic.Value
@@ -87,24 +93,36 @@ func (w writers) paced(ctx context.Context, rate int, window time.Duration) writ
 	for range w.n {
 		wg.Go(func() {
 			var calls []float64
+			batch := make([]Order, perTx)
 			for ctx.Err() == nil {
 				k := next.Add(1) - 1
-				if k >= total {
+				if k >= txs {
 					break
 				}
-				if d := time.Until(start.Add(time.Duration(float64(k) / float64(rate) * float64(time.Second)))); d > 0 {
+				if d := time.Until(start.Add(time.Duration(float64(k*int64(perTx)) / float64(rate) * float64(time.Second)))); d > 0 {
 					time.Sleep(d)
 				}
 				t := time.Now()
-				if err := w.create(ctx, order(k)); err != nil {
-					failed.Add(1)
+				var err error
+				if perTx == 1 {
+					err = w.create(ctx, order(k))
+				} else {
+					for j := range batch {
+						batch[j] = order(k*int64(perTx) + int64(j))
+					}
+					err = w.createN(ctx, batch)
+				}
+				if err != nil {
+					failed.Add(int64(perTx))
 					firstErr.CompareAndSwap(nil, err)
 					continue
 				}
 				now := time.Now()
-				st.CommitNs[k] = now.UnixNano()
+				for j := range int64(perTx) {
+					st.CommitNs[k*int64(perTx)+j] = now.UnixNano()
+				}
 				calls = append(calls, float64(now.Sub(t).Microseconds())/1000)
-				ok.Add(1)
+				ok.Add(int64(perTx))
 				if w.after != nil {
 					w.after()
 				}
@@ -126,16 +144,18 @@ func (w writers) paced(ctx context.Context, rate int, window time.Duration) writ
 // writePhase is one write-cost phase: a design, its writers, and how its
 // relay runs.
 type writePhase struct {
-	label  string
-	design string
-	relay  string        // "" none; "child": a relay process; "inproc": in the writers' process, on a pool of its own
-	wakeup string        // "notify": Listen + one Notifier shared by the writers; "wake": Relay.Wake (inproc); "": polling only (the baseline: its trigger)
-	app    bool          // writers through pgxpool (pgx.BeginFunc + Writer.Write), as an application would; else database/sql, the baseline's CreateOrder
-	async  bool          // relay sessions with synchronous_commit=off
-	del    bool          // RelayConfig.DeleteOnPublish
-	delay  time.Duration // RelayConfig.BatchDelay
-	rescan time.Duration // RelayConfig.RescanInterval
-	notify time.Duration // NotifierConfig.Interval
+	label    string
+	design   string
+	relay    string        // "" none; "child": a relay process; "inproc": in the writers' process, on a pool of its own
+	wakeup   string        // "notify": Listen + one Notifier shared by the writers; "wake": Relay.Wake (inproc); "": polling only (the baseline: its trigger)
+	app      bool          // writers through pgxpool (pgx.BeginFunc + Writer.Write), as an application would; else database/sql, the baseline's CreateOrder
+	business bool          // writers insert the order row only: no outbox at all (the physical limit of every design)
+	source   string        // RelayConfig.Source of the relay ("" the table; "wal" needs the publication and slot, which the phase creates)
+	async    bool          // relay sessions with synchronous_commit=off
+	del      bool          // RelayConfig.DeleteOnPublish
+	delay    time.Duration // RelayConfig.BatchDelay
+	rescan   time.Duration // RelayConfig.RescanInterval
+	notify   time.Duration // NotifierConfig.Interval
 }
 
 // writerDB is the writers' pool on schema, and a database/sql handle on it.
@@ -164,20 +184,52 @@ func appCreateOrder(ctx context.Context, pool *pgxpool.Pool, w *outbox.Writer, o
 	})
 }
 
+// appCreateBusiness is appCreateOrder without the outbox: the order row
+// alone, in a pgx transaction.
+func appCreateBusiness(ctx context.Context, pool *pgxpool.Pool, o Order) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO orders (id, customer_id, total, created_at) VALUES ($1, $2, $3, NOW())`,
+			o.ID, o.CustomerID, o.Total)
+		return err
+	})
+}
+
+// sqlCreateBusiness is the order row alone through database/sql, the
+// baseline's CreateOrder without its outbox INSERT.
+func sqlCreateBusiness(ctx context.Context, db *sql.DB, o Order) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `INSERT INTO orders (id, customer_id, total, created_at) VALUES ($1, $2, $3, NOW())`,
+		o.ID, o.CustomerID, o.Total); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+const walWriteLabel = "pgoutbox: WAL source, relay process (--source wal)"
+
 // writePhases are the write figure's phases, in sets: each relay phase runs
-// between two no-relay phases of its set. pgoutbox's writers are an
+// between two no-relay phases of its set, and each set starts and ends with
+// a business-only phase (the same writers, no outbox at all). pgoutbox's writers are an
 // application's (pgx, Writer.Write); the relay runs in their process on a
 // pool of its own, or as a process of its own (the outbox relay daemon).
 func (h *harness) writePhases() []writeSet {
 	const app = "pgoutbox: "
-	ours := writeSet{base: writePhase{label: app + "no relay", design: designOurs, app: true}, phases: []writePhase{
+	ours := writeSet{business: businessPhase(true), base: writePhase{label: app + "no relay", design: designOurs, app: true}, phases: []writePhase{
 		{label: app + "relay polling (no wake-up)", design: designOurs, relay: "inproc", app: true},
 		{label: app + "relay with Listen, writers call a shared Notifier", design: designOurs, relay: "inproc", wakeup: "notify", app: true},
 		{label: app + "writers call Relay.Wake()", design: designOurs, relay: "inproc", wakeup: "wake", app: true},
 		{label: app + "relay polling, DeleteOnPublish", design: designOurs, relay: "inproc", app: true, del: true},
 		{label: app + "relay process with Listen, writers call a shared Notifier", design: designOurs, relay: "child", wakeup: "notify", app: true},
 	}}
-	sql := writeSet{base: writePhase{label: "pgoutbox, database/sql writers: no relay", design: designOurs}}
+	if h.walErr == nil {
+		// No wake-up: the stream is its own.
+		ours.phases = append(ours.phases, writePhase{label: walWriteLabel, design: designOurs, relay: "child", app: true, source: string(outbox.SourceWAL)})
+	}
+	sql := writeSet{business: businessPhase(false), base: writePhase{label: "pgoutbox, database/sql writers: no relay", design: designOurs}}
 	if h.opt.Extra {
 		ours.phases = append(ours.phases,
 			writePhase{label: app + "relay process, polling only (no wake-up)", design: designOurs, relay: "child", app: true},
@@ -195,7 +247,7 @@ func (h *harness) writePhases() []writeSet {
 		}
 	}
 	sets := []writeSet{ours, sql,
-		{base: writePhase{label: "baseline: no trigger, no relay", design: designBaseline}, phases: []writePhase{
+		{business: businessPhase(false), base: writePhase{label: "baseline: no trigger, no relay", design: designBaseline}, phases: []writePhase{
 			{label: "baseline: NOTIFY trigger + its LISTEN relay", design: designBaseline, relay: "child"},
 		}},
 	}
@@ -214,54 +266,103 @@ func (h *harness) writePhases() []writeSet {
 }
 
 type writeSet struct {
-	base   writePhase
-	phases []writePhase
+	business writePhase // the same writers without outbox
+	base     writePhase // the design's writers, no relay
+	phases   []writePhase
+}
+
+// businessPhase writes the order row alone, through pgx (app) or
+// database/sql, like the set's writers.
+func businessPhase(app bool) writePhase {
+	if app {
+		return writePhase{label: "business only: the order row, no outbox (pgx writers)", design: designOurs, app: true, business: true}
+	}
+	return writePhase{label: "business only: the order row, no outbox (database/sql writers)", design: designOurs, business: true}
 }
 
 // writeRun measures every write-cost phase once. The machine is shared and
 // its load drifts within seconds, so each relay phase is sandwiched between
 // two no-relay phases of its set, and its ratio is taken against their
-// mean: B R1 B R2 B ...
+// mean: O B R1 B R2 B ... B O. The business-only phases O at both ends give
+// what the outbox itself costs the same writers (see chainRatios).
 func (h *harness) writeRun(ctx context.Context, r *results) error {
 	for _, set := range h.writePhases() {
 		if len(set.phases) == 0 {
 			continue
 		}
-		before, err := h.writePhase(ctx, r, set.base)
-		if err != nil {
-			return fmt.Errorf("%s: %w", set.base.label, err)
-		}
-		bf := r.write(set.base.label)
-		for _, p := range set.phases {
+		rates := make([]float64, 0, 2*len(set.phases)+3)
+		for _, p := range set.sequence() {
 			rate, err := h.writePhase(ctx, r, p)
 			if err != nil {
 				return fmt.Errorf("%s: %w", p.label, err)
 			}
-			after, err := h.writePhase(ctx, r, set.base)
-			if err != nil {
-				return fmt.Errorf("%s: %w", set.base.label, err)
-			}
-			f := r.write(p.label)
-			f.Ratio = append(f.Ratio, rate/((before+after)/2))
-			bf.Ratio = append(bf.Ratio, 1)
-			before = after
+			rates = append(rates, rate)
 		}
+		ratios, vsBusiness, baseVsBusiness := chainRatios(rates)
+		bf, of := r.write(set.base.label), r.write(set.business.label)
+		for i, p := range set.phases {
+			f := r.write(p.label)
+			f.Ratio = append(f.Ratio, ratios[i])
+			f.VsBusiness = append(f.VsBusiness, vsBusiness[i])
+			bf.Ratio = append(bf.Ratio, 1)
+		}
+		bf.VsBusiness = append(bf.VsBusiness, baseVsBusiness)
+		of.VsBusiness = append(of.VsBusiness, 1)
 	}
 	return nil
+}
+
+// sequence is the order the set's phases run in: O B R1 B R2 B ... Rn B O.
+func (s writeSet) sequence() []writePhase {
+	seq := []writePhase{s.business, s.base}
+	for _, p := range s.phases {
+		seq = append(seq, p, s.base)
+	}
+	return append(seq, s.business)
+}
+
+// chainRatios turns the rates of one set's sequence (O B R1 B ... Rn B O)
+// into each relay phase's ratio to the mean of its two neighbouring
+// no-relay phases, the no-relay writers' ratio to business only (the mean
+// of the two ends' B/O, each an adjacent pair), and each relay phase's
+// ratio to business only: its ratio to no relay times that. Every ratio is
+// thus taken between adjacent phases, never across the whole set, over
+// which the shared machine's load drifts.
+func chainRatios(rates []float64) (ratios, vsBusiness []float64, baseVsBusiness float64) {
+	n := (len(rates) - 3) / 2
+	if n < 1 || len(rates) != 2*n+3 {
+		return nil, nil, 0
+	}
+	last := len(rates) - 1
+	baseVsBusiness = (rates[1]/rates[0] + rates[last-1]/rates[last]) / 2
+	for i := range n {
+		before, rate, after := rates[1+2*i], rates[2+2*i], rates[3+2*i]
+		ratio := rate / ((before + after) / 2)
+		ratios = append(ratios, ratio)
+		vsBusiness = append(vsBusiness, ratio*baseVsBusiness)
+	}
+	return ratios, vsBusiness, baseVsBusiness
 }
 
 func (h *harness) writePhase(ctx context.Context, r *results, p writePhase) (float64, error) {
 	var s string
 	var err error
-	if p.design == designOurs {
+	switch {
+	case p.business:
+		s, err = h.setupBusiness(ctx, "write")
+	case p.source == string(outbox.SourceWAL):
+		s, err = h.setupWAL(ctx, "write")
+	case p.design == designOurs:
 		s, err = h.setupOurs(ctx, "write")
-	} else {
+	default:
 		s, err = h.setupBaseline(ctx, "write", p.relay != "")
+	}
+	if s != "" {
+		defer h.release(ctx, s)
 	}
 	if err != nil {
 		return 0, err
 	}
-	defer h.release(ctx, s)
 	h.checkpoint(ctx) // each phase starts with no checkpoint pending (full-page writes after one double the WAL)
 	pool, db, err := h.writerDB(ctx, s)
 	if err != nil {
@@ -272,6 +373,10 @@ func (h *harness) writePhase(ctx context.Context, r *results, p writePhase) (flo
 
 	w := writers{n: h.opt.Writers}
 	switch {
+	case p.business && p.app:
+		w.create = func(ctx context.Context, o Order) error { return appCreateBusiness(ctx, pool, o) }
+	case p.business:
+		w.create = func(ctx context.Context, o Order) error { return sqlCreateBusiness(ctx, db, o) }
 	case p.design == designOurs:
 		ow, err := outbox.NewWriter(outbox.WriterConfig{Schema: s})
 		if err != nil {
@@ -297,7 +402,11 @@ func (h *harness) writePhase(ctx context.Context, r *results, p writePhase) (flo
 		spec.Delete = p.del
 		spec.BatchDelay = p.delay
 		spec.Rescan = p.rescan
+		spec.Source = p.source
 		sessions["relay"] = spec.AppName
+		if p.source == string(outbox.SourceWAL) {
+			sessions["walsender"] = walsenderApp(s)
+		}
 		child, err := spawnRelay(ctx, spec)
 		if err != nil {
 			return 0, err
@@ -398,9 +507,21 @@ func (h *harness) writePhase(ctx context.Context, r *results, p writePhase) (flo
 			return 0, err
 		}
 		res, err := fin(orders)
-		ok := err == nil && res.Delivery.OK() && (p.del || orders == rows)
+		wal := p.source == string(outbox.SourceWAL)
+		ok := err == nil && res.Delivery.OK() && (p.del || wal || orders == rows)
 		if err != nil {
 			f.Notes = append(f.Notes, err.Error())
+		}
+		if wal && err == nil {
+			// The WAL source deletes what it published: nothing may be left.
+			left, err := h.rowCount(ctx, s, "outbox_events")
+			if err != nil {
+				return 0, err
+			}
+			if left != 0 {
+				ok = false
+				f.Notes = append(f.Notes, fmt.Sprintf("%d rows left in the table after every event was confirmed", left))
+			}
 		}
 		f.OK = append(f.OK, ok)
 		f.Dups = append(f.Dups, res.Delivery.Dups())

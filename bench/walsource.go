@@ -1,0 +1,457 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/outbox"
+)
+
+// The WAL source's figures (--only wal, walsize): the relay streaming
+// committed events from a logical replication slot, measured beside the
+// table source in the same run. Its write cost is a phase of the write
+// figure.
+
+// fillTx adds n pending events with indexes [from, from+n) in transactions
+// of perTx events, as writers would commit them, server-side: one DO block
+// that commits after every INSERT. The session runs synchronous_commit=off:
+// the fill is not what is measured, and 10,000 commits need no flush each.
+// With analyze it then runs ANALYZE and a CHECKPOINT, as fillOurs does.
+func (h *harness) fillTx(ctx context.Context, schema string, from, n, perTx int, analyze bool) error {
+	if n < 1 {
+		return nil
+	}
+	conn, err := h.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SET synchronous_commit = off"); err != nil {
+		return err
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), "RESET synchronous_commit")
+	if _, err := conn.Exec(ctx, fillTxSQL(pgx.Identifier{schema, "outbox_events"}.Sanitize(), from, n, perTx)); err != nil {
+		return fmt.Errorf("fill %d events in transactions of %d: %w", n, perTx, err)
+	}
+	if !analyze {
+		return nil
+	}
+	if _, err := h.exec(ctx, schema, "ANALYZE outbox_events"); err != nil {
+		return err
+	}
+	h.checkpoint(ctx)
+	return nil
+}
+
+// fillTxSQL is fillTx's DO block (a DO block takes no parameters: the
+// numbers are formatted in, the table is a sanitized identifier).
+func fillTxSQL(table string, from, n, perTx int) string {
+	last := from + n - 1
+	return fmt.Sprintf(`DO $fill$
+DECLARE b bigint;
+BEGIN
+  FOR b IN 0..%d LOOP
+    INSERT INTO %s (id, aggregate_type, aggregate_id, event_type, payload, created_at)
+    SELECT %s, %s
+    FROM generate_series(%d + b * %d, least(%d + (b + 1) * %d - 1, %d)) i;
+    COMMIT;
+  END LOOP;
+END
+$fill$`, (n+perTx-1)/perTx-1, table, v7ID, eventValuesSQL, from, perTx, from, perTx, last)
+}
+
+// walRun measures the WAL figure once: the drain of a backlog already in
+// the WAL next to the table source's drain of the same backlog, then the
+// latency of both sources at every --wal-rates rate.
+func (h *harness) walRun(ctx context.Context, r *results) error {
+	if h.walErr != nil {
+		return nil // said once, in the output
+	}
+	n := h.opt.Events
+	for _, pub := range []string{pubMemory, pubNATS} {
+		var tableRate float64
+		for _, src := range []string{string(outbox.SourceTable), string(outbox.SourceWAL)} {
+			label := walDrainLabel(src, pub)
+			if h.opt.Filter != "" && !strings.Contains(label, h.opt.Filter) {
+				continue
+			}
+			rate, err := h.walDrainOnce(ctx, r, label, src, pub, n, tableRate)
+			if err != nil {
+				return fmt.Errorf("%s: %w", label, err)
+			}
+			if src == string(outbox.SourceTable) {
+				tableRate = rate
+			}
+		}
+	}
+	for _, rate := range h.opt.WALRates {
+		perTx := txSize(rate, h.opt.WALTxRate)
+		for _, src := range []string{string(outbox.SourceTable), string(outbox.SourceWAL)} {
+			v := latVariant{label: walLatLabel(src, rate, perTx), design: designOurs, pub: pubNATS, source: src,
+				rate: rate, perTx: perTx, window: h.opt.WALLatWindow}
+			if h.opt.Filter != "" && !strings.Contains(v.label, h.opt.Filter) {
+				continue
+			}
+			if err := h.latencyOnce(ctx, r.walLat(v.label), v); err != nil {
+				return fmt.Errorf("%s: %w", v.label, err)
+			}
+		}
+	}
+	return nil
+}
+
+// txSize is how many events each writer transaction carries so that rate
+// events/s take at most txRate transactions/s.
+func txSize(rate, txRate int) int {
+	if txRate < 1 || rate <= txRate {
+		return 1
+	}
+	return (rate + txRate - 1) / txRate
+}
+
+func sourceName(src string) string {
+	if src == string(outbox.SourceWAL) {
+		return "WAL source"
+	}
+	return "table source (polling, defaults)"
+}
+
+func walDrainLabel(src, pub string) string {
+	return sourceName(src) + " → " + brokerLabelShort(pub)
+}
+
+func walLatLabel(src string, rate, perTx int) string {
+	name := "WAL source"
+	if src != string(outbox.SourceWAL) {
+		name = "table source (LISTEN + Notifier)"
+	}
+	return fmt.Sprintf("%s → NATS JetStream, %s ev/s (%d per transaction)", name, count(rate), perTx)
+}
+
+func brokerLabelShort(pub string) string {
+	if pub == pubNATS {
+		return "NATS JetStream"
+	}
+	return "in-memory"
+}
+
+// walDrainOnce fills n events in transactions of --wal-tx (for the WAL
+// source, after creating the slot: the backlog is in the WAL, and no relay
+// reads it yet), then drains them with a relay process of the source.
+func (h *harness) walDrainOnce(ctx context.Context, r *results, label, src, pub string, n int, tableRate float64) (float64, error) {
+	var s string
+	var err error
+	if src == string(outbox.SourceWAL) {
+		s, err = h.setupWAL(ctx, "waldrain")
+	} else {
+		s, err = h.setupOurs(ctx, "waldrain")
+	}
+	if s != "" {
+		defer h.release(ctx, s)
+	}
+	if err != nil {
+		return 0, err
+	}
+	h.logf("wal: filling %d events, %d per transaction (%s)", n, h.opt.WALTx, label)
+	if err := h.fillTx(ctx, s, 0, n, h.opt.WALTx, true); err != nil {
+		return 0, err
+	}
+	spec := h.spec(designOurs, s, pub)
+	spec.Source = src
+	h.logf("wal: %s, %d events", label, n)
+	res, rate, err := h.drainOnce(ctx, spec, s, n, nil)
+	f := r.walDrain(label, n)
+	note := ""
+	if err != nil {
+		note = err.Error()
+		h.logf("wal: %s: FAILED: %v", label, err)
+	}
+	ratio := 1.0
+	if src == string(outbox.SourceWAL) {
+		ratio = 0
+		if tableRate > 0 {
+			ratio = rate / tableRate
+		}
+	}
+	f.add(rate, ratio, res, err == nil && res.Delivery.OK(), note)
+	h.logf("wal: %s: %.0f ev/s (%.2f of the table source), peak RSS %.1f MB, delivered %d/%d, dups %d",
+		label, rate, ratio, float64(res.MaxRSSKB)/1024, res.Delivery.Distinct, n, res.Delivery.Dups())
+	return rate, nil
+}
+
+// walSizeFigure is the WAL source's table size and relay RSS while it
+// streams, measured once per invocation.
+type walSizeFigure struct {
+	Events       int
+	PerTx        int
+	EmptyTable   int64 // bytes: heap, TOAST, free space and visibility maps
+	EmptyIndexes int64
+	Points       []walSizePoint
+	PeakRSSKB    int64
+	OK           bool
+	Dups         int64
+	Notes        []string
+}
+
+// walSizePoint is the state after a chunk of events was written and the
+// relay caught up with it (published them, deleted their rows and
+// confirmed the slot past them).
+type walSizePoint struct {
+	Delivered int64
+	Vacuum    bool    // a VACUUM ran after this chunk (autovacuum's stand-in)
+	Table     int64   // bytes, before that VACUUM
+	Indexes   int64   // bytes, before that VACUUM
+	VacTable  int64   `json:",omitempty"` // after it
+	VacIndex  int64   `json:",omitempty"`
+	RSSKB     int64   // the relay process's resident set
+	Rate      float64 // events/s of the chunk: fill start to the relay caught up
+}
+
+// tableSizes is the outbox table's size without its indexes (heap, TOAST,
+// free space and visibility maps), and its indexes'.
+func (h *harness) tableSizes(ctx context.Context, schema string) (table, indexes int64, err error) {
+	t := pgx.Identifier{schema, "outbox_events"}.Sanitize()
+	err = h.pool.QueryRow(ctx, "SELECT pg_table_size($1::regclass), pg_indexes_size($1::regclass)", t).Scan(&table, &indexes)
+	return table, indexes, err
+}
+
+// waitConfirmed blocks until schema's slot is confirmed at lsn or past it:
+// the WAL source confirms a transaction only after deleting its rows.
+func (h *harness) waitConfirmed(ctx context.Context, schema, lsn string) error {
+	slot := slotName(schema)
+	for {
+		var done bool
+		err := h.pool.QueryRow(ctx, `SELECT COALESCE(confirmed_flush_lsn >= $2::pg_lsn, false) FROM pg_replication_slots WHERE slot_name = $1`,
+			slot, lsn).Scan(&done)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("slot %s is gone", slot)
+		}
+		if err != nil {
+			return err
+		}
+		if done {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("slot %s not confirmed at %s: %w", slot, lsn, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// walSizeRun streams --wal-size-events events through one WAL relay
+// process (in-memory publisher), written in --wal-size-points chunks, and
+// records the table's and indexes' size and the relay's RSS after each.
+// autovacuum is off on our servers; in production it would vacuum the table
+// once 10,000 rows are dead (migration 4's setting), at most once per
+// autovacuum_naptime. So the first half of the chunks is followed by a
+// VACUUM (autovacuum's stand-in, at least as often as it would run at these
+// rates), the second half by none, which is what the table does with no
+// vacuum at all.
+func (h *harness) walSizeRun(ctx context.Context, r *results) error {
+	if h.walErr != nil {
+		return nil
+	}
+	total, points := h.opt.WALSizeEvents, h.opt.WALSizePoints
+	chunk := total / points
+	f := &walSizeFigure{Events: chunk * points, PerTx: h.opt.WALTx}
+	r.walSize = f
+	s, err := h.setupWAL(ctx, "walsize")
+	if s != "" {
+		defer h.release(ctx, s)
+	}
+	if err != nil {
+		return err
+	}
+	if f.EmptyTable, f.EmptyIndexes, err = h.tableSizes(ctx, s); err != nil {
+		return err
+	}
+	spec := h.spec(designOurs, s, pubMemory)
+	spec.Source = string(outbox.SourceWAL)
+	child, err := spawnRelay(ctx, spec)
+	if err != nil {
+		return err
+	}
+	if err := child.start(); err != nil {
+		child.kill()
+		return err
+	}
+	pid := child.cmd.Process.Pid
+	h.logf("walsize: empty table %s, indexes %s; streaming %d events in %d chunks", mb(f.EmptyTable), mb(f.EmptyIndexes), f.Events, points)
+	var delivered int64
+	for i := range points {
+		vac := i < (points+1)/2
+		start := time.Now()
+		if err := h.fillTx(ctx, s, int(delivered), chunk, h.opt.WALTx, false); err != nil {
+			child.kill()
+			return err
+		}
+		var lsn string
+		if err := h.pool.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
+			child.kill()
+			return err
+		}
+		wctx, cancel := context.WithTimeout(ctx, h.opt.Timeout)
+		err := h.waitConfirmed(wctx, s, lsn)
+		cancel()
+		if err != nil {
+			child.kill()
+			return err
+		}
+		delivered += int64(chunk)
+		p := walSizePoint{Delivered: delivered, Vacuum: vac, RSSKB: procRSSKB(pid), Rate: float64(chunk) / time.Since(start).Seconds()}
+		if p.Table, p.Indexes, err = h.tableSizes(ctx, s); err != nil {
+			child.kill()
+			return err
+		}
+		if vac {
+			if _, err := h.pool.Exec(ctx, "VACUUM "+pgx.Identifier{s, "outbox_events"}.Sanitize()); err != nil {
+				child.kill()
+				return err
+			}
+			if p.VacTable, p.VacIndex, err = h.tableSizes(ctx, s); err != nil {
+				child.kill()
+				return err
+			}
+		}
+		f.Points = append(f.Points, p)
+		h.logf("walsize: %d delivered: table %s, indexes %s (after VACUUM: %s, %s), relay RSS %.0f MB, %.0f ev/s",
+			delivered, mb(p.Table), mb(p.Indexes), mb(p.VacTable), mb(p.VacIndex), float64(p.RSSKB)/1024, p.Rate)
+	}
+	res, err := child.finish(delivered)
+	if err != nil {
+		f.Notes = append(f.Notes, err.Error())
+	}
+	f.PeakRSSKB, f.Dups = res.MaxRSSKB, res.Delivery.Dups()
+	left, cerr := h.rowCount(ctx, s, "outbox_events")
+	if cerr != nil {
+		return cerr
+	}
+	if left != 0 {
+		f.Notes = append(f.Notes, fmt.Sprintf("%d rows left in the table after every event was confirmed", left))
+	}
+	f.OK = err == nil && res.Delivery.OK() && left == 0
+	return nil
+}
+
+// procRSSKB is a local process's resident set in kB (0 if unknown).
+func procRSSKB(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			n, _ := strconv.ParseInt(f[1], 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+func mb(b int64) string {
+	switch {
+	case b >= 1<<30:
+		return fmt.Sprintf("%.2f GB", float64(b)/(1<<30))
+	case b >= 1<<20:
+		return fmt.Sprintf("%.1f MB", float64(b)/(1<<20))
+	}
+	return fmt.Sprintf("%d kB", b/1024)
+}
+
+// printWAL prints the WAL source's figures (its write cost is in figure 2).
+func (r *results) printWAL(w io.Writer, opt options) {
+	if r.walSkipped != "" {
+		fmt.Fprintf(w, "### WAL source\n\nNot measured: %s\n\n", r.walSkipped)
+		return
+	}
+	if len(r.walDrains) > 0 {
+		fmt.Fprintf(w, "### 6. WAL source: drain of a backlog already in the WAL (%d events per transaction, committed while the slot existed and no relay ran), beside the table source draining the same backlog\n\n", opt.WALTx)
+		fmt.Fprintf(w, "| relay → publisher | backlog | events/s | / table source (same publisher, same run) | relay peak RSS | relay CPU µs/event | delivery verified |\n|---|---:|---:|---:|---:|---:|---|\n")
+		for _, f := range r.walDrains {
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", f.Label, count(f.Backlog), fmtRate(f.Rate),
+				fmtRatio(f.Ratio), fmtMB(f.RSSMB), fmtUS(f.CPUus), fmtOK(f.OK, f.Dups))
+		}
+		notes(w, r.walDrains, func(f *drainFigure) (string, []string) { return f.Label, f.Notes })
+		fmt.Fprintln(w)
+	}
+	if len(r.walLats) > 0 {
+		fmt.Fprintf(w, "### 7. WAL source: latency, %d writers paced for %s, commit return → NATS JetStream PubAck\n\n", opt.LatWriters, opt.WALLatWindow)
+		fmt.Fprintf(w, "| relay → publisher, load | writers sustained | p50 ms | p99 ms | max ms | writers' transaction p50 / p99 ms | relay peak RSS | delivery verified |\n|---|---:|---:|---:|---:|---:|---:|---|\n")
+		for _, f := range r.walLats {
+			fmt.Fprintf(w, "| %s | %s ev/s | %s | %s | %s | %s / %s | %s | %s |\n", f.Label, fmtRate(f.Achieved), fmtMS(f.P50), fmtMS(f.P99), fmtMS(f.Max),
+				fmtMS(f.CommitP50), fmtMS(f.CommitP99), fmtMB(f.RSSMB), fmtOK(f.OK, f.Dups))
+		}
+		notes(w, r.walLats, func(f *latFigure) (string, []string) { return f.Label, f.Notes })
+		fmt.Fprintln(w)
+	}
+	if f := r.walSize; f != nil {
+		fmt.Fprintf(w, "### 8. WAL source: table size and relay RSS while streaming %s events (%d per transaction), no cleanup run\n\n", count(f.Events), f.PerTx)
+		fmt.Fprintf(w, "After each chunk the relay caught up (published, deleted the rows, confirmed the slot). autovacuum is off on this server: the first half of the chunks is followed by a VACUUM (autovacuum's stand-in), the second half by none.\n\n")
+		fmt.Fprintf(w, "| events delivered | table | indexes | VACUUM, then table / indexes | relay RSS | chunk events/s |\n|---:|---:|---:|---:|---:|---:|\n")
+		fmt.Fprintf(w, "| 0 (empty) | %s | %s | | | |\n", mb(f.EmptyTable), mb(f.EmptyIndexes))
+		for _, p := range f.Points {
+			vac := "none"
+			if p.Vacuum {
+				vac = mb(p.VacTable) + " / " + mb(p.VacIndex)
+			}
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %.0f MB | %s |\n", count(int(p.Delivered)), mb(p.Table), mb(p.Indexes), vac, float64(p.RSSKB)/1024, humanRate(p.Rate))
+		}
+		fmt.Fprintf(w, "\nRelay peak RSS over the whole stream: %.0f MB; delivery: %s\n", float64(f.PeakRSSKB)/1024, fmtOK([]bool{f.OK}, []int64{f.Dups}))
+		for _, n := range f.Notes {
+			fmt.Fprintf(w, "\n- %s", n)
+		}
+		fmt.Fprintln(w)
+		fmt.Fprintln(w)
+	}
+}
+
+// walSizeVerdict compares the table (with its indexes) after the last
+// VACUUM of the stream with the empty table, the issue's target, and says
+// how the size moved across the chunks with and without VACUUM.
+func walSizeVerdict(f *walSizeFigure) (string, bool) {
+	empty := f.EmptyTable + f.EmptyIndexes
+	var vac, noVac []walSizePoint
+	for _, p := range f.Points {
+		if p.Vacuum {
+			vac = append(vac, p)
+		} else {
+			noVac = append(noVac, p)
+		}
+	}
+	var parts []string
+	met := false
+	if len(vac) > 0 {
+		first, last := vac[0], vac[len(vac)-1]
+		after := last.VacTable + last.VacIndex
+		met = float64(after) <= 1.1*float64(empty)
+		parts = append(parts, fmt.Sprintf("%s after the VACUUM at %s delivered (empty: %s, ratio %.1f); before each VACUUM %s at %s, %s at %s",
+			mb(after), count(int(last.Delivered)), mb(empty), float64(after)/float64(max(empty, 1)),
+			mb(first.Table+first.Indexes), count(int(first.Delivered)), mb(last.Table+last.Indexes), count(int(last.Delivered))))
+	}
+	if len(noVac) > 0 {
+		first, last := noVac[0], noVac[len(noVac)-1]
+		parts = append(parts, fmt.Sprintf("no VACUUM: %s at %s, %s at %s", mb(first.Table+first.Indexes), count(int(first.Delivered)),
+			mb(last.Table+last.Indexes), count(int(last.Delivered))))
+	}
+	return strings.Join(parts, "; "), met
+}
+
+// walRSSVerdict: the relay's RSS stays under 100 MB and does not grow with
+// the events streamed (the last sample within 20% + 5 MB of the first).
+func walRSSVerdict(f *walSizeFigure) (string, bool) {
+	first, last := f.Points[0].RSSKB, f.Points[len(f.Points)-1].RSSKB
+	peak := float64(f.PeakRSSKB) / 1024
+	got := fmt.Sprintf("%.0f MB after %s, %.0f MB after %s; peak %.0f MB", float64(first)/1024, count(int(f.Points[0].Delivered)),
+		float64(last)/1024, count(int(f.Points[len(f.Points)-1].Delivered)), peak)
+	return got, peak <= 100 && first > 0 && float64(last) <= 1.2*float64(first)+5*1024
+}
