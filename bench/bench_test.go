@@ -69,6 +69,8 @@ func TestQuick(t *testing.T) {
 		{"latency", "### 3. Latency"},
 		{"growth", "### 4. Table growth"},
 		{"brokers", "### 5. Drain per broker"},
+		{"wal", "### 6. WAL source: drain"},
+		{"walsize", "### 8. WAL source: table size"},
 	} {
 		t.Run(fig.name, func(t *testing.T) {
 			t.Parallel()
@@ -80,6 +82,8 @@ func TestQuick(t *testing.T) {
 				Timeout: time.Minute, Only: map[string]bool{fig.name: true}, Log: testLog{t},
 				Prefix:  "bench_" + randHex(4),
 				Brokers: allBrokers, BrokerEvents: 500, RabbitMQURL: rabbitURL(), RedisURL: redisURL(),
+				WALTx: 10, WALRates: []int{200, 400}, WALTxRate: 200, WALLatWindow: 500 * time.Millisecond,
+				WALSizeEvents: 2000, WALSizePoints: 4,
 			}
 			var bl *brokerLeftovers
 			if fig.name == "brokers" {
@@ -104,6 +108,31 @@ func TestQuick(t *testing.T) {
 			}
 			if strings.Contains(md, "❌ 0/") {
 				t.Error("a relay's delivery was not verified (see ❌ in the tables)")
+			}
+			if strings.Contains(md, "Not measured: ") {
+				t.Error("the WAL source was not measured (this server cannot stream: see the output)")
+			}
+			switch fig.name {
+			case "write":
+				if !strings.Contains(md, "| "+walWriteLabel+" | ") {
+					t.Error("no WAL source write phase")
+				}
+			case "wal":
+				for _, want := range []string{"| WAL source → in-memory | 2k | ", "| WAL source → NATS JetStream | 2k | ",
+					"| table source (polling, defaults) → in-memory | 2k | ", "WAL source → NATS JetStream, 400 ev/s (2 per transaction) | "} {
+					if !strings.Contains(md, want) {
+						t.Errorf("output lacks %q", want)
+					}
+				}
+				if n := strings.Count(md, "✅ 1/1 runs"); n != 8 {
+					t.Errorf("%d verified rows, want 8 (4 drains, 4 latencies)", n)
+				}
+			case "walsize":
+				for _, want := range []string{"\n| 0 (empty) | ", "\n| 500 | ", "\n| 1k | ", "\n| 1500 | ", "\n| 2k | ", "delivery: ✅ 1/1 runs"} {
+					if !strings.Contains(md, want) {
+						t.Errorf("output lacks %q (4 size samples and the stream's delivery verified)", want)
+					}
+				}
 			}
 			if fig.name == "drain" && !strings.Contains(md, "baseline → NATS JetStream") {
 				t.Error("the baseline's relay did not run")
@@ -138,6 +167,19 @@ func TestQuick(t *testing.T) {
 			}
 			if len(left) > 0 {
 				t.Errorf("schemas left behind: %v", left)
+			}
+			var slots []string
+			rows, err = conn.Query(ctx, `SELECT slot_name::text FROM pg_replication_slots WHERE slot_name LIKE $1
+				UNION ALL SELECT pubname::text FROM pg_publication WHERE pubname LIKE $1`,
+				"pgoutbox\\_"+strings.ReplaceAll(opt.Prefix, "_", `\_`)+`\_%`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if slots, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+				t.Fatal(err)
+			}
+			if len(slots) > 0 {
+				t.Errorf("replication slots or publications left behind: %v", slots)
 			}
 		})
 	}

@@ -9,7 +9,7 @@
 // the harness process, RabbitMQ and Redis are the local servers. It prints
 // markdown tables; see BENCHMARKS.md.
 //
-//	go run ./bench            # the full run (~15 min on 2 cores)
+//	go run ./bench            # the full run (~18 min on 2 cores)
 //	go run ./bench --quick    # smaller sizes (~3 min)
 //	go run ./bench --only brokers --brokers kafka,redis --broker-events 50000
 //	go run ./bench --json out.json && go run ./bench chart out.json docs/bench
