@@ -127,6 +127,21 @@ func buildCharts(f resultsFile) []barChart {
 		}
 		cs = append(cs, c)
 	}
+	if len(f.WALDrains) > 0 {
+		c := barChart{File: "wal-drain.svg", Title: "WAL source: drain of a backlog already in the WAL, beside the table source: events per second", Series: []string{"events/s"}, Format: rate, Footer: footer}
+		for _, d := range f.WALDrains {
+			c.Rows = append(c.Rows, barRow{fmt.Sprintf("%s (%s events)", d.Label, count(d.Backlog)), []float64{median(d.Rate)}})
+		}
+		cs = append(cs, c)
+	}
+	if len(f.WALLats) > 0 {
+		c := barChart{File: "wal-latency.svg", Title: "WAL source and table source: commit return to NATS JetStream PubAck, ms",
+			Series: []string{"p50", "p99"}, Format: func(x float64) string { return fmt.Sprintf("%.2f ms", x) }, Footer: footer}
+		for _, l := range f.WALLats {
+			c.Rows = append(c.Rows, barRow{l.Label, []float64{median(l.P50), median(l.P99)}})
+		}
+		cs = append(cs, c)
+	}
 	if len(f.Brokers) > 0 {
 		c := barChart{File: "brokers.svg", Title: "Drain per broker, relay defaults: events per second", Series: []string{"events/s"}, Format: rate, Footer: footer}
 		for _, b := range f.Brokers {

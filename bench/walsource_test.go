@@ -228,6 +228,11 @@ func TestWALResultsRoundTrip(t *testing.T) {
 	if !strings.Contains(string(wc), "business only (no outbox)") {
 		t.Errorf("write-cost.svg lacks the business-only series:\n%s", wc)
 	}
+	for _, name := range []string{"wal-drain.svg", "wal-latency.svg"} {
+		if b, err := os.ReadFile(filepath.Join(dir, "charts", name)); err != nil || !strings.Contains(string(b), "WAL source") {
+			t.Errorf("%s: no WAL source chart among %v (%v)", name, paths, err)
+		}
+	}
 
 	r = &results{walSkipped: "wal_level is replica"}
 	out.Reset()
