@@ -91,6 +91,8 @@ func TestQuick(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
+			// Registered first, so it also runs when the run fails.
+			t.Cleanup(func() { checkLeftovers(t, opt.Prefix) })
 			var out bytes.Buffer
 			if err := run(ctx, opt, &out, "go test ./bench"); err != nil {
 				t.Fatal(err)
@@ -151,37 +153,36 @@ func TestQuick(t *testing.T) {
 				}
 				bl.check(ctx, t)
 			}
-			conn, err := pgx.Connect(ctx, testdb.URL())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close(ctx)
-			rows, err := conn.Query(ctx, `SELECT nspname FROM pg_namespace WHERE nspname LIKE $1`,
-				strings.ReplaceAll(opt.Prefix, "_", `\_`)+`\_%`)
-			if err != nil {
-				t.Fatal(err)
-			}
-			left, err := pgx.CollectRows(rows, pgx.RowTo[string])
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(left) > 0 {
-				t.Errorf("schemas left behind: %v", left)
-			}
-			var slots []string
-			rows, err = conn.Query(ctx, `SELECT slot_name::text FROM pg_replication_slots WHERE slot_name LIKE $1
-				UNION ALL SELECT pubname::text FROM pg_publication WHERE pubname LIKE $1`,
-				"pgoutbox\\_"+strings.ReplaceAll(opt.Prefix, "_", `\_`)+`\_%`)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if slots, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
-				t.Fatal(err)
-			}
-			if len(slots) > 0 {
-				t.Errorf("replication slots or publications left behind: %v", slots)
-			}
 		})
+	}
+}
+
+// checkLeftovers fails the test if a schema, replication slot or
+// publication the harness created (named after prefix) is still there.
+func checkLeftovers(t *testing.T, prefix string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, testdb.URL())
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer conn.Close(ctx)
+	like := strings.ReplaceAll(prefix, "_", `\_`) + `\_%`
+	rows, err := conn.Query(ctx, `SELECT 'schema ' || nspname FROM pg_namespace WHERE nspname LIKE $1
+		UNION ALL SELECT 'slot ' || slot_name FROM pg_replication_slots WHERE slot_name LIKE 'pgoutbox\_' || $1
+		UNION ALL SELECT 'publication ' || pubname FROM pg_publication WHERE pubname LIKE 'pgoutbox\_' || $1`, like)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	left, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	if len(left) > 0 {
+		t.Errorf("left behind: %v", left)
 	}
 }
 
