@@ -324,8 +324,12 @@ func (h *harness) walSizeRun(ctx context.Context, r *results) error {
 			}
 		}
 		f.Points = append(f.Points, p)
-		h.logf("walsize: %d delivered: table %s, indexes %s (after VACUUM: %s, %s), relay RSS %.0f MB, %.0f ev/s",
-			delivered, mb(p.Table), mb(p.Indexes), mb(p.VacTable), mb(p.VacIndex), float64(p.RSSKB)/1024, p.Rate)
+		vacuumed := "no VACUUM"
+		if vac {
+			vacuumed = fmt.Sprintf("after VACUUM %s, %s", mb(p.VacTable), mb(p.VacIndex))
+		}
+		h.logf("walsize: %d delivered: table %s, indexes %s (%s), relay RSS %.0f MB, %.0f ev/s",
+			delivered, mb(p.Table), mb(p.Indexes), vacuumed, float64(p.RSSKB)/1024, p.Rate)
 	}
 	res, err := child.finish(delivered)
 	if err != nil {
