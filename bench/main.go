@@ -230,7 +230,11 @@ func (h *harness) measure(ctx context.Context) (*results, error) {
 			return nil, fmt.Errorf("growth setup: %w", err)
 		}
 	}
-	for i := range h.opt.Runs {
+	runs := h.opt.Runs
+	if !slices.ContainsFunc([]string{"drain", "brokers", "write", "latency", "growth", "wal"}, h.opt.want) {
+		runs = 0 // walsize alone: it runs once
+	}
+	for i := range runs {
 		h.logf("=== run %d of %d", i+1, h.opt.Runs)
 		clear(h.sameRun)
 		if h.opt.want("drain") {

@@ -211,8 +211,26 @@ type walSizePoint struct {
 	Indexes   int64   // bytes, before that VACUUM
 	VacTable  int64   `json:",omitempty"` // after it
 	VacIndex  int64   `json:",omitempty"`
+	// Dead rows the VACUUM could not remove (another session's snapshot
+	// still saw them), and the oldest snapshot's holder at that moment.
+	DeadLeft int64  `json:",omitempty"`
+	HeldBy   string `json:",omitempty"`
 	RSSKB     int64   // the relay process's resident set
 	Rate      float64 // events/s of the chunk: fill start to the relay caught up
+}
+
+// deadLeft is how many dead rows the VACUUM just run left in schema's table
+// (VACUUM reports them to the statistics as it ends), and which session
+// held the oldest snapshot (a shared server's other work can keep VACUUM
+// from removing anything).
+func (h *harness) deadLeft(ctx context.Context, schema string) (int64, string) {
+	var n int64
+	_ = h.pool.QueryRow(ctx, `SELECT COALESCE(n_dead_tup, 0) FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'outbox_events'`, schema).Scan(&n)
+	var who string
+	_ = h.pool.QueryRow(ctx, `SELECT COALESCE(NULLIF(application_name, ''), backend_type) || ' (pid ' || pid || ', ' || state || ' for ' ||
+		COALESCE(round(extract(epoch FROM now() - xact_start))::text, '?') || ' s, xmin age ' || age(backend_xmin) || ')'
+		FROM pg_stat_activity WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid() ORDER BY age(backend_xmin) DESC LIMIT 1`).Scan(&who)
+	return n, who
 }
 
 // tableSizes is the outbox table's size without its indexes (heap, TOAST,
@@ -322,11 +340,15 @@ func (h *harness) walSizeRun(ctx context.Context, r *results) error {
 				child.kill()
 				return err
 			}
+			p.DeadLeft, p.HeldBy = h.deadLeft(ctx, s)
 		}
 		f.Points = append(f.Points, p)
 		vacuumed := "no VACUUM"
 		if vac {
-			vacuumed = fmt.Sprintf("after VACUUM %s, %s", mb(p.VacTable), mb(p.VacIndex))
+			vacuumed = fmt.Sprintf("after VACUUM %s, %s; %d dead rows left", mb(p.VacTable), mb(p.VacIndex), p.DeadLeft)
+			if p.DeadLeft > 0 {
+				vacuumed += ", oldest snapshot: " + p.HeldBy
+			}
 		}
 		h.logf("walsize: %d delivered: table %s, indexes %s (%s), relay RSS %.0f MB, %.0f ev/s",
 			delivered, mb(p.Table), mb(p.Indexes), vacuumed, float64(p.RSSKB)/1024, p.Rate)
@@ -401,14 +423,20 @@ func (r *results) printWAL(w io.Writer, opt options) {
 	if f := r.walSize; f != nil {
 		fmt.Fprintf(w, "### 8. WAL source: table size and relay RSS while streaming %s events (%d per transaction), no cleanup run\n\n", count(f.Events), f.PerTx)
 		fmt.Fprintf(w, "After each chunk the relay caught up (published, deleted the rows, confirmed the slot). autovacuum is off on this server: the first half of the chunks is followed by a VACUUM (autovacuum's stand-in), the second half by none.\n\n")
-		fmt.Fprintf(w, "| events delivered | table | indexes | VACUUM, then table / indexes | relay RSS | chunk events/s |\n|---:|---:|---:|---:|---:|---:|\n")
-		fmt.Fprintf(w, "| 0 (empty) | %s | %s | | | |\n", mb(f.EmptyTable), mb(f.EmptyIndexes))
+		fmt.Fprintf(w, "| events delivered | table | indexes | VACUUM, then table / indexes | dead rows VACUUM could not remove | relay RSS | chunk events/s |\n|---:|---:|---:|---:|---:|---:|---:|\n")
+		fmt.Fprintf(w, "| 0 (empty) | %s | %s | | | | |\n", mb(f.EmptyTable), mb(f.EmptyIndexes))
 		for _, p := range f.Points {
-			vac := "none"
+			vac, dead := "none", ""
 			if p.Vacuum {
 				vac = mb(p.VacTable) + " / " + mb(p.VacIndex)
+				dead = fmt.Sprint(p.DeadLeft)
 			}
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %.0f MB | %s |\n", count(int(p.Delivered)), mb(p.Table), mb(p.Indexes), vac, float64(p.RSSKB)/1024, humanRate(p.Rate))
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %.0f MB | %s |\n", count(int(p.Delivered)), mb(p.Table), mb(p.Indexes), vac, dead, float64(p.RSSKB)/1024, humanRate(p.Rate))
+		}
+		for _, p := range f.Points {
+			if p.DeadLeft > 0 {
+				fmt.Fprintf(w, "\n- after %s: the oldest snapshot was %s", count(int(p.Delivered)), p.HeldBy)
+			}
 		}
 		fmt.Fprintf(w, "\nRelay peak RSS over the whole stream: %.0f MB; delivery: %s\n", float64(f.PeakRSSKB)/1024, fmtOK([]bool{f.OK}, []int64{f.Dups}))
 		for _, n := range f.Notes {
