@@ -206,17 +206,17 @@ type walSizeFigure struct {
 // confirmed the slot past them).
 type walSizePoint struct {
 	Delivered int64
-	Vacuum    bool    // a VACUUM ran after this chunk (autovacuum's stand-in)
-	Table     int64   // bytes, before that VACUUM
-	Indexes   int64   // bytes, before that VACUUM
-	VacTable  int64   `json:",omitempty"` // after it
-	VacIndex  int64   `json:",omitempty"`
+	Vacuum    bool  // a VACUUM ran after this chunk (autovacuum's stand-in)
+	Table     int64 // bytes, before that VACUUM
+	Indexes   int64 // bytes, before that VACUUM
+	VacTable  int64 `json:",omitempty"` // after it
+	VacIndex  int64 `json:",omitempty"`
 	// Dead rows the VACUUM could not remove (another session's snapshot
 	// still saw them), and the oldest snapshot's holder at that moment.
-	DeadLeft int64  `json:",omitempty"`
-	HeldBy   string `json:",omitempty"`
-	RSSKB     int64   // the relay process's resident set
-	Rate      float64 // events/s of the chunk: fill start to the relay caught up
+	DeadLeft int64   `json:",omitempty"`
+	HeldBy   string  `json:",omitempty"`
+	RSSKB    int64   // the relay process's resident set
+	Rate     float64 // events/s of the chunk: fill start to the relay caught up
 }
 
 // deadLeft is how many dead rows the VACUUM just run left in schema's table
