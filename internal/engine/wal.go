@@ -68,6 +68,7 @@ type walSource struct {
 	xids  map[pglogrepl.LSN]uint32 // per transaction: its id
 	// inflight is the last batch's record while it runs (see batch).
 	inflight chan error
+	horizon  horizon            // see waitVisible
 	bad      []*wal.DecodeError // rows the stream could not decode, to dead-letter
 	again    []*Row             // the last batch's rows to offer again (destination down)
 }
@@ -676,6 +677,13 @@ func (s *walSource) refreshGauges(ctx context.Context) error {
 // proc array: a DELETE or UPDATE of its rows in that moment would find
 // nothing, and the slot would move past rows never settled.
 func (s *walSource) waitVisible(ctx context.Context, xids map[uint32]bool) error {
+	// Ids below the last snapshot's xmin are visible for good: a backlog
+	// needs no query at all.
+	for x := range xids {
+		if s.horizon.below(x) {
+			delete(xids, x)
+		}
+	}
 	if len(xids) == 0 {
 		return nil
 	}
@@ -691,6 +699,9 @@ func (s *walSource) waitVisible(ctx context.Context, xids map[uint32]bool) error
 		}
 		ok, err := visibleIn(snap, xids)
 		if err != nil || ok {
+			if err == nil {
+				s.horizon.set(snap)
+			}
 			return err
 		}
 		if time.Now().After(deadline) {
@@ -700,6 +711,46 @@ func (s *walSource) waitVisible(ctx context.Context, xids map[uint32]bool) error
 			return ctx.Err()
 		}
 	}
+}
+
+// horizon is the xmin and xmax of the last snapshot read: every
+// transaction id below xmin had completed.
+type horizon struct {
+	mu         sync.Mutex
+	xmin, xmax uint64
+}
+
+func (h *horizon) set(snap string) {
+	parts := strings.SplitN(snap, ":", 3)
+	if len(parts) != 3 {
+		return
+	}
+	xmin, err1 := strconv.ParseUint(parts[0], 10, 64)
+	xmax, err2 := strconv.ParseUint(parts[1], 10, 64)
+	if err1 != nil || err2 != nil {
+		return
+	}
+	h.mu.Lock()
+	h.xmin, h.xmax = xmin, xmax
+	h.mu.Unlock()
+}
+
+// below reports whether the 32-bit id xid is below the last xmin (ids
+// within 2^31 of xmax, as every id in use is).
+func (h *horizon) below(xid uint32) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.xmax == 0 {
+		return false
+	}
+	x := h.xmax&^0xffffffff | uint64(xid)
+	if x >= h.xmax {
+		if x-h.xmax < 1<<31 || h.xmax < 1<<32 {
+			return false
+		}
+		x -= 1 << 32
+	}
+	return x < h.xmin
 }
 
 // visibleIn reports whether every 32-bit transaction id in xids is visible
