@@ -153,10 +153,12 @@ func (s *walSource) run(ctx context.Context) {
 			s.setState(func(st *SourceState) { st.Standby = true })
 		case errors.Is(err, wal.ErrSlotLost):
 			standby = false
+			s.setState(func(st *SourceState) { st.Standby = false })
 			s.fallBack(ctx, log, err)
 			continue
 		default:
 			standby = false
+			s.setState(func(st *SourceState) { st.Standby = false })
 			failures++
 			wait = s.e.cfg.OutageBackoff.Delay(failures)
 			log.Error("outbox WAL source: stream ended; reopening", "phase", phaseOf(err), "err", err, "retry_in", wait)
