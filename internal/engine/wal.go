@@ -105,10 +105,7 @@ func (e *Engine) Prepare(ctx context.Context) error {
 	if e.cfg.Names.QSchema != "" {
 		idx = e.cfg.Names.QSchema + "." + idx
 	}
-	var ready bool
-	err = e.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL
-  AND EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $2)
-  AND EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $3)`, idx, n.Publication, n.Slot).Scan(&ready)
+	ready, err := wal.Ready(ctx, e.pool, n, idx)
 	if err != nil || ready {
 		return err
 	}
