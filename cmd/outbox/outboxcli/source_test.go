@@ -1,20 +1,28 @@
 package outboxcli
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/ident"
 	"github.com/pgoutbox/outbox/internal/testdb"
+	"github.com/pgoutbox/outbox/internal/testnats"
 	"github.com/pgoutbox/outbox/internal/wal"
 )
 
@@ -205,7 +213,7 @@ func TestStatusWALSlot(t *testing.T) {
 			ActivePID     *int32 `json:"active_pid"`
 			WALStatus     string `json:"wal_status"`
 			Confirmed     string `json:"confirmed_flush_lsn"`
-			LagBytes      *int64 `json:"lag_bytes"`
+			LagBytes      *int64 `json:"lag_bytes"` // a pointer: present
 			RetainedBytes *int64 `json:"retained_bytes"`
 		} `json:"source"`
 	}
@@ -276,4 +284,143 @@ func TestByteSize(t *testing.T) {
 	if got := byteSize(nil); got != "-" {
 		t.Errorf("byteSize(nil) = %q", got)
 	}
+}
+
+// outbox relay --source wal: the relay creates the slot it lacks, streams
+// it, publishes to NATS what the application commits and deletes the
+// delivered rows (the WAL path; the table path would mark them); /readyz
+// says it streams, /metrics carries the replication series; a second relay
+// on the table stands by, ready. The slot is dropped at the end.
+func TestRelaySourceWAL(t *testing.T) {
+	f := setup(t)
+	in, err := ident.New(f.schema, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := wal.NamesFor(in)
+	testdb.ReplicationObjects(t, n.Slot, n.Publication)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := wal.Drop(ctx, f.pool, n); err != nil {
+			t.Errorf("drop slot: %v", err)
+		}
+	})
+	nc := testnats.Conn(t)
+	stream, prefix := testnats.Stream(t, nc)
+
+	vars := dbEnv()
+	vars["OUTBOX_BROKER"] = testnats.URL()
+	vars["OUTBOX_SCHEMA"] = f.schema
+	vars["OUTBOX_SOURCE"] = "wal"
+	vars["OUTBOX_STATS_INTERVAL"] = "50ms"
+	args := []string{"--topic", prefix + ".{event_type}", "--http-addr", "127.0.0.1:0", "--poll-interval", "20ms"}
+	r := startRelay(t, &bytes.Buffer{}, vars, args...)
+	addr := r.httpAddr(t)
+	var body string
+	eventually(t, "/readyz: streaming", func() bool {
+		var code int
+		code, body = get(t, "http://"+addr+"/readyz")
+		return code == 200 && strings.Contains(body, " state=streaming")
+	})
+	if want := regexp.MustCompile(`^ready\nsource=wal active=wal slot=` + n.Slot + ` state=streaming( confirmed=[0-9A-F]+/[0-9A-F]+)?\n$`); !want.MatchString(body) {
+		t.Errorf("/readyz while streaming: %q", body)
+	}
+
+	ids := f.write("order.created", 200)
+	eventually(t, "every event delivered and its row deleted", func() bool { return f.count("true") == 0 })
+	got := streamIDs(t, stream)
+	for _, id := range ids {
+		if got[id] == 0 {
+			t.Errorf("event %s deleted but not in the stream", id)
+		}
+	}
+	var metrics string
+	eventually(t, "the replication gauges", func() bool {
+		_, metrics = get(t, "http://"+addr+"/metrics")
+		return strings.Contains(metrics, "\noutbox_replication_slot_state{state=\"reserved\"} 1\n")
+	})
+	for _, want := range []string{"\noutbox_relay_source{source=\"wal\"} 1\n", "\noutbox_replication_streaming 1\n",
+		"\noutbox_replication_fallbacks_total 0\n", "\noutbox_replication_lag_bytes ", "\noutbox_replication_retained_bytes ",
+		"\noutbox_events_published_total 200\n"} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %q", strings.TrimSpace(want))
+		}
+	}
+	if st := run(t, dbEnv(), "status", "--schema", f.schema); !strings.Contains(st.stdout, "source: WAL, replication slot "+n.Slot+"\n  streamed by       walsender pid ") {
+		t.Errorf("status while a relay streams:\n%s", st)
+	}
+
+	// A second relay stands by: ready, and says so.
+	r2 := startRelay(t, &bytes.Buffer{}, vars, args...)
+	addr2 := r2.httpAddr(t)
+	eventually(t, "/readyz of the second relay: standby", func() bool {
+		var code int
+		code, body = get(t, "http://"+addr2+"/readyz")
+		return code == 200 && strings.Contains(body, " state=standby")
+	})
+	if code := r2.stop(t); code != ExitOK {
+		t.Errorf("second relay: exit %d; stderr:\n%s", code, r2.stderr)
+	}
+	if code := r.stop(t); code != ExitOK {
+		t.Fatalf("exit %d after SIGTERM; stderr:\n%s", code, r.stderr)
+	}
+	if !strings.Contains(r.stderr.String(), `"source":"wal"`) {
+		t.Errorf("the start line does not log the source:\n%s", r.stderr)
+	}
+}
+
+// A WAL relay whose role may not replicate exits 2 with the one line that
+// names the missing privilege and its fix.
+func TestRelaySourceWALPrerequisite(t *testing.T) {
+	f := setup(t)
+	ctx := testCtx(t)
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	role := "pgoutbox_cli_relay_norepl_" + hex.EncodeToString(b)
+	qrole, qschema := pgx.Identifier{role}.Sanitize(), pgx.Identifier{f.schema}.Sanitize()
+	for _, q := range []string{
+		"CREATE ROLE " + qrole + " LOGIN NOREPLICATION",
+		"GRANT USAGE ON SCHEMA " + qschema + " TO " + qrole,
+		"GRANT SELECT, UPDATE, DELETE ON ALL TABLES IN SCHEMA " + qschema + " TO " + qrole,
+	} {
+		f.exec(q)
+	}
+	t.Cleanup(func() {
+		pool := testdb.Pool(t, "")
+		for _, q := range []string{"DROP OWNED BY " + qrole, "DROP ROLE IF EXISTS " + qrole} {
+			if _, err := pool.Exec(context.Background(), q); err != nil {
+				t.Errorf("%s: %v", q, err)
+			}
+		}
+	})
+	u, err := url.Parse(testdb.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(role)
+	var stderr syncBuffer
+	code := runWith(ctx, &bytes.Buffer{}, &stderr, map[string]string{"DATABASE_URL": u.String()},
+		"relay", "--source", "wal", "--schema", f.schema, "--broker", "stdout:")
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	last := lines[len(lines)-1]
+	if code != ExitUsage || !strings.HasPrefix(last, "outbox: ") || !strings.Contains(last, "REPLICATION") || !strings.Contains(last, "ALTER ROLE") {
+		t.Fatalf("exit %d, last line %q; want exit %d naming REPLICATION and its fix; stderr:\n%s", code, last, ExitUsage, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), `"msg":"outbox relay failed"`) || !strings.Contains(stderr.String(), `"exit_code":2`) {
+		t.Errorf("the failure is not logged with its exit code:\n%s", stderr.String())
+	}
+	var slots int
+	if err := f.pool.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, wal.NamesFor(mustNames(t, f.schema)).Slot).Scan(&slots); err != nil || slots != 0 {
+		t.Errorf("%d slot(s) left (%v)", slots, err)
+	}
+}
+
+func mustNames(t *testing.T, schema string) ident.Names {
+	t.Helper()
+	in, err := ident.New(schema, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in
 }

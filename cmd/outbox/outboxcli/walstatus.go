@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox"
@@ -18,9 +17,8 @@ import (
 )
 
 // slotStatus is the WAL source's replication slot, as outbox status shows
-// it (the "source" object of --json). Nil pointers are NULL in
-// pg_replication_slots: a lost slot has no restart position, hence no
-// retained bytes.
+// it (the "source" object of --json). A lost slot has no restart
+// position, hence no retained bytes (nil).
 type slotStatus struct {
 	Slot string `json:"slot"`
 	// Active: a relay streams the slot now; ActivePID is its walsender.
@@ -32,22 +30,15 @@ type slotStatus struct {
 	// LagBytes: WAL written since the slot's confirmed position
 	// (pg_current_wal_lsn() - confirmed_flush_lsn), how far the WAL source
 	// is behind; the relay's outbox_replication_lag_bytes.
-	LagBytes *int64 `json:"lag_bytes"`
+	LagBytes int64 `json:"lag_bytes"`
 	// RetainedBytes: WAL the slot keeps on the server's disk
 	// (pg_current_wal_lsn() - restart_lsn); outbox_replication_retained_bytes.
 	RetainedBytes *int64 `json:"retained_bytes"`
 }
 
-// slotLagQuery reads what wal.Inspect does not: the lag from the confirmed
-// position (Inspect's LagBytes counts from the restart position, which is
-// the retained WAL).
-const slotLagQuery = `
-SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint
-FROM pg_replication_slots WHERE slot_name = $1`
-
 // readSlot returns the table's WAL slot, or nil when it does not exist (the
-// table source, or the WAL source not set up). Its statements share the
-// deadline of outbox status's other statements.
+// table source, or the WAL source not set up), under the deadline of
+// outbox status's other statements.
 func readSlot(ctx context.Context, pool *pgxpool.Pool, d *dbOptions) (*slotStatus, error) {
 	in, err := ident.New(d.Schema, d.Table)
 	if err != nil {
@@ -80,17 +71,12 @@ func readSlot(ctx context.Context, pool *pgxpool.Pool, d *dbOptions) (*slotStatu
 		s.Confirmed = st.ConfirmedFlush.String()
 	}
 	// Inspect reads NULL retained WAL (a lost slot) as 0; lost is the only
-	// status without a restart position.
+	// status without a restart position. (Inspect's LagBytes is what the
+	// slot retains; its BehindBytes is the lag.)
 	if st.WALStatus != "lost" {
 		s.RetainedBytes = &st.LagBytes
 	}
-	err = pool.QueryRow(ctx, slotLagQuery, n.Slot).Scan(&s.LagBytes)
-	if errors.Is(err, pgx.ErrNoRows) { // dropped between the two statements
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fail(err)
-	}
+	s.LagBytes = st.BehindBytes
 	return s, nil
 }
 
@@ -124,7 +110,7 @@ func (s *slotStatus) print(w io.Writer) {
 	if s.Confirmed != "" {
 		fmt.Fprintf(w, "  confirmed         %s\n", s.Confirmed)
 	}
-	fmt.Fprintf(w, "  lag               %s (WAL written since the confirmed position)\n", byteSize(s.LagBytes))
+	fmt.Fprintf(w, "  lag               %s (WAL written since the confirmed position)\n", byteSize(&s.LagBytes))
 	fmt.Fprintf(w, "  retained          %s (WAL the slot keeps on the server's disk)\n", byteSize(s.RetainedBytes))
 }
 
