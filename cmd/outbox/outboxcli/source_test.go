@@ -106,6 +106,9 @@ func TestRelaySourceUnknown(t *testing.T) {
 	if !regexp.MustCompile(`--source string +where events come from: table .* or wal .*\(default table; env OUTBOX_SOURCE\)`).MatchString(r.stdout) {
 		t.Errorf("relay --help does not document --source:\n%s", r.stdout)
 	}
+	if !strings.Contains(r.stdout, "  2  usage or configuration error (nothing was done); also relay and\n     migrate with --source wal: a logical replication prerequisite is") {
+		t.Errorf("relay --help: the exit codes do not name the missing replication prerequisite:\n%s", r.stdout)
+	}
 }
 
 // A WAL relay on a table migrated for the table source only is told to run
