@@ -129,7 +129,10 @@ an outage (no attempt counted, not ready, the log names the command creating it)
 With --http-addr set (e.g. 127.0.0.1:9090) the relay serves
   /metrics   Prometheus metrics (outbox_*, Go and process collectors)
   /healthz   200 while the process is up
-  /readyz    200 when the database answers and the broker is connected, else 503
+  /readyz    200 when the database answers and the broker is connected (and,
+             with --source wal, the relay streams the slot, stands by or
+             falls back to the table), else 503; a second line describes
+             the source: source=wal active=wal slot=... state=streaming
   /console/  the operator console, with --console (see outbox console --help)
 Logs are JSON on stderr, or text when stderr is a terminal.`)
 	s.db.register(o)
