@@ -18,7 +18,13 @@ import (
 func TestScenario3BrokerDown(t *testing.T) {
 	t.Parallel()
 	slot(t)
-	e := newEnv(t, envOpts{})
+	scenarioBrokerDown(t, false)
+}
+
+// scenarioBrokerDown is scenario 3 on the table source, or on the WAL source
+// when wal is set (row 15b).
+func scenarioBrokerDown(t *testing.T, wal bool) {
+	e := newEnv(t, envOpts{wal: wal})
 	outage := long(12*time.Second, 2*time.Minute)
 
 	w := e.startWriters(&workload{writers: 4, aggregates: 25, pause: 25 * time.Millisecond, rollbackPct: 5})
@@ -112,7 +118,12 @@ func TestScenario3BrokerDown(t *testing.T) {
 		fmt.Sprintf("dead letters: %d; events with an attempt counted: %d; publish failures logged: %d", maxDead, burntMax, len(failures)),
 		fmt.Sprintf("relay RSS: %d kB before the outages, %d kB at most during them, %d kB at the end", rssBase, rssMax, rssEnd),
 		fmt.Sprintf("/readyz during the outages: 503 %q; 200 again after the restarts", readyBody))
-	e.finish(Row{Key: "3", Scenario: "Broker down while writers run", Fault: fmt.Sprintf("nats-server stopped (SIGTERM), then crashed (SIGKILL), %s each", outage),
+	key, name := "3", "Broker down while writers run"
+	if wal {
+		key, name = "15b", "WAL source: broker down while writers run"
+		details = append(details, walDetails(e)...)
+	}
+	e.finish(Row{Key: key, Scenario: name, Fault: fmt.Sprintf("nats-server stopped (SIGTERM), then crashed (SIGKILL), %s each", outage),
 		Runs: runs, Resent: e.wire.resent(), Drain: drain, Details: details})
 }
 
