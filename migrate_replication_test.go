@@ -22,4 +22,6 @@ func ExampleReplicationSQL() {
 	// Output:
 	// CREATE PUBLICATION "pgoutbox_outbox_events" FOR TABLE "outbox_events" WITH (publish = 'insert', publish_via_partition_root = true);
 	// SELECT pg_create_logical_replication_slot('pgoutbox_outbox_events', 'pgoutput');
+	// UPDATE "outbox_events" SET retry_after = now() WHERE processed_at IS NULL AND retry_after IS NULL;
+	// CREATE INDEX IF NOT EXISTS "outbox_events_handoff_idx" ON "outbox_events" (seq) WHERE processed_at IS NULL AND dead_at IS NULL AND deliver_at IS NULL AND retry_after IS NOT NULL;
 }

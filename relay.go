@@ -394,9 +394,17 @@ func (r *Relay) Run(ctx context.Context) error {
 		case ctx.Err() != nil:
 			return nil // stopped while starting: a clean stop, nothing was claimed
 		case err == nil:
+			err = r.eng.Prepare(ctx)
+		}
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err == nil:
 			return r.eng.Run(ctx)
 		case errors.Is(err, ErrNotMigrated):
 			return err
+		case errors.Is(err, ErrReplicationPrerequisite):
+			return fmt.Errorf("outbox: WAL source for %s: %w", r.names.QTable, err)
 		}
 		wait := r.cfg.OutageBackoff.Delay(failures)
 		r.cfg.Logger.Warn("outbox relay cannot check its table yet; retrying", "err", err, "retry_in", wait)

@@ -68,14 +68,14 @@ LIMIT @max_rows;
 -- held one) for an immediate publish with a fresh attempt count, as
 -- `outbox retry ID` does. 0 rows: no such event, or already published.
 UPDATE outbox_events
-SET attempts = 0, retry_after = NULL, dead_at = NULL, held_by = NULL
+SET attempts = 0, retry_after = now(), dead_at = NULL, held_by = NULL
 WHERE processed_at IS NULL AND id = @id;
 
 -- name: RetryDeadLetters :execrows
 -- Re-queues every dead letter, or those of one event type ('' for all), as
 -- `outbox retry --all` / `--type` does.
 UPDATE outbox_events
-SET attempts = 0, retry_after = NULL, dead_at = NULL
+SET attempts = 0, retry_after = now(), dead_at = NULL
 WHERE dead_at IS NOT NULL AND processed_at IS NULL AND held_by IS NULL
   AND (@event_type::text = '' OR event_type = @event_type::text);
 

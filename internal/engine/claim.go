@@ -44,17 +44,20 @@ type claimPlan struct {
 	sparse   bool // the sparse ordered claim, with window
 	window   int  // sparse: how many pending rows past the floor it probes
 	lowWater bool // ordered rescan: read the low-water mark first
+
+	lowWaterQuery string
 }
 
 // planClaim picks the claim statement and its arguments for a claim
 // starting now.
 func (e *Engine) planClaim(now time.Time) claimPlan {
-	p := claimPlan{query: e.q.Claim, sparse: e.cfg.Ordered && e.sparse.Load()}
+	q := e.claimQueries()
+	p := claimPlan{query: q.Claim, lowWaterQuery: q.LowWater, sparse: e.cfg.Ordered && e.sparse.Load()}
 	switch {
 	case p.sparse:
-		p.query = e.q.ClaimOrderedSparse
+		p.query = q.ClaimOrderedSparse
 	case e.cfg.Ordered:
-		p.query = e.q.ClaimOrdered
+		p.query = q.ClaimOrdered
 	}
 	p.pass = e.cur.next(now)
 	p.lowWater = e.cfg.Ordered && p.pass.rescan
@@ -139,7 +142,7 @@ func (l *tableLease) claim(ctx context.Context, p claimPlan) (rows []*Row, more 
 	b := &pgx.Batch{}
 	l.begin(b)
 	if p.lowWater {
-		b.Queue(e.q.LowWater)
+		b.Queue(p.lowWaterQuery)
 	}
 	if p.sparse {
 		b.Queue(p.query, p.limit, p.pass.floor, p.window)

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"github.com/jackc/pglogrepl"
 	"log/slog"
 	"time"
 
@@ -78,6 +79,12 @@ type Row struct {
 
 	stored  int  // the payload's size as stored (pg_column_size); Payload is nil if over store.InlinePayloadMax
 	counted bool // the attempt was counted when the row was fetched (poison.go)
+
+	// WAL source (wal.go): the transaction the row came in, and its
+	// deliver_at if it was scheduled.
+	lsn       pglogrepl.LSN
+	xid       uint32
+	deliverAt time.Time
 }
 
 // Attempt is how one publish of a row ended.

@@ -53,6 +53,13 @@ type Engine struct {
 	lastClaim   atomic.Int64 // when the last claim started, Unix ns
 	lastRelease atomic.Int64 // when a claim last released due scheduled events, Unix ns
 	pacing      atomic.Bool  // a worker paces the claims of a heavy stream
+
+	// WAL source (wal.go): nil for a table source. qh are the claims of
+	// the rows handed to the table path; fallback: the slot is lost and
+	// the table workers claim every pending row meanwhile.
+	ws       *walSource
+	qh       *store.Queries
+	fallback atomic.Bool
 }
 
 // New returns an engine; cfg must be validated by the caller.
@@ -62,6 +69,10 @@ func New(pool *pgxpool.Pool, cfg Config) *Engine {
 		rate: newRateMeter(cfg.BatchDelay, cfg.BatchDelayAbove)}
 	e.limit.Store(int64(cfg.BatchSize))
 	e.window.Store(minWindow)
+	if cfg.WAL {
+		e.ws = newWALSource(e)
+		e.qh = e.q.HandoffOnly()
+	}
 	return e
 }
 
@@ -73,6 +84,13 @@ func (e *Engine) Run(ctx context.Context) error {
 		wg.Go(func() { e.worker(ctx, i) })
 	}
 	wg.Go(func() { e.statsLoop(ctx) })
+	if m := e.cfg.Metrics; m != nil {
+		src := map[bool]string{false: "table", true: "wal"}[e.ws != nil]
+		m.Source.WithLabelValues(src).Set(1)
+	}
+	if e.ws != nil {
+		wg.Go(func() { e.ws.run(ctx) })
+	}
 	if e.cfg.Listen {
 		wg.Go(func() { e.listenLoop(ctx) })
 	}
@@ -93,6 +111,15 @@ func (e *Engine) Wake() {
 
 // BrokerDown reports whether the last batch found the broker unreachable.
 func (e *Engine) BrokerDown() bool { return e.brokerDown.Load() }
+
+// claimQueries are the statements the table workers claim with: only the
+// rows handed to the table path when a WAL source streams the rest.
+func (e *Engine) claimQueries() *store.Queries {
+	if e.qh != nil && !e.fallback.Load() {
+		return e.qh
+	}
+	return e.q
+}
 
 // ErrMissingIndex reports a table from before the latest migration.
 var ErrMissingIndex = errors.New("index missing")

@@ -31,6 +31,9 @@ func (e *Engine) statsLoop(ctx context.Context) {
 		run("held events", e.tendHeld)
 		if e.cfg.Metrics != nil {
 			run("gauges", e.refreshGauges)
+			if e.ws != nil {
+				run("slot gauges", e.ws.refreshGauges)
+			}
 		}
 		select {
 		case <-ctx.Done():

@@ -34,7 +34,9 @@ func (e *Engine) markArgsOf(rows []*Row, s *settlement) markArgs {
 			if r.counted {
 				a.refundIDs = append(a.refundIDs, r.ID) // attempts counts failures
 			}
-			if e.cfg.Ordered && (r.Failed || r.Attempt > 1) {
+			// With a WAL source every row the table workers publish was
+			// handed over, and may hold later events of its aggregate.
+			if e.cfg.Ordered && (r.Failed || r.Attempt > 1 || e.cfg.WAL) {
 				a.releaseIDs = append(a.releaseIDs, r.ID)
 			}
 		case retry, dead:

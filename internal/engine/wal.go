@@ -1,5 +1,21 @@
 package engine
 
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/outbox/internal/store"
+	"github.com/pgoutbox/outbox/internal/wal"
+)
+
 // SourceState is what the engine's source is doing (see outbox.SourceStatus).
 type SourceState struct {
 	Slot      string
@@ -12,4 +28,679 @@ type SourceState struct {
 
 // SourceState reports the WAL source's state; the zero value for a table
 // source.
-func (e *Engine) SourceState() SourceState { return SourceState{} }
+func (e *Engine) SourceState() SourceState {
+	if e.ws == nil {
+		return SourceState{}
+	}
+	e.ws.mu.Lock()
+	defer e.ws.mu.Unlock()
+	st := e.ws.state
+	st.Fallback = e.fallback.Load()
+	return st
+}
+
+// standbyRetry is how often a standby relay tries to stream the slot: the
+// takeover delay after the streaming relay dies.
+const standbyRetry = 500 * time.Millisecond
+
+// walSource streams the table's logical replication slot and publishes each
+// committed event once, in commit order: no claim, no lock, no per-event
+// UPDATE. What the broker confirmed is deleted in bulk; what failed is
+// marked in the table exactly as the table path marks it, and the table
+// workers own it from then on (retry_after set: see store.HandoffOnly). The
+// slot is acknowledged only past transactions whose every event is deleted
+// or handed over, so an event the broker did not confirm is always in the
+// table.
+type walSource struct {
+	e     *Engine
+	names wal.Names
+	// qd marks outcomes with published rows deleted.
+	qd *store.Queries
+
+	mu    sync.Mutex
+	state SourceState
+
+	// Per stream; reset when a stream opens (it redelivers every
+	// transaction it was not told about).
+	carry []*Row                   // read from the stream, not yet in a batch
+	left  map[pglogrepl.LSN]int    // per transaction: events not yet settled
+	xids  map[pglogrepl.LSN]uint32 // per transaction: its id
+	bad   []*wal.DecodeError       // rows the stream could not decode, to dead-letter
+	again []*Row                   // the last batch's rows to offer again (destination down)
+}
+
+func newWALSource(e *Engine) *walSource {
+	n := wal.NamesFor(e.cfg.Names)
+	return &walSource{e: e, names: n, qd: store.New(e.cfg.Names, true), state: SourceState{Slot: n.Slot}}
+}
+
+func (s *walSource) setState(f func(*SourceState)) {
+	s.mu.Lock()
+	f(&s.state)
+	s.mu.Unlock()
+}
+
+// Prepare checks the replication prerequisites and creates the handoff
+// index, publication and slot when any is missing; a relay whose role may
+// not create them needs them created beforehand (outbox migrate --source
+// wal). Errors wrapping wal.ErrPrerequisite name what is missing.
+func (e *Engine) Prepare(ctx context.Context) error {
+	if e.ws == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, max(e.cfg.StatementTimeout, 30*time.Second))
+	defer cancel()
+	n := e.ws.names
+	if err := wal.Check(ctx, e.pool, n); err != nil {
+		return err
+	}
+	idx, err := e.cfg.Names.HandoffIndex()
+	if err != nil {
+		return err
+	}
+	if e.cfg.Names.QSchema != "" {
+		idx = e.cfg.Names.QSchema + "." + idx
+	}
+	var ready bool
+	err = e.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL
+  AND EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $2)
+  AND EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $3)`, idx, n.Publication, n.Slot).Scan(&ready)
+	if err != nil || ready {
+		return err
+	}
+	if _, err := wal.Create(ctx, e.pool, n); err != nil {
+		if isPrivilege(err) {
+			return fmt.Errorf("%w: %v (create them with `outbox migrate --source wal` as the table's owner, or run the SQL of `outbox migrate sql --source wal`)", wal.ErrPrerequisite, err)
+		}
+		return err
+	}
+	return nil
+}
+
+func isPrivilege(err error) bool {
+	var pgErr interface{ SQLState() string }
+	return errors.As(err, &pgErr) && pgErr.SQLState() == "42501"
+}
+
+// run streams the slot until ctx ends: standing by while another process
+// streams it, falling back to the table while it is lost, reopening after
+// any other error.
+func (s *walSource) run(ctx context.Context) {
+	log := s.e.cfg.Logger.With("slot", s.names.Slot)
+	m := s.e.cfg.Metrics
+	failures := 0
+	standby := false
+	for ctx.Err() == nil {
+		err := s.stream(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		s.setState(func(st *SourceState) { st.Streaming, st.Err = false, err })
+		if m != nil {
+			m.Streaming.Set(0)
+		}
+		var wait time.Duration
+		switch {
+		case errors.Is(err, wal.ErrSlotBusy):
+			if !standby {
+				log.Info("outbox WAL source: another relay streams the slot; standing by", "err", err)
+			}
+			standby, failures, wait = true, 0, standbyRetry
+			s.setState(func(st *SourceState) { st.Standby = true })
+		case errors.Is(err, wal.ErrSlotLost):
+			standby = false
+			s.fallBack(ctx, log, err)
+			continue
+		default:
+			standby = false
+			failures++
+			wait = s.e.cfg.OutageBackoff.Delay(failures)
+			log.Error("outbox WAL source: stream ended; reopening", "phase", phaseOf(err), "err", err, "retry_in", wait)
+			if m != nil {
+				m.DBErrors.Inc()
+			}
+		}
+		if !s.e.sleep(ctx, wait, false) {
+			return
+		}
+	}
+}
+
+// fallBack relays from the table while the slot is gone: the table workers
+// claim every pending row, as a table source does, until a fresh slot
+// exists and the rows pending before it are handed to the table path.
+func (s *walSource) fallBack(ctx context.Context, log interface {
+	Error(string, ...any)
+	Info(string, ...any)
+}, cause error) {
+	e := s.e
+	log.Error("outbox WAL source: the replication slot is lost; relaying from the table until a fresh slot streams (no event is lost: every unconfirmed event is still in the table)", "err", cause)
+	e.fallback.Store(true)
+	e.cur.reset()
+	if m := e.cfg.Metrics; m != nil {
+		m.Fallbacks.Inc()
+		m.Source.WithLabelValues("wal").Set(0)
+		m.Source.WithLabelValues("table").Set(1)
+	}
+	for attempt := 1; ctx.Err() == nil; attempt++ {
+		cctx, cancel := context.WithTimeout(ctx, max(e.cfg.StatementTimeout, 30*time.Second))
+		_, err := wal.Create(cctx, e.pool, s.names)
+		cancel()
+		if err == nil {
+			break
+		}
+		wait := e.cfg.OutageBackoff.Delay(attempt)
+		log.Error("outbox WAL source: cannot create a fresh slot; still relaying from the table", "err", err, "retry_in", wait)
+		s.setState(func(st *SourceState) { st.Err = err })
+		if !e.sleep(ctx, wait, false) {
+			return
+		}
+	}
+	e.fallback.Store(false)
+	if m := e.cfg.Metrics; m != nil {
+		m.Source.WithLabelValues("wal").Set(1)
+		m.Source.WithLabelValues("table").Set(0)
+	}
+	log.Info("outbox WAL source: fresh slot created; streaming again")
+}
+
+// stream opens the slot and relays from it until an error.
+func (s *walSource) stream(ctx context.Context) error {
+	e := s.e
+	st, err := wal.Open(ctx, wal.StreamConfig{ConnConfig: &e.pool.Config().ConnConfig.Config, Names: s.names,
+		Timeout: max(wal.DefaultTimeout, 3*e.cfg.StatementTimeout)})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.StatementTimeout)
+		_ = st.Close(cctx)
+		cancel()
+	}()
+	s.carry, s.bad, s.again = nil, nil, nil
+	s.left = map[pglogrepl.LSN]int{}
+	s.xids = map[pglogrepl.LSN]uint32{}
+	s.setState(func(x *SourceState) { x.Streaming, x.Standby, x.Err = true, false, nil })
+	if m := e.cfg.Metrics; m != nil {
+		m.Streaming.Set(1)
+	}
+	e.cfg.Logger.Info("outbox WAL source: streaming", "slot", s.names.Slot, "from", st.Confirmed().String())
+	outages := 0
+	for {
+		rows, err := s.gather(ctx, st)
+		if err != nil {
+			return err
+		}
+		res, err := s.batch(ctx, st, rows)
+		if err != nil {
+			return err
+		}
+		s.setState(func(x *SourceState) { x.Confirmed = st.Confirmed().String() })
+		if res.Unavailable == 0 {
+			outages = 0
+			continue
+		}
+		outages++
+		wait := max(e.cfg.OutageBackoff.Delay(outages), res.UnavailableWait)
+		e.cfg.Logger.Warn("broker unavailable, relay backing off; no attempt counted",
+			"events", res.Unavailable, "err", res.UnavailableErr, "retry_in", wait, "source", "wal")
+		if !e.sleep(ctx, wait, false) {
+			return ctx.Err()
+		}
+	}
+}
+
+// gather returns the next batch: the rows to offer again if the last batch
+// met a destination that was down, else up to the batch size (and byte
+// budget) of events, waiting for the first transaction and taking whatever
+// else is decoded already. A transaction may span batches.
+func (s *walSource) gather(ctx context.Context, st *wal.Stream) ([]*Row, error) {
+	if len(s.again) > 0 {
+		rows := s.again
+		s.again = nil
+		return rows, nil
+	}
+	if len(s.carry) == 0 && len(s.bad) == 0 {
+		select {
+		case <-st.Done():
+			return nil, st.Err()
+		default:
+		}
+		tx, err := st.Next(ctx)
+		if err != nil {
+			return nil, err
+		}
+		s.add(tx)
+	}
+	limit, budget := int(s.e.limit.Load()), s.e.cfg.MaxBatchBytes
+	var rows []*Row
+	bytes := 0
+	for {
+		for len(s.carry) > 0 && len(rows) < limit && (len(rows) == 0 || bytes+len(s.carry[0].Payload) <= budget) {
+			r := s.carry[0]
+			s.carry = s.carry[1:]
+			rows = append(rows, r)
+			bytes += len(r.Payload)
+		}
+		if len(rows) >= limit || len(s.carry) > 0 {
+			break
+		}
+		tx, ok := st.TryNext()
+		if !ok {
+			break
+		}
+		s.add(tx)
+	}
+	if len(s.carry) == 0 {
+		s.carry = nil // let the backing array go
+	}
+	return rows, nil
+}
+
+// add queues a transaction's events as rows.
+func (s *walSource) add(tx *wal.Tx) {
+	s.left[tx.LSN] = len(tx.Events) + len(tx.Errors)
+	s.xids[tx.LSN] = tx.Xid
+	backing := make([]Row, len(tx.Events))
+	for i, ev := range tx.Events {
+		r := &backing[i]
+		r.Message, r.stored, r.lsn, r.xid = ev, len(ev.Payload), tx.LSN, tx.Xid
+		if tx.DeliverAt != nil {
+			r.deliverAt = tx.DeliverAt[i]
+		}
+		s.carry = append(s.carry, r)
+	}
+	s.bad = append(s.bad, tx.Errors...)
+}
+
+// walPlan is what one stream batch does besides publishing.
+type walPlan struct {
+	send    []*Row             // to publish
+	skip    []*Row             // already the table path's: settled without a publish
+	handoff []*Row             // scheduled for later: handed to the table path unpublished
+	holds   []hold             // ordered: parked behind an earlier event of their aggregate
+	bad     []*wal.DecodeError // dead-lettered by id
+	badLSN  []pglogrepl.LSN    // their transactions
+}
+
+type aggKey struct{ typ, id string }
+
+type hold struct {
+	row    *Row
+	holder [16]byte
+}
+
+// batch publishes one batch from the stream and settles it: published rows
+// deleted, failures marked and handed to the table path, rows of a
+// destination that is down kept to be offered again; then the transactions
+// whose every event is settled are acknowledged.
+func (s *walSource) batch(ctx context.Context, st *wal.Stream, rows []*Row) (Result, error) {
+	e := s.e
+	start := time.Now()
+	bg := context.WithoutCancel(ctx)
+	p := walPlan{}
+	p.bad, s.bad = s.bad, nil
+	now := time.Now()
+	for _, r := range rows {
+		if !r.deliverAt.IsZero() && r.deliverAt.After(now) {
+			p.handoff = append(p.handoff, r)
+			continue
+		}
+		p.send = append(p.send, r)
+	}
+	if e.cfg.Ordered && len(p.send) > 0 {
+		if err := s.checkOrder(bg, &p); err != nil {
+			return Result{}, err
+		}
+	}
+	res := Result{Claimed: len(rows)}
+	var (
+		sets    *settlement
+		ackedAt time.Time
+	)
+	if len(p.send) > 0 {
+		attempts := e.publishBatch(bg, p.send)
+		ackedAt = time.Now()
+		e.adaptLimit(int(e.limit.Load()), len(p.send), ackedAt.Sub(start))
+		sets = e.settle(p.send, attempts)
+		e.report(p.send, sets)
+		res.Retried, res.DeadLettered = sets.retried, sets.dead
+		res.Unavailable, res.UnavailableErr, res.UnavailableWait = sets.unavailable, sets.unavailableErr, sets.unavailableWait
+		s.afterPublish(&p, sets)
+	}
+	if err := s.record(bg, &p, sets); err != nil {
+		return res, err
+	}
+	// Settle: every row of the batch but those offered again.
+	again := map[*Row]bool{}
+	for _, r := range s.again {
+		again[r] = true
+	}
+	for _, r := range rows {
+		if !again[r] {
+			if err := s.settled(st, r.lsn); err != nil {
+				return res, err
+			}
+		}
+	}
+	for i := range p.bad {
+		if err := s.settled(st, p.badLSN[i]); err != nil {
+			return res, err
+		}
+	}
+	if sets != nil {
+		res.Published = sets.published
+		e.observe(ctx, &claim{rows: p.send, start: start}, sets, ackedAt)
+	}
+	return res, nil
+}
+
+// settled counts one event of the transaction at lsn as settled and
+// acknowledges the transaction once all are.
+func (s *walSource) settled(st *wal.Stream, lsn pglogrepl.LSN) error {
+	n, ok := s.left[lsn]
+	if !ok {
+		return fmt.Errorf("WAL source: settle an event of an unknown transaction ending at %s", lsn)
+	}
+	if n > 1 {
+		s.left[lsn] = n - 1
+		return nil
+	}
+	delete(s.left, lsn)
+	delete(s.xids, lsn)
+	return st.Ack(lsn)
+}
+
+// checkOrder (ordered mode) finds the aggregates of the batch that have an
+// event on the table path (failing, held, dead, scheduled, re-queued:
+// retry_after or dead_at set) and parks the batch's events of those
+// aggregates behind it, in commit order, instead of publishing them. An
+// aggregate is thus on one path at a time, and never inverted across them.
+func (s *walSource) checkOrder(ctx context.Context, p *walPlan) error {
+	e := s.e
+	seen := map[aggKey]bool{}
+	var typs, aggs []string
+	ids := make([][16]byte, 0, len(p.send))
+	for _, r := range p.send {
+		ids = append(ids, r.ID)
+		k := aggKey{r.AggregateType, r.AggregateID}
+		if !seen[k] {
+			seen[k] = true
+			typs, aggs = append(typs, k.typ), append(aggs, k.id)
+		}
+	}
+	sctx, cancel := e.stmtCtx(ctx)
+	defer cancel()
+	q := `SELECT DISTINCT ON (o.aggregate_type, o.aggregate_id) o.aggregate_type, o.aggregate_id, o.id
+FROM unnest($1::text[], $2::text[]) AS a(typ, agg)
+JOIN ` + e.cfg.Names.QTable + ` AS o ON o.aggregate_type = a.typ AND o.aggregate_id = a.agg
+WHERE o.processed_at IS NULL AND (o.retry_after IS NOT NULL OR o.dead_at IS NOT NULL)
+  AND NOT (o.id = ANY($3::uuid[]) AND o.retry_after IS NULL)
+ORDER BY o.aggregate_type, o.aggregate_id, o.seq`
+	rs, err := e.pool.Query(sctx, q, typs, aggs, ids)
+	if err != nil {
+		return inPhase("order check", err)
+	}
+	blocked := map[aggKey][16]byte{}
+	for rs.Next() {
+		var k aggKey
+		var id [16]byte
+		if err := rs.Scan(&k.typ, &k.id, &id); err != nil {
+			rs.Close()
+			return inPhase("order check", err)
+		}
+		blocked[k] = id
+	}
+	if err := rs.Err(); err != nil {
+		return inPhase("order check", err)
+	}
+	if len(blocked) == 0 {
+		s.markFollowers(p.send)
+		return nil
+	}
+	send := p.send[:0:0]
+	for _, r := range p.send {
+		k := aggKey{r.AggregateType, r.AggregateID}
+		head, ok := blocked[k]
+		switch {
+		case !ok:
+			send = append(send, r)
+		case head == r.ID:
+			p.skip = append(p.skip, r) // handed over already: the table path publishes it
+		default:
+			p.holds = append(p.holds, hold{row: r, holder: head})
+		}
+	}
+	p.send = send
+	s.markFollowers(p.send)
+	return nil
+}
+
+// markFollowers flags every event after the first of its aggregate in the
+// batch, so the publish goes out one event per aggregate per round and
+// stops an aggregate's run at its first unconfirmed event.
+func (s *walSource) markFollowers(rows []*Row) {
+	seen := map[aggKey]bool{}
+	for _, r := range rows {
+		k := aggKey{r.AggregateType, r.AggregateID}
+		r.Follower = seen[k]
+		seen[k] = true
+	}
+}
+
+// afterPublish sorts the rows left behind by the publish: an ordered run
+// stopped at a failure is parked behind the failed event (which the table
+// path now owns); rows of a destination that is down are offered again.
+func (s *walSource) afterPublish(p *walPlan, sets *settlement) {
+	failed := map[aggKey][16]byte{}
+	down := map[aggKey]bool{}
+	for i, r := range p.send {
+		k := aggKey{r.AggregateType, r.AggregateID}
+		switch sets.outcomes[i].verdict {
+		case retry, dead:
+			failed[k] = r.ID
+		case unavailable:
+			down[k] = true
+			s.again = append(s.again, r)
+		case untouched:
+			if id, ok := failed[k]; ok && !down[k] {
+				p.holds = append(p.holds, hold{row: r, holder: id})
+			} else {
+				down[k] = true
+				s.again = append(s.again, r)
+			}
+		}
+	}
+}
+
+// record writes a stream batch's outcomes in one transaction: published
+// rows deleted, failures marked (the table path retries them), parked and
+// handed-over rows, dead-lettered undecodable rows.
+func (s *walSource) record(ctx context.Context, p *walPlan, sets *settlement) error {
+	e := s.e
+	xids := map[uint32]bool{}
+	for _, rs := range [][]*Row{p.send, p.handoff} {
+		for _, r := range rs {
+			xids[r.xid] = true
+		}
+	}
+	for _, h := range p.holds {
+		xids[h.row.xid] = true
+	}
+	for _, d := range p.bad {
+		xids[s.xids[d.LSN]] = true
+	}
+	if err := s.waitVisible(ctx, xids); err != nil {
+		return err
+	}
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	durable := len(p.holds) > 0 || len(p.handoff) > 0 || len(p.bad) > 0
+	if sets != nil {
+		a := e.markArgsOf(p.send, sets)
+		durable = durable || len(a.failIDs) > 0
+		switch {
+		case len(a.failIDs) > 0:
+			b.Queue(s.qd.MarkOutcomes, a.okIDs, a.failIDs, a.failErrs, a.failDelays, a.failDead, a.failCount)
+		case len(a.okIDs) > 0:
+			b.Queue(s.qd.MarkPublished, a.okIDs)
+		}
+	}
+	if !durable {
+		// Deletes of confirmed rows need no synchronous commit: if
+		// PostgreSQL loses them, the rows come back as already-delivered
+		// pending rows, relayed again at worst. Failures and hand-overs
+		// are committed synchronously: the slot moves past them next.
+		b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
+	}
+	t := e.cfg.Names.QTable
+	for _, h := range p.holds {
+		b.Queue(`UPDATE `+t+` SET held_by = $2, dead_at = now(), retry_after = COALESCE(retry_after, now()), seq = DEFAULT
+WHERE id = $1 AND processed_at IS NULL`, h.row.ID, h.holder)
+	}
+	if len(p.handoff) > 0 {
+		ids := make([][16]byte, len(p.handoff))
+		for i, r := range p.handoff {
+			ids[i] = r.ID
+		}
+		b.Queue(`UPDATE `+t+` SET retry_after = COALESCE(retry_after, now()) WHERE id = ANY($1::uuid[]) AND processed_at IS NULL`, ids)
+	}
+	p.badLSN = p.badLSN[:0]
+	for _, d := range p.bad {
+		p.badLSN = append(p.badLSN, d.LSN)
+		if [16]byte(d.ID) == [16]byte{} {
+			e.cfg.Logger.Error("outbox WAL source: an outbox row cannot be decoded and has no readable id; it stays in the table, unrelayed: fix or delete it by hand",
+				"lsn", d.LSN.String(), "err", d.Err)
+			continue
+		}
+		b.Queue(`UPDATE `+t+` SET dead_at = now(), retry_after = COALESCE(retry_after, now()), last_error = $2
+WHERE id = $1 AND processed_at IS NULL`, [16]byte(d.ID), truncate("cannot decode the row from the WAL: "+d.Err.Error(), lastErrorMax))
+		e.cfg.Logger.Error("outbox WAL source: an outbox row cannot be decoded; dead-lettered", "event_id", d.ID, "err", d.Err)
+	}
+	if b.Len() == 1 {
+		return nil // nothing to write
+	}
+	b.Queue("COMMIT")
+	sctx, cancel := e.stmtCtx(ctx)
+	defer cancel()
+	conn, err := e.pool.Acquire(sctx)
+	if err != nil {
+		return inPhase("acquire connection", err)
+	}
+	err = conn.SendBatch(sctx, b).Close()
+	if err != nil {
+		if timedOut(err) {
+			discard(conn)
+		} else if !conn.Conn().IsClosed() {
+			// A failed statement leaves the transaction aborted.
+			rctx, rcancel := e.stmtCtx(ctx)
+			if _, rerr := conn.Exec(rctx, "ROLLBACK"); rerr != nil {
+				discard(conn)
+			}
+			rcancel()
+		}
+		conn.Release()
+		return inPhase("record", err)
+	}
+	conn.Release()
+	if len(p.holds) > 0 || len(p.handoff) > 0 {
+		e.cur.reset()
+	}
+	return nil
+}
+
+// slotStates are the values of outbox_replication_slot_state's label.
+var slotStates = []string{"reserved", "extended", "unreserved", "lost", "missing"}
+
+// refreshGauges reads the slot's row and sets the replication gauges.
+func (s *walSource) refreshGauges(ctx context.Context) error {
+	st, err := wal.Inspect(ctx, s.e.pool, s.names)
+	if err != nil {
+		return err
+	}
+	m := s.e.cfg.Metrics
+	state := st.WALStatus
+	if !st.Exists {
+		state = "missing"
+	}
+	for _, v := range slotStates {
+		val := 0.0
+		if v == state {
+			val = 1
+		}
+		m.ReplicationSlotState.WithLabelValues(v).Set(val)
+	}
+	m.ReplicationLag.Set(float64(st.BehindBytes))
+	m.ReplicationRetained.Set(float64(st.LagBytes))
+	return nil
+}
+
+// waitVisible waits until the transactions xids are visible to new
+// snapshots. The stream hands out a transaction once its commit record is
+// flushed, which can be a moment before the committing backend leaves the
+// proc array: a DELETE or UPDATE of its rows in that moment would find
+// nothing, and the slot would move past rows never settled.
+func (s *walSource) waitVisible(ctx context.Context, xids map[uint32]bool) error {
+	if len(xids) == 0 {
+		return nil
+	}
+	e := s.e
+	deadline := time.Now().Add(e.cfg.StatementTimeout)
+	for {
+		var snap string
+		sctx, cancel := e.stmtCtx(ctx)
+		err := e.pool.QueryRow(sctx, `SELECT pg_current_snapshot()::text`).Scan(&snap)
+		cancel()
+		if err != nil {
+			return inPhase("snapshot", err)
+		}
+		ok, err := visibleIn(snap, xids)
+		if err != nil || ok {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return inPhase("wait for commits to be visible", fmt.Errorf("transactions streamed %s ago are still in progress in snapshot %s", e.cfg.StatementTimeout, snap))
+		}
+		if !e.sleep(ctx, time.Millisecond, false) {
+			return ctx.Err()
+		}
+	}
+}
+
+// visibleIn reports whether every 32-bit transaction id in xids is visible
+// in snap, a pg_snapshot's text ("xmin:xmax:xip,..."), whose 64-bit ids
+// carry the epoch the 32-bit ones lack.
+func visibleIn(snap string, xids map[uint32]bool) (bool, error) {
+	parts := strings.SplitN(snap, ":", 3)
+	if len(parts) != 3 {
+		return false, fmt.Errorf("WAL source: snapshot %q: want xmin:xmax:xip", snap)
+	}
+	xmin, err1 := strconv.ParseUint(parts[0], 10, 64)
+	xmax, err2 := strconv.ParseUint(parts[1], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return false, fmt.Errorf("WAL source: snapshot %q: %w", snap, err)
+	}
+	inProgress := map[uint64]bool{}
+	if parts[2] != "" {
+		for _, f := range strings.Split(parts[2], ",") {
+			x, err := strconv.ParseUint(f, 10, 64)
+			if err != nil {
+				return false, fmt.Errorf("WAL source: snapshot %q: %w", snap, err)
+			}
+			inProgress[x] = true
+		}
+	}
+	for xid := range xids {
+		x := xmax&^0xffffffff | uint64(xid)
+		if x >= xmax {
+			if x-xmax < 1<<31 || xmax < 1<<32 {
+				return false, nil // not completed, as this snapshot sees it
+			}
+			x -= 1 << 32 // an id of the previous epoch
+		}
+		if x >= xmin && inProgress[x] {
+			return false, nil
+		}
+	}
+	return true, nil
+}

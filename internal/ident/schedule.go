@@ -9,3 +9,9 @@ func (n Names) ReadyIndex() (string, error) { return n.local("ready index", n.Ta
 func (n Names) ScheduledIndex() (string, error) {
 	return n.local("scheduled index", n.Table+"_sched_idx")
 }
+
+// HandoffIndex is the outbox table's index of the rows a WAL relay's table
+// workers claim (those the stream handed over), unqualified.
+func (n Names) HandoffIndex() (string, error) {
+	return n.local("handoff index", n.Table+"_handoff_idx")
+}

@@ -61,7 +61,7 @@ SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM released)`
 	}
 	const deadByID = `dead_at IS NOT NULL AND processed_at IS NULL AND held_by IS NULL AND id = ANY($1::uuid[])`
 	return &AdminQueries{
-		RetryDead:       `UPDATE ` + t + ` SET attempts = 0, retry_after = NULL, dead_at = NULL WHERE ` + deadFilter,
+		RetryDead:       `UPDATE ` + t + ` SET attempts = 0, retry_after = now(), dead_at = NULL WHERE ` + deadFilter,
 		CountDead:       `SELECT count(*) FROM ` + t + ` WHERE ` + deadFilter,
 		DiscardDead:     discard(deadFilter),
 		DiscardIDs:      discard(deadByID),

@@ -3,7 +3,11 @@
 // one place to read pgoutbox's SQL (besides the migrations).
 package store
 
-import "github.com/pgoutbox/outbox/internal/ident"
+import (
+	"strings"
+
+	"github.com/pgoutbox/outbox/internal/ident"
+)
 
 // InlinePayloadMax is the largest stored payload (pg_column_size: after
 // compression, before any detoasting) a claim returns with its row. A
@@ -217,7 +221,7 @@ WHERE dead_at IS NOT NULL AND processed_at IS NULL AND held_by IS NULL
   AND created_at <= now() - $2::interval
 ORDER BY seq
 LIMIT $3`,
-		RetryIDs:      `UPDATE ` + t + ` SET attempts = 0, retry_after = NULL, dead_at = NULL, held_by = NULL WHERE processed_at IS NULL AND id = ANY($1::uuid[])`,
+		RetryIDs:      `UPDATE ` + t + ` SET attempts = 0, retry_after = now(), dead_at = NULL, held_by = NULL WHERE processed_at IS NULL AND id = ANY($1::uuid[])`,
 		CountRetryIDs: `SELECT count(*) FROM ` + t + ` WHERE processed_at IS NULL AND id = ANY($1::uuid[])`,
 		CheckColumns: `SELECT id, seq, aggregate_type, aggregate_id, event_type, payload, headers,
        attempts, created_at, processed_at, retry_after, last_error, dead_at, held_by, deliver_at
@@ -391,4 +395,23 @@ released AS (
     AND s.processed_at IS NULL AND s.held_by = h.id
   RETURNING 1)
 SELECT count(*) FROM released`
+}
+
+// HandoffOnly returns q with claims that take only the rows handed over to
+// the table path (retry_after set), as a WAL relay's table workers claim
+// them while the stream carries the rest. retry_after <= now() implies
+// retry_after IS NOT NULL, so the claims read the handoff index.
+func (q *Queries) HandoffOnly() *Queries {
+	h := *q
+	due := strings.NewReplacer(
+		"(retry_after IS NULL OR retry_after <= now())", "retry_after <= now()",
+		"(o.retry_after IS NULL OR o.retry_after <= now())", "o.retry_after <= now()",
+		"(w.retry_after IS NULL OR w.retry_after <= now())", "w.retry_after <= now()",
+		"(f.retry_after IS NULL OR f.retry_after <= now())", "f.retry_after <= now()",
+	)
+	h.Claim = due.Replace(q.Claim)
+	h.ClaimOrdered = due.Replace(q.ClaimOrdered)
+	h.ClaimOrderedSparse = due.Replace(q.ClaimOrderedSparse)
+	h.LowWater = due.Replace(q.LowWater)
+	return &h
 }

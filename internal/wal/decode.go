@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pglogrepl"
@@ -83,10 +84,13 @@ func (c column) text() ([]byte, error) {
 }
 
 // message decodes one inserted row of the outbox table.
-func (d *decoder) message(r *relation, t *pglogrepl.TupleData, lsn pglogrepl.LSN) (outboxtype.Message, *DecodeError) {
-	m := outboxtype.Message{Attempt: 1}
-	fail := func(format string, args ...any) (outboxtype.Message, *DecodeError) {
-		return outboxtype.Message{}, &DecodeError{LSN: lsn, ID: m.ID, Err: fmt.Errorf(format, args...)}
+//
+// deliverAt is the row's deliver_at (scheduled delivery), zero when NULL or
+// absent.
+func (d *decoder) message(r *relation, t *pglogrepl.TupleData, lsn pglogrepl.LSN) (m outboxtype.Message, deliverAt time.Time, _ *DecodeError) {
+	m = outboxtype.Message{Attempt: 1}
+	fail := func(format string, args ...any) (outboxtype.Message, time.Time, *DecodeError) {
+		return outboxtype.Message{}, time.Time{}, &DecodeError{LSN: lsn, ID: m.ID, Err: fmt.Errorf(format, args...)}
 	}
 	if t == nil || len(t.Columns) != len(r.cols) {
 		return fail("the row has a different number of columns than its relation message")
@@ -146,7 +150,12 @@ func (d *decoder) message(r *relation, t *pglogrepl.TupleData, lsn pglogrepl.LSN
 			return fail("headers: %v", err)
 		}
 	}
-	return m, nil
+	if c, ok := col("deliver_at"); ok && !c.null() {
+		if err := d.scan(c, &deliverAt); err != nil {
+			return fail("deliver_at: %v", err)
+		}
+	}
+	return m, deliverAt, nil
 }
 
 // scan decodes c's text into dst by c's type. Strings of the text types

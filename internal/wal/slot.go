@@ -11,12 +11,26 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// Create creates the table's publication and then its slot, each unless it
-// exists, and reports whether it created the slot. Run it with a role that
+// Create creates the table's handoff index and publication and then its
+// slot, each unless it exists, and reports whether it created the slot.
+// Having created it, it hands the rows pending from before the slot to the
+// table path (MarkBacklogSQL). Run it with a role that
 // owns the table (CREATE PUBLICATION ... FOR TABLE needs that) and has
 // REPLICATION. Two relays creating at once is safe: the loser sees the
 // duplicate and carries on.
 func Create(ctx context.Context, db DB, n Names) (created bool, err error) {
+	idx, err := n.HandoffIndexSQL()
+	if err != nil {
+		return false, fmt.Errorf("WAL source: %w", err)
+	}
+	// A table without the relay's columns (the article's minimal table,
+	// streamed by hand) has no handoff: nothing to index or mark.
+	relayColumns := true
+	if _, err := db.Exec(ctx, idx); isCode(err, "42703") { // undefined_column
+		relayColumns = false
+	} else if err != nil {
+		return false, fmt.Errorf("WAL source: create the handoff index of %s: %w", n.Table.QTable, err)
+	}
 	var exists bool
 	if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, n.Publication).Scan(&exists); err != nil {
 		return false, fmt.Errorf("WAL source: look up publication %s: %w", n.Publication, err)
@@ -37,6 +51,12 @@ func Create(ctx context.Context, db DB, n Names) (created bool, err error) {
 			return false, nil
 		}
 		return false, fmt.Errorf("WAL source: create slot %s: %w", n.Slot, err)
+	}
+	if !relayColumns {
+		return true, nil
+	}
+	if _, err := db.Exec(ctx, n.MarkBacklogSQL()); err != nil {
+		return true, fmt.Errorf("WAL source: hand the rows pending before slot %s to the table path: %w", n.Slot, err)
 	}
 	return true, nil
 }
@@ -90,6 +110,9 @@ type SlotState struct {
 	// LagBytes is how much WAL the slot keeps: from its restart position to
 	// the server's current position. It grows while no relay streams.
 	LagBytes int64
+	// BehindBytes is how far the consumer is behind: from its confirmed
+	// position to the server's current position.
+	BehindBytes int64
 	// WALStatus is "reserved", "extended", "unreserved" or "lost" (lost: the
 	// server removed WAL the slot needed, past max_slot_wal_keep_size).
 	WALStatus string
@@ -102,12 +125,14 @@ func Inspect(ctx context.Context, db DB, n Names) (SlotState, error) {
 		pid       *int32
 		confirmed *string
 		lag       *int64
+		behind    *int64
 		status    *string
 	)
 	err := db.QueryRow(ctx, `
 SELECT active, active_pid, confirmed_flush_lsn::text,
-       pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint, wal_status
-FROM pg_replication_slots WHERE slot_name = $1`, n.Slot).Scan(&s.Active, &pid, &confirmed, &lag, &status)
+       pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint, wal_status,
+       pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint
+FROM pg_replication_slots WHERE slot_name = $1`, n.Slot).Scan(&s.Active, &pid, &confirmed, &lag, &status, &behind)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return SlotState{}, nil
 	}
@@ -128,6 +153,9 @@ FROM pg_replication_slots WHERE slot_name = $1`, n.Slot).Scan(&s.Active, &pid, &
 	}
 	if status != nil {
 		s.WALStatus = *status
+	}
+	if behind != nil {
+		s.BehindBytes = max(*behind, 0)
 	}
 	return s, nil
 }

@@ -37,6 +37,31 @@ func (n Names) DropPublicationSQL() string {
 	return "DROP PUBLICATION IF EXISTS " + n.QPublication
 }
 
+// HandoffPredicate is what makes a pending row the table path's in WAL
+// mode: a relay, the backlog marking or an operator touched it
+// (retry_after is NULL only on a row as its writer inserted it).
+const HandoffPredicate = "retry_after IS NOT NULL"
+
+// HandoffIndexSQL creates the partial index a WAL relay's table workers
+// claim through: the ready rows handed over to the table path, so a
+// backlog the stream has not reached costs those claims nothing.
+func (n Names) HandoffIndexSQL() (string, error) {
+	idx, err := n.Table.HandoffIndex()
+	if err != nil {
+		return "", err
+	}
+	return "CREATE INDEX IF NOT EXISTS " + idx + " ON " + n.Table.QTable +
+		" (seq) WHERE processed_at IS NULL AND dead_at IS NULL AND deliver_at IS NULL AND " + HandoffPredicate, nil
+}
+
+// MarkBacklogSQL hands the pending rows the slot will not stream (committed
+// before it was created) to the table path. It runs after the slot is
+// created: a row committed in between is both streamed and handed over,
+// a duplicate at worst, never a loss.
+func (n Names) MarkBacklogSQL() string {
+	return "UPDATE " + n.Table.QTable + " SET retry_after = now() WHERE processed_at IS NULL AND retry_after IS NULL"
+}
+
 // Script returns the SQL a DBA runs to prepare the WAL source by hand, with
 // the grants and settings it needs as comments, for `outbox migrate sql`.
 func (n Names) Script() string {
@@ -56,6 +81,14 @@ func (n Names) Script() string {
 	b.WriteString(";\n")
 	b.WriteString(n.CreateSlotSQL())
 	b.WriteString(";\n")
+	b.WriteString("-- Rows pending from before the slot go to the relay's table workers:\n")
+	b.WriteString(n.MarkBacklogSQL())
+	b.WriteString(";\n")
+	if idx, err := n.HandoffIndexSQL(); err == nil {
+		b.WriteString("-- The rows a WAL relay's table workers claim (failed, held, scheduled, re-queued):\n")
+		b.WriteString(idx)
+		b.WriteString(";\n")
+	}
 	b.WriteString("-- To remove them (stop the relays first; an active slot cannot be dropped):\n")
 	b.WriteString("-- " + n.DropSlotSQL() + ";\n")
 	b.WriteString("-- " + n.DropPublicationSQL() + ";\n")

@@ -38,6 +38,9 @@ type StreamConfig struct {
 	// ConnString is an ordinary PostgreSQL URL or DSN; the stream adds
 	// replication=database. The role needs REPLICATION (see Check).
 	ConnString string
+	// ConnConfig is used instead of ConnString when set (a pool's
+	// connection settings, say); the stream works on a copy.
+	ConnConfig *pgconn.Config
 	// Names are the table's publication and slot (see NamesFor).
 	Names Names
 	// StartLSN is where to resume. Defaults to the slot's confirmed
@@ -87,6 +90,9 @@ type Tx struct {
 	// Events are the rows inserted into the outbox table, in the order
 	// the transaction inserted them. Attempt is 1.
 	Events []outboxtype.Message
+	// DeliverAt holds, at an event's index, its deliver_at (scheduled
+	// delivery); nil when no event of the transaction has one.
+	DeliverAt []time.Time
 	// Errors are rows of the outbox table the stream could not decode;
 	// they are still in the table.
 	Errors []*DecodeError
@@ -130,9 +136,19 @@ func Open(ctx context.Context, cfg StreamConfig) (*Stream, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	pc, err := pgconn.ParseConfig(cfg.ConnString)
-	if err != nil {
-		return nil, fmt.Errorf("WAL source: connection string: %w", err)
+	var pc *pgconn.Config
+	if cfg.ConnConfig != nil {
+		pc = cfg.ConnConfig.Copy()
+		rp := make(map[string]string, len(pc.RuntimeParams)+4)
+		for k, v := range pc.RuntimeParams {
+			rp[k] = v
+		}
+		pc.RuntimeParams = rp
+	} else {
+		var err error
+		if pc, err = pgconn.ParseConfig(cfg.ConnString); err != nil {
+			return nil, fmt.Errorf("WAL source: connection string: %w", err)
+		}
 	}
 	pc.RuntimeParams["replication"] = "database"
 	pc.RuntimeParams["application_name"] = "pgoutbox relay " + cfg.Names.Slot
@@ -207,6 +223,18 @@ func (s *Stream) Next(ctx context.Context) (*Tx, error) {
 		return tx, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	}
+}
+
+// TryNext is Next without waiting: the next decoded transaction if one is
+// ready. ok is false when none is, or when the stream has ended (Err says
+// why).
+func (s *Stream) TryNext() (tx *Tx, ok bool) {
+	select {
+	case tx, ok := <-s.out:
+		return tx, ok
+	default:
+		return nil, false
 	}
 }
 
@@ -422,10 +450,17 @@ func (s *Stream) decode(x pglogrepl.XLogData) (*Tx, error) {
 		if !r.outbox || s.tx == nil {
 			return nil, nil
 		}
-		ev, derr := s.dec.message(r, m.Tuple, x.WALStart)
-		if derr != nil {
+		ev, at, derr := s.dec.message(r, m.Tuple, x.WALStart)
+		switch {
+		case derr != nil:
 			s.tx.Errors = append(s.tx.Errors, derr)
-		} else {
+		case !at.IsZero() || s.tx.DeliverAt != nil:
+			if s.tx.DeliverAt == nil {
+				s.tx.DeliverAt = make([]time.Time, len(s.tx.Events), cap(s.tx.Events)+1)
+			}
+			s.tx.DeliverAt = append(s.tx.DeliverAt, at)
+			fallthrough
+		default:
 			s.tx.Events = append(s.tx.Events, ev)
 		}
 	case *pglogrepl.CommitMessage:

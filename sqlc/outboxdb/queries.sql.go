@@ -252,7 +252,7 @@ func (q *Queries) PendingByEventType(ctx context.Context) ([]PendingByEventTypeR
 
 const retryDeadLetters = `-- name: RetryDeadLetters :execrows
 UPDATE outbox_events
-SET attempts = 0, retry_after = NULL, dead_at = NULL
+SET attempts = 0, retry_after = now(), dead_at = NULL
 WHERE dead_at IS NOT NULL AND processed_at IS NULL AND held_by IS NULL
   AND ($1::text = '' OR event_type = $1::text)
 `
@@ -269,7 +269,7 @@ func (q *Queries) RetryDeadLetters(ctx context.Context, eventType string) (int64
 
 const retryEvent = `-- name: RetryEvent :execrows
 UPDATE outbox_events
-SET attempts = 0, retry_after = NULL, dead_at = NULL, held_by = NULL
+SET attempts = 0, retry_after = now(), dead_at = NULL, held_by = NULL
 WHERE processed_at IS NULL AND id = $1
 `
 

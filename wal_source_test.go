@@ -1,0 +1,438 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/ident"
+	"github.com/pgoutbox/outbox/internal/testdb"
+	"github.com/pgoutbox/outbox/internal/wal"
+	"github.com/pgoutbox/outbox/memory"
+)
+
+// setupWAL is setup with the table's publication and slot created, and
+// dropped (then checked gone) when the test ends.
+func setupWAL(t *testing.T) (*env, wal.Names) {
+	t.Helper()
+	e := setup(t)
+	in, err := ident.New(e.schema, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := wal.NamesFor(in)
+	testdb.ReplicationObjects(t, n.Slot, n.Publication)
+	if _, err := outbox.SetupReplication(ctx(t), e.pool, outbox.MigrateConfig{Schema: e.schema}); err != nil {
+		t.Fatalf("SetupReplication: %v", err)
+	}
+	t.Cleanup(func() {
+		c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := outbox.DropReplication(c, e.pool, outbox.MigrateConfig{Schema: e.schema}); err != nil {
+			t.Errorf("DropReplication: %v", err)
+		}
+	})
+	return e, n
+}
+
+func walConfig(cfg outbox.RelayConfig) outbox.RelayConfig {
+	cfg.Source = outbox.SourceWAL
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = 20 * time.Millisecond
+	}
+	if cfg.StatsInterval == 0 {
+		cfg.StatsInterval = 200 * time.Millisecond
+	}
+	return cfg
+}
+
+// waitStreaming waits until r streams its slot.
+func waitStreaming(t *testing.T, r *outbox.Relay, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if r.SourceStatus().Streaming {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("relay not streaming within %v: %+v", d, r.SourceStatus())
+}
+
+// rows counts the table's rows matching where (all rows: "true").
+func (e *env) rows(where string) int {
+	e.t.Helper()
+	var n int
+	if err := e.pool.QueryRow(ctx(e.t), fmt.Sprintf("SELECT count(*) FROM %s.outbox_events WHERE %s", pgx.Identifier{e.schema}.Sanitize(), where)).Scan(&n); err != nil {
+		e.t.Fatalf("count: %v", err)
+	}
+	return n
+}
+
+// TestWALSourceCommitOrderAndRollback: two transactions of one aggregate
+// that commit in the opposite order of their inserts arrive in commit
+// order; a rolled-back event is never sent; delivered rows leave the table
+// and nothing is marked per event.
+func TestWALSourceCommitOrderAndRollback(t *testing.T) {
+	e, _ := setupWAL(t)
+	mem, st := timed()
+	r := e.relay(mem, walConfig(outbox.RelayConfig{}))
+	e.run(r)
+	waitStreaming(t, r, 10*time.Second)
+
+	c := ctx(t)
+	tx1, err := e.pool.Begin(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := e.writer.Write(c, tx1, event("agg", 1)) // inserted first (lower seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx2, err := e.pool.Begin(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := e.writer.Write(c, tx2, event("agg", 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rolled, err := e.writer.Write(c, tx2, event("other", 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = rolled
+	// tx2 commits first, without its "other" event: a savepoint rolled back
+	// would be subtler; a whole rolled-back transaction follows.
+	if err := tx2.Commit(c); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx1.Commit(c); err != nil {
+		t.Fatal(err)
+	}
+	txR, err := e.pool.Begin(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	never, err := e.writer.Write(c, txR, event("never", 4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := txR.Rollback(c); err != nil {
+		t.Fatal(err)
+	}
+	last := e.write(1) // a later commit, to know the rollback was passed
+	st.waitFor(t, 10*time.Second, append(append(append([]uuid.UUID{}, first...), second...), last...)...)
+
+	order := st.order()
+	pos := map[uuid.UUID]int{}
+	for i, id := range order {
+		pos[id] = i
+	}
+	if pos[second[0]] > pos[first[0]] {
+		t.Errorf("commit order: the event committed second was published first (seq order, not commit order)")
+	}
+	if _, ok := st.get(never[0]); ok {
+		t.Error("a rolled-back event was published")
+	}
+	// Delivered rows are deleted in bulk; none was marked processed.
+	deadline := time.Now().Add(5 * time.Second)
+	for e.rows("true") > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := e.rows("true"); n != 0 {
+		t.Errorf("%d rows left in the table after delivery, want 0", n)
+	}
+	if n := mem.Len(); n != 4 {
+		t.Errorf("published %d messages, want 4 (no duplicates on the happy path)", n)
+	}
+}
+
+// TestWALSourceFailureGoesToTable: an event whose publish fails is marked
+// in the table (attempts, last_error, retry_after) and retried by the
+// table workers, then dead-lettered at MaxAttempts; re-queued with
+// Admin.Retry it is delivered. Other events flow meanwhile.
+func TestWALSourceFailureGoesToTable(t *testing.T) {
+	e, _ := setupWAL(t)
+	mem := memory.New()
+	var failing atomic.Value // uuid.UUID of the event that fails
+	failing.Store(uuid.Nil)
+	var tries atomic.Int32
+	mem.FailWith(func(m *outbox.Message) error {
+		if m.ID == failing.Load().(uuid.UUID) {
+			tries.Add(1)
+			return errors.New("rejected by the test")
+		}
+		return nil
+	})
+	r := e.relay(mem, walConfig(outbox.RelayConfig{MaxAttempts: 3,
+		RetryBackoff: outbox.Backoff{Base: 10 * time.Millisecond, Max: 20 * time.Millisecond}}))
+	e.run(r)
+	waitStreaming(t, r, 10*time.Second)
+
+	id := uuid.New()
+	failing.Store(id)
+	ev := event("bad", 1)
+	ev.ID = id
+	e.writeEvents(ev)
+	good := e.write(20)
+	c := ctx(t)
+	if err := mem.WaitFor(c, func(ms []outbox.Message) bool {
+		seen := map[uuid.UUID]bool{}
+		for _, m := range ms {
+			seen[m.ID] = true
+		}
+		for _, g := range good {
+			if !seen[g] {
+				return false
+			}
+		}
+		return true
+	}); err != nil {
+		t.Fatalf("the good events were not delivered: %v", err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for e.rows("dead_at IS NOT NULL") == 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	var attempts int
+	var lastErr string
+	if err := e.pool.QueryRow(c, "SELECT attempts, last_error FROM outbox_events WHERE id = $1 AND dead_at IS NOT NULL", id).Scan(&attempts, &lastErr); err != nil {
+		t.Fatalf("the failing event is not a dead letter: %v", err)
+	}
+	if attempts != 3 || tries.Load() != 3 {
+		t.Errorf("attempts %d, publishes %d; want 3 and 3", attempts, tries.Load())
+	}
+	for e.rows("true") > 1 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond) // the last batch's delete follows its publish
+	}
+	if n := e.rows("true"); n != 1 {
+		rs, _ := e.pool.Query(c, "SELECT id, aggregate_id, attempts, processed_at IS NOT NULL, dead_at IS NOT NULL, retry_after IS NOT NULL, held_by IS NOT NULL FROM outbox_events")
+		for rs.Next() {
+			v, _ := rs.Values()
+			t.Logf("row %v", v)
+		}
+		rs.Close()
+		t.Errorf("%d rows in the table, want only the dead letter", n)
+	}
+	failing.Store(uuid.Nil)
+	admin, err := outbox.NewAdmin(e.pool, outbox.AdminConfig{Schema: e.schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := admin.Retry(c, outbox.RetrySelector{IDs: []uuid.UUID{id}}); err != nil || n != 1 {
+		t.Fatalf("Retry: %d, %v", n, err)
+	}
+	if err := mem.WaitFor(c, func(ms []outbox.Message) bool {
+		for _, m := range ms {
+			if m.ID == id {
+				return true
+			}
+		}
+		return false
+	}); err != nil {
+		t.Fatalf("the re-queued event was not delivered: %v", err)
+	}
+}
+
+// TestWALSourceSlotLostFallsBack: the slot dropped under a streaming relay
+// (its walsender terminated) makes the relay fall back to the table and
+// stream again from a fresh slot; every event written before, during and
+// after is delivered.
+func TestWALSourceSlotLostFallsBack(t *testing.T) {
+	e, n := setupWAL(t)
+	mem := memory.New()
+	r := e.relay(mem, walConfig(outbox.RelayConfig{}))
+	e.run(r)
+	waitStreaming(t, r, 10*time.Second)
+	before := e.write(50)
+
+	// Lose the slot: what max_slot_wal_keep_size or a DBA would do.
+	c := ctx(t)
+	admin := testdb.Pool(t, e.schema)
+	stop := make(chan struct{})
+	var during []uuid.UUID
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			ids := e.write(1)
+			mu.Lock()
+			during = append(during, ids...)
+			mu.Unlock()
+			time.Sleep(2 * time.Millisecond)
+		}
+	})
+	dropSlotUnder(t, admin, n.Slot)
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	waitStreaming(t, r, 20*time.Second)
+	after := e.write(50)
+
+	all := append(append(append([]uuid.UUID{}, before...), during...), after...)
+	if err := mem.WaitDistinct(c, len(all)); err != nil {
+		t.Fatalf("after the slot was lost: %d of %d events delivered: %v", mem.Distinct(), len(all), err)
+	}
+	counts := mem.Count()
+	for _, id := range all {
+		if counts[id] == 0 {
+			t.Errorf("event %s lost", id)
+		}
+	}
+	if !r.SourceStatus().Streaming || r.SourceStatus().Active != outbox.SourceWAL {
+		t.Errorf("status after the fallback: %+v, want streaming the WAL again", r.SourceStatus())
+	}
+}
+
+// dropSlotUnder terminates the walsender streaming slot and drops it.
+func dropSlotUnder(t *testing.T, pool *pgxpool.Pool, slot string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, _ = pool.Exec(ctx(t), `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL`, slot)
+		_, err := pool.Exec(ctx(t), `SELECT pg_drop_replication_slot($1)`, slot)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("drop slot %s: %v", slot, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestWALSourceOrderedAcrossPaths: in ordered mode, an aggregate whose
+// first event fails is handed to the table; its later events arriving on
+// the stream are parked behind it and published after it, in commit order,
+// while other aggregates flow.
+func TestWALSourceOrderedAcrossPaths(t *testing.T) {
+	e, _ := setupWAL(t)
+	mem, st := timed()
+	var failUntil atomic.Int64
+	failUntil.Store(time.Now().Add(time.Hour).UnixNano())
+	inner := memory.New()
+	inner.FailWith(func(m *outbox.Message) error {
+		if m.AggregateID == "slow" && time.Now().UnixNano() < failUntil.Load() {
+			return errors.New("not yet")
+		}
+		return mem.Publish(context.Background(), m)
+	})
+	r := e.relay(inner, walConfig(outbox.RelayConfig{Ordered: true,
+		RetryBackoff: outbox.Backoff{Base: 20 * time.Millisecond, Max: 50 * time.Millisecond}}))
+	e.run(r)
+	waitStreaming(t, r, 10*time.Second)
+
+	var slow, fast []uuid.UUID
+	for i := range 10 {
+		slow = append(slow, e.writeEvents(event("slow", i))...)
+		fast = append(fast, e.writeEvents(event("fast", i))...)
+	}
+	st.waitFor(t, 10*time.Second, fast...)
+	if n := e.rows("aggregate_id = 'slow' AND processed_at IS NULL"); n != 10 {
+		t.Errorf("%d of the failing aggregate's events in the table, want all 10", n)
+	}
+	failUntil.Store(0)
+	st.waitFor(t, 20*time.Second, slow...)
+	order := st.order()
+	pos := map[uuid.UUID]int{}
+	for i, id := range order {
+		pos[id] = i
+	}
+	for i := 1; i < len(slow); i++ {
+		if pos[slow[i]] < pos[slow[i-1]] {
+			t.Fatalf("inversion: slow event %d published before event %d", i, i-1)
+		}
+	}
+	for i := 1; i < len(fast); i++ {
+		if pos[fast[i]] < pos[fast[i-1]] {
+			t.Fatalf("inversion among the fast events at %d", i)
+		}
+	}
+}
+
+// TestWALSourceTakeover: a second relay on the same table stands by while
+// the first streams, and streams within 5 s once the first stops; nothing
+// written meanwhile is lost.
+func TestWALSourceTakeover(t *testing.T) {
+	e, _ := setupWAL(t)
+	mem := memory.New()
+	a := e.relay(mem, walConfig(outbox.RelayConfig{}))
+	stopA := e.run(a)
+	waitStreaming(t, a, 10*time.Second)
+	b := e.relay(mem, walConfig(outbox.RelayConfig{}))
+	e.run(b)
+	deadline := time.Now().Add(5 * time.Second)
+	for !b.SourceStatus().Standby && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !b.SourceStatus().Standby {
+		t.Fatalf("second relay not standing by: %+v", b.SourceStatus())
+	}
+	ids := e.write(30)
+	stopA()
+	start := time.Now()
+	ids = append(ids, e.write(30)...)
+	waitStreaming(t, b, 5*time.Second)
+	t.Logf("takeover in %v", time.Since(start))
+	if err := mem.WaitDistinct(ctx(t), len(ids)); err != nil {
+		t.Fatalf("%d of %d delivered after the takeover: %v", mem.Distinct(), len(ids), err)
+	}
+}
+
+// TestWALSourcePrerequisiteMissing: a role without REPLICATION gets an
+// error naming the missing privilege and its fix, not a hang.
+func TestWALSourcePrerequisiteMissing(t *testing.T) {
+	e := setup(t)
+	role := "norepl_" + e.schema
+	admin := testdb.Pool(t, e.schema)
+	c := ctx(t)
+	if _, err := admin.Exec(c, "CREATE ROLE "+pgx.Identifier{role}.Sanitize()+" LOGIN NOREPLICATION"); err != nil {
+		t.Fatal(err)
+	}
+	q := pgx.Identifier{role}.Sanitize()
+	for _, grant := range []string{"GRANT USAGE ON SCHEMA " + pgx.Identifier{e.schema}.Sanitize() + " TO " + q,
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA " + pgx.Identifier{e.schema}.Sanitize() + " TO " + q} {
+		if _, err := admin.Exec(c, grant); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		_, _ = admin.Exec(context.Background(), "DROP OWNED BY "+pgx.Identifier{role}.Sanitize())
+		_, _ = admin.Exec(context.Background(), "DROP ROLE IF EXISTS "+pgx.Identifier{role}.Sanitize())
+	})
+	cfg, err := pgxpool.ParseConfig(testdb.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.User = role
+	pool, err := pgxpool.NewWithConfig(c, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	r, err := outbox.NewRelay(pool, memory.New(), walConfig(outbox.RelayConfig{Schema: e.schema}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = r.Run(c)
+	if !errors.Is(err, outbox.ErrReplicationPrerequisite) {
+		t.Fatalf("Run: %v, want ErrReplicationPrerequisite", err)
+	}
+	t.Logf("%v (after %v)", err, time.Since(start))
+}
