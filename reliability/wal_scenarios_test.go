@@ -224,19 +224,22 @@ func scenarioSlotLost(t *testing.T, invalidate bool) {
 	lost := time.Now()
 
 	// A fresh slot, streamed again.
-	var freshAfter time.Duration
-	for {
+	freshAfter := time.Duration(-1)
+	var last slotState
+	for time.Since(lost) < freshBound {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		s := e.slotInfo(ctx)
+		last = e.slotInfo(ctx)
 		cancel()
-		if s.exists && s.active && s.walStatus != "lost" && s.pid != oldPID {
+		if last.exists && last.active && last.walStatus != "lost" && last.pid != oldPID {
 			freshAfter = time.Since(lost)
 			break
 		}
-		if time.Since(lost) > 30*time.Second {
-			t.Fatalf("no fresh slot streamed within 30s of the loss (slot: %+v); relay log:\n%s", s, tail(r.logs(), 30))
-		}
 		time.Sleep(50 * time.Millisecond)
+	}
+	fresh := freshAfter >= 0
+	if !fresh {
+		// Not fatal: the check of what was delivered still runs.
+		t.Errorf("no fresh slot streamed within %s of the loss (slot: %+v); relay log:\n%s", freshBound, last, tail(r.logs(), 6))
 	}
 	time.Sleep(2 * time.Second) // writers go on on the fresh slot
 	lastFault := time.Now()
@@ -249,7 +252,7 @@ func scenarioSlotLost(t *testing.T, invalidate bool) {
 	if fallbacks < 1 {
 		t.Errorf("outbox_replication_fallbacks_total = %v after the slot was lost, want >= 1", fallbacks)
 	}
-	if m := metric(addr, "outbox_replication_streaming"); m != 1 {
+	if m := metric(addr, "outbox_replication_streaming"); fresh && m != 1 {
 		t.Errorf("outbox_replication_streaming = %v on the fresh slot, want 1", m)
 	}
 	if p.exited() {
@@ -277,7 +280,7 @@ func scenarioSlotLost(t *testing.T, invalidate bool) {
 	}
 	details := []string{
 		how,
-		fmt.Sprintf("the relay streamed a fresh slot %s after the loss; outbox_replication_fallbacks_total %v", freshAfter.Round(time.Millisecond), fallbacks),
+		freshLine(freshAfter, last, fallbacks),
 		fmt.Sprintf("%d error lines naming the slot; the first: %s", len(loud), first),
 		fmt.Sprintf("writers: %d transactions, %d errors", w.txs.Load(), w.errs.Load()),
 	}
@@ -296,6 +299,18 @@ func scenarioSlotLost(t *testing.T, invalidate bool) {
 	}
 	e.finish(Row{Key: key, Scenario: name, Fault: fault, Runs: 1, Resent: e.wire.resent(), Drain: drain, Details: details,
 		Bound: &Bounds{Attempts: inFlight, Resent: inFlight, Duplicated: inFlight, DeadLetters: 0}})
+}
+
+// freshBound is how long a relay may take to stream a fresh slot after its
+// slot was lost.
+const freshBound = 20 * time.Second
+
+func freshLine(after time.Duration, last slotState, fallbacks float64) string {
+	if after < 0 {
+		return fmt.Sprintf("NO fresh slot streamed within %s of the loss (the slot: exists %v, active %v, wal_status %s); outbox_replication_fallbacks_total %v",
+			freshBound, last.exists, last.active, last.walStatus, fallbacks)
+	}
+	return fmt.Sprintf("the relay streamed a fresh slot %s after the loss; outbox_replication_fallbacks_total %v", after.Round(time.Millisecond), fallbacks)
 }
 
 // TestWALPrerequisiteMissing: on a private cluster with wal_level=replica
