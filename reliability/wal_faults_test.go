@@ -121,7 +121,7 @@ func TestWALScenario1RelaySIGKILL(t *testing.T) {
 
 	perPoint := map[int32]int{}
 	perRelay := make([]int, len(relays))
-	missed, random := 0, 0
+	missed, random, point := 0, 0, 0
 	for i := 0; i < targeted+randomKills; i++ {
 		if i%4 == 3 && random < randomKills {
 			time.Sleep(time.Duration(100+rand.IntN(700)) * time.Millisecond)
@@ -131,7 +131,8 @@ func TestWALScenario1RelaySIGKILL(t *testing.T) {
 			random++
 			continue
 		}
-		m := killAfterClaim + int32(i)%(killPoints-1)
+		m := killAfterClaim + int32(point)%(killPoints-1)
+		point++
 		for j := range ackSeen {
 			ackSeen[j].Store(false)
 		}

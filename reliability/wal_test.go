@@ -173,8 +173,8 @@ func walDetails(e *env) []string {
 		e.t.Errorf("count rows: %v", err)
 	}
 	return []string{
-		fmt.Sprintf("WAL source: relays run with --source wal on slot %s (wal_status %s, %d bytes behind the server at the end); %d rows left in the table (delivered rows are deleted; %d handed to the table path), so attempts burned counts the rows still there",
-			e.walSlot, s.walStatus, s.lagBytes, rows, handed),
+		fmt.Sprintf("WAL source: relays run with --source wal on slot %s (wal_status %s at the end); %d rows left in the table (the WAL source deletes the rows it delivered; %d were handed to the table path), so attempts burned counts the rows still there",
+			e.walSlot, s.walStatus, rows, handed),
 	}
 }
 
