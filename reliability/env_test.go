@@ -626,7 +626,7 @@ func (e *env) finish(row Row) Result {
 			e.t.Errorf("%d dead letters, bound %d", row.DeadLetters, b.DeadLetters)
 		}
 	}
-	row.Passed = res.OK(row.Ordered) && !e.t.Failed()
+	row.Passed = res.OK(row.Ordered) && !e.t.Failed() && row.KnownBug == ""
 	report.row(row)
 	e.t.Logf("%s: committed=%d ambiguous=%d (committed %d) rolled back=%d stored=%d delivered=%d lost=%d unexpected=%d unknown=%d corrupted=%d duplicated=%d (events %d) resent=%d inversions=%d dead=%d drain=%s",
 		row.Scenario, res.Committed, res.Ambiguous, res.AmbiguousCommitted, res.RolledBack, res.Stored, res.Delivered,
@@ -644,7 +644,9 @@ func (e *env) finish(row Row) Result {
 	if len(res.Unknown) > 0 || res.Corrupted > 0 {
 		e.t.Errorf("%d unknown and %d corrupted messages in the stream", len(res.Unknown), res.Corrupted)
 	}
-	if row.Ordered && res.Inversions > 0 {
+	// Inversions of a scenario reproducing a known bug are reported by it
+	// (knownBug), not failed here.
+	if row.Ordered && res.Inversions > 0 && row.KnownBug == "" {
 		e.t.Errorf("%d per-aggregate inversions in ordered mode: %v", res.Inversions, res.InversionExamples)
 	}
 	if res.Committed == 0 {

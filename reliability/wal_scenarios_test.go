@@ -237,7 +237,7 @@ func scenarioSlotLost(t *testing.T, invalidate bool) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	fresh := freshAfter >= 0
-	if !fresh {
+	if !fresh && !invalidate {
 		// Not fatal: the check of what was delivered still runs.
 		t.Errorf("no fresh slot streamed within %s of the loss (slot: %+v); relay log:\n%s", freshBound, last, tail(r.logs(), 6))
 	}
@@ -297,8 +297,23 @@ func scenarioSlotLost(t *testing.T, invalidate bool) {
 		// confirmed position, i.e. while it was stopped, is in flight.
 		inFlight += e.walRate(3 * time.Second)
 	}
-	e.finish(Row{Key: key, Scenario: name, Fault: fault, Runs: 1, Resent: e.wire.resent(), Drain: drain, Details: details,
-		Bound: &Bounds{Attempts: inFlight, Resent: inFlight, Duplicated: inFlight, DeadLetters: 0}})
+	row := Row{Key: key, Scenario: name, Fault: fault, Runs: 1, Resent: e.wire.resent(), Drain: drain, Details: details,
+		Bound: &Bounds{Attempts: inFlight, Resent: inFlight, Duplicated: inFlight, DeadLetters: 0}}
+	if invalidate {
+		// Known bug, found by this scenario: the relay's fallback "creates"
+		// the fresh slot with wal.Create, which finds the invalidated slot
+		// still there (wal_status lost) and keeps it, so the stream fails
+		// with ErrSlotLost again at once, in a loop (an error line and a
+		// fallback counted per turn), and the relay never streams again;
+		// the table path still delivers everything.
+		const bug = "WAL source: an invalidated slot (wal_status lost) is never replaced by a fresh one"
+		if !fresh {
+			row.KnownBug = bug
+		}
+		defer knownBug(t, bug, fmt.Sprintf("the relay streams a fresh slot within %s of the invalidation", freshBound), !fresh,
+			freshLine(freshAfter, last, fallbacks))
+	}
+	e.finish(row)
 }
 
 // freshBound is how long a relay may take to stream a fresh slot after its
@@ -441,17 +456,25 @@ func TestWALOrderedTorture(t *testing.T) {
 	if d := e.dead(); d != 0 {
 		t.Errorf("%d dead letters, want 0 (max attempts 1000)", d)
 	}
-	injected := 0
+	injected, streams := 0, 0
 	for _, r := range relays {
 		injected += len(logLines(r.logs(), "injected broker nack"))
+		streams += len(logLines(r.logs(), `"msg":"outbox WAL source: streaming"`))
 	}
 	details := []string{
 		fmt.Sprintf("3 relays (flakyrelay: ordered, 2 workers, batch 20, publish timeout 300ms) failing 10%% of publishes and hanging 1%% of batches; %d SIGKILLs at random times (150-600ms apart); then faults off, all restarted, drained", kills),
-		fmt.Sprintf("table path: up to %d events handed to the table and %d held behind them at once (sampled at each kill); %d failure lines logged", maxHanded, maxHeld, injected),
+		fmt.Sprintf("table path: up to %d events handed to the table and %d held behind them at once (sampled at each kill); %d injected failures logged; the slot was opened for streaming %d times", maxHanded, maxHeld, injected, streams),
 		fmt.Sprintf("writers: %d transactions on 40 aggregates, 5%% rolled back on purpose; %d writer errors", w.txs.Load(), w.errs.Load()),
 	}
 	details = append(details, walDetails(e)...)
-	e.finish(Row{Key: "15h", Scenario: "WAL source: ordered torture (flaky publisher, SIGKILLed relays)",
+	// Known bug, found by this scenario: ordered mode on the WAL source
+	// inverts aggregates once publishes fail (thousands of first deliveries
+	// out of order per run; also with one relay and no SIGKILL, and not on
+	// the table source with the same relay and faults).
+	const bug = "WAL source, ordered mode: events first delivered out of their aggregate's order when publishes fail"
+	res := e.finish(Row{Key: "15h", Scenario: "WAL source: ordered torture (flaky publisher, SIGKILLed relays)",
 		Fault:   "publisher failing 10% of publishes and hanging 1% of batches, relays SIGKILLed at random, ordered mode on the WAL source; dedup window 100ms",
-		Ordered: true, Runs: kills, Resent: e.wire.resent(), Drain: drain, Details: details})
+		Ordered: true, Runs: kills, Resent: e.wire.resent(), Drain: drain, Details: details, KnownBug: bug})
+	knownBug(t, bug, "0 inversions (first deliveries in each aggregate's commit order) across the stream and the table path", res.Inversions > 0,
+		fmt.Sprintf("%d inversions among %d events, e.g. %s", res.Inversions, res.Delivered, strings.Join(res.InversionExamples[:min(2, len(res.InversionExamples))], "; ")))
 }
