@@ -14,7 +14,9 @@
 // pace), cursor.go (the claim floor), scan.go (reading claimed rows),
 // listen.go (LISTEN wake-ups), schedule.go (releasing scheduled events
 // when due), housekeeping.go (gauges, held events) and
-// cleanup.go (deleting old processed rows).
+// cleanup.go (deleting old processed rows). wal.go is the other source of
+// batches: a logical replication stream whose failures are handed to the
+// table workers.
 package engine
 
 import (

@@ -42,6 +42,10 @@ func (e *Engine) releaseTurn(now time.Time) bool {
 // releaseDue makes every due scheduled event claimable, on conn; it returns
 // how many it released.
 func (e *Engine) releaseDue(ctx context.Context, conn *pgxpool.Conn) (int64, error) {
+	var due bool
+	if err := conn.QueryRow(ctx, e.q.AnyDue).Scan(&due); err != nil || !due {
+		return 0, err
+	}
 	var total int64
 	for ctx.Err() == nil {
 		var n int64

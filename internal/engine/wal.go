@@ -63,10 +63,14 @@ type walSource struct {
 	// Per stream; reset when a stream opens (it redelivers every
 	// transaction it was not told about).
 	carry []*Row                   // read from the stream, not yet in a batch
+	lmu   sync.Mutex               // left and xids: records settle in their own goroutine
 	left  map[pglogrepl.LSN]int    // per transaction: events not yet settled
 	xids  map[pglogrepl.LSN]uint32 // per transaction: its id
-	bad   []*wal.DecodeError       // rows the stream could not decode, to dead-letter
-	again []*Row                   // the last batch's rows to offer again (destination down)
+	// inflight is the last batch's record while it runs (see batch).
+	inflight chan error
+	horizon  horizon            // see waitVisible
+	bad      []*wal.DecodeError // rows the stream could not decode, to dead-letter
+	again    []*Row             // the last batch's rows to offer again (destination down)
 }
 
 func newWALSource(e *Engine) *walSource {
@@ -213,6 +217,7 @@ func (s *walSource) stream(ctx context.Context) error {
 		return err
 	}
 	defer func() {
+		_ = s.wait()
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.StatementTimeout)
 		_ = st.Close(cctx)
 		cancel()
@@ -299,8 +304,10 @@ func (s *walSource) gather(ctx context.Context, st *wal.Stream) ([]*Row, error) 
 
 // add queues a transaction's events as rows.
 func (s *walSource) add(tx *wal.Tx) {
+	s.lmu.Lock()
 	s.left[tx.LSN] = len(tx.Events) + len(tx.Errors)
 	s.xids[tx.LSN] = tx.Xid
+	s.lmu.Unlock()
 	backing := make([]Row, len(tx.Events))
 	for i, ev := range tx.Events {
 		r := &backing[i]
@@ -320,7 +327,6 @@ type walPlan struct {
 	handoff []*Row             // scheduled for later: handed to the table path unpublished
 	holds   []hold             // ordered: parked behind an earlier event of their aggregate
 	bad     []*wal.DecodeError // dead-lettered by id
-	badLSN  []pglogrepl.LSN    // their transactions
 }
 
 type aggKey struct{ typ, id string }
@@ -368,36 +374,66 @@ func (s *walSource) batch(ctx context.Context, st *wal.Stream, rows []*Row) (Res
 		res.Unavailable, res.UnavailableErr, res.UnavailableWait = sets.unavailable, sets.unavailableErr, sets.unavailableWait
 		s.afterPublish(&p, sets)
 	}
-	if err := s.record(bg, &p, sets); err != nil {
-		return res, err
-	}
-	// Settle: every row of the batch but those offered again.
+	// Every row of the batch but those offered again is settled once the
+	// record commits.
 	again := map[*Row]bool{}
 	for _, r := range s.again {
 		again[r] = true
 	}
+	lsns := make([]pglogrepl.LSN, 0, len(rows)+len(p.bad))
 	for _, r := range rows {
 		if !again[r] {
-			if err := s.settled(st, r.lsn); err != nil {
-				return res, err
-			}
+			lsns = append(lsns, r.lsn)
 		}
 	}
-	for i := range p.bad {
-		if err := s.settled(st, p.badLSN[i]); err != nil {
-			return res, err
-		}
+	for _, d := range p.bad {
+		lsns = append(lsns, d.LSN)
 	}
 	if sets != nil {
 		res.Published = sets.published
 		e.observe(ctx, &claim{rows: p.send, start: start}, sets, ackedAt)
 	}
+	// Records run one at a time, in batch order; a record that only deletes
+	// runs while the next batch publishes. One that hands rows to the table
+	// runs before the next batch's order check, which reads what it writes.
+	if err := s.wait(); err != nil {
+		return res, err
+	}
+	job := func() error {
+		if err := s.record(bg, &p, sets); err != nil {
+			return err
+		}
+		for _, l := range lsns {
+			if err := s.settled(st, l); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if len(p.holds) > 0 || len(p.handoff) > 0 || len(p.bad) > 0 || (sets != nil && sets.retried+sets.dead > 0) {
+		return res, job()
+	}
+	done := make(chan error, 1)
+	s.inflight = done
+	go func() { done <- job() }()
 	return res, nil
+}
+
+// wait waits for the record in flight, if any, and returns its error.
+func (s *walSource) wait() error {
+	if s.inflight == nil {
+		return nil
+	}
+	err := <-s.inflight
+	s.inflight = nil
+	return err
 }
 
 // settled counts one event of the transaction at lsn as settled and
 // acknowledges the transaction once all are.
 func (s *walSource) settled(st *wal.Stream, lsn pglogrepl.LSN) error {
+	s.lmu.Lock()
+	defer s.lmu.Unlock()
 	n, ok := s.left[lsn]
 	if !ok {
 		return fmt.Errorf("WAL source: settle an event of an unknown transaction ending at %s", lsn)
@@ -527,9 +563,11 @@ func (s *walSource) record(ctx context.Context, p *walPlan, sets *settlement) er
 	for _, h := range p.holds {
 		xids[h.row.xid] = true
 	}
+	s.lmu.Lock()
 	for _, d := range p.bad {
 		xids[s.xids[d.LSN]] = true
 	}
+	s.lmu.Unlock()
 	if err := s.waitVisible(ctx, xids); err != nil {
 		return err
 	}
@@ -565,9 +603,7 @@ WHERE id = $1 AND processed_at IS NULL`, h.row.ID, h.holder)
 		}
 		b.Queue(`UPDATE `+t+` SET retry_after = COALESCE(retry_after, now()) WHERE id = ANY($1::uuid[]) AND processed_at IS NULL`, ids)
 	}
-	p.badLSN = p.badLSN[:0]
 	for _, d := range p.bad {
-		p.badLSN = append(p.badLSN, d.LSN)
 		if [16]byte(d.ID) == [16]byte{} {
 			e.cfg.Logger.Error("outbox WAL source: an outbox row cannot be decoded and has no readable id; it stays in the table, unrelayed: fix or delete it by hand",
 				"lsn", d.LSN.String(), "err", d.Err)
@@ -641,6 +677,13 @@ func (s *walSource) refreshGauges(ctx context.Context) error {
 // proc array: a DELETE or UPDATE of its rows in that moment would find
 // nothing, and the slot would move past rows never settled.
 func (s *walSource) waitVisible(ctx context.Context, xids map[uint32]bool) error {
+	// Ids below the last snapshot's xmin are visible for good: a backlog
+	// needs no query at all.
+	for x := range xids {
+		if s.horizon.below(x) {
+			delete(xids, x)
+		}
+	}
 	if len(xids) == 0 {
 		return nil
 	}
@@ -656,6 +699,9 @@ func (s *walSource) waitVisible(ctx context.Context, xids map[uint32]bool) error
 		}
 		ok, err := visibleIn(snap, xids)
 		if err != nil || ok {
+			if err == nil {
+				s.horizon.set(snap)
+			}
 			return err
 		}
 		if time.Now().After(deadline) {
@@ -665,6 +711,46 @@ func (s *walSource) waitVisible(ctx context.Context, xids map[uint32]bool) error
 			return ctx.Err()
 		}
 	}
+}
+
+// horizon is the xmin and xmax of the last snapshot read: every
+// transaction id below xmin had completed.
+type horizon struct {
+	mu         sync.Mutex
+	xmin, xmax uint64
+}
+
+func (h *horizon) set(snap string) {
+	parts := strings.SplitN(snap, ":", 3)
+	if len(parts) != 3 {
+		return
+	}
+	xmin, err1 := strconv.ParseUint(parts[0], 10, 64)
+	xmax, err2 := strconv.ParseUint(parts[1], 10, 64)
+	if err1 != nil || err2 != nil {
+		return
+	}
+	h.mu.Lock()
+	h.xmin, h.xmax = xmin, xmax
+	h.mu.Unlock()
+}
+
+// below reports whether the 32-bit id xid is below the last xmin (ids
+// within 2^31 of xmax, as every id in use is).
+func (h *horizon) below(xid uint32) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.xmax == 0 {
+		return false
+	}
+	x := h.xmax&^0xffffffff | uint64(xid)
+	if x >= h.xmax {
+		if x-h.xmax < 1<<31 || h.xmax < 1<<32 {
+			return false
+		}
+		x -= 1 << 32
+	}
+	return x < h.xmin
 }
 
 // visibleIn reports whether every 32-bit transaction id in xids is visible

@@ -109,8 +109,13 @@ type Queries struct {
 	// aggregate's later events; the engine rescans from the start to find
 	// it below the claim floor.
 	ReleaseDue string
-	CountDead  string
-	CountHeld  string
+	// AnyDue reports whether a scheduled event is due, reading the
+	// scheduled index only and taking no lock that waits: ReleaseDue's
+	// UPDATE would queue behind a pending table lock (a replay's) even
+	// with nothing to release.
+	AnyDue    string
+	CountDead string
+	CountHeld string
 	// Cleanup deletes up to $2 rows processed more than $1 (interval) ago.
 	Cleanup string
 	// Status aggregates per event type: pending, dead, published in the last
@@ -192,6 +197,7 @@ released AS (
     FROM due WHERE o.id = due.id
     RETURNING 1)
 SELECT count(*) FROM released`,
+		AnyDue:    `SELECT EXISTS (SELECT 1 FROM ` + t + ` WHERE deliver_at <= now() AND processed_at IS NULL)`,
 		CountDead: `SELECT count(*) FROM ` + t + ` WHERE dead_at IS NOT NULL AND processed_at IS NULL AND held_by IS NULL`,
 		CountHeld: `SELECT count(*) FROM ` + t + ` WHERE dead_at IS NOT NULL AND processed_at IS NULL AND held_by IS NOT NULL`,
 		Cleanup: `DELETE FROM ` + t + ` WHERE id IN (

@@ -239,7 +239,7 @@ func TestRetry(t *testing.T) {
 	a := f.write("a.happened", 3)
 	b := f.write("b.happened", 2)
 	f.deadLetter(append(a, b...), "boom")
-	requeued := func() int { return f.count("dead_at IS NULL AND attempts = 0 AND retry_after IS NULL") }
+	requeued := func() int { return f.count("dead_at IS NULL AND attempts = 0 AND retry_after <= now()") }
 
 	r := run(t, vars, "retry", "--type", "a.happened", "--dry-run")
 	wantExit(t, r, ExitOK)
