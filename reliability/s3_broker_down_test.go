@@ -80,7 +80,15 @@ func scenarioBrokerDown(t *testing.T, wal bool) {
 		// moment the backlog was gone.
 		drain = d
 		burntMax = max(burntMax, e.count("attempts > 0"))
-		if peak < pendingBefore+committedDuring*9/10 {
+		base := pendingBefore
+		if wal {
+			// Pending rows of the WAL source include rows published but
+			// not deleted yet (deleted in bulk, after the broker
+			// confirmed them): only what was committed during the outage
+			// must pile up.
+			base = 0
+		}
+		if peak < base+committedDuring*9/10 {
 			t.Errorf("nats-server %s: pending peaked at %d; %d were pending before and %d committed during the outage", how, peak, pendingBefore, committedDuring)
 		}
 		details = append(details, fmt.Sprintf("nats-server %s for %s (restarted on the same port and store): %d events committed meanwhile, pending %d → %d; caught up %s after the restart (%.0f events/s, reconnect included)",
