@@ -25,7 +25,7 @@ func TestScenario12PostgresRestart(t *testing.T) {
 func scenarioPGRestart(t *testing.T, wal bool) {
 	conf := ""
 	if wal {
-		conf = "wal_level = logical\n"
+		conf = walClusterConf
 	}
 	c := startClusterConf(t, conf)
 	e := newEnv(t, envOpts{cluster: c, wal: wal})

@@ -24,7 +24,11 @@ func TestScenario3BrokerDown(t *testing.T) {
 // scenarioBrokerDown is scenario 3 on the table source, or on the WAL source
 // when wal is set (row 15b).
 func scenarioBrokerDown(t *testing.T, wal bool) {
-	e := newEnv(t, envOpts{wal: wal})
+	o := envOpts{}
+	if wal {
+		o.wal, o.cluster = true, walCluster(t)
+	}
+	e := newEnv(t, o)
 	outage := long(12*time.Second, 2*time.Minute)
 
 	w := e.startWriters(&workload{writers: 4, aggregates: 25, pause: 25 * time.Millisecond, rollbackPct: 5})

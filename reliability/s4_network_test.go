@@ -21,7 +21,11 @@ func TestScenario4BrokerNetworkFaults(t *testing.T) {
 // scenarioNetwork is scenario 4 on the table source, or on the WAL source
 // when wal is set (row 15c).
 func scenarioNetwork(t *testing.T, wal bool) {
-	e := newEnv(t, envOpts{dupWindow: 100 * time.Millisecond, wal: wal})
+	o := envOpts{dupWindow: 100 * time.Millisecond}
+	if wal {
+		o.wal, o.cluster = true, walCluster(t)
+	}
+	e := newEnv(t, o)
 	w := e.startWriters(&workload{writers: 4, aggregates: 25, pause: 25 * time.Millisecond})
 	r := e.newRelay("r", relayOpts{workers: 2, batch: 100, publishTimeout: 2 * time.Second})
 	p := r.start()

@@ -38,7 +38,7 @@ func TestWALScenario4BrokerNetworkFaults(t *testing.T) {
 func TestWALScenario1RelaySIGKILL(t *testing.T) {
 	t.Parallel()
 	slot(t)
-	e := newEnv(t, envOpts{wal: true})
+	e := newEnv(t, envOpts{wal: true, cluster: walCluster(t)})
 	targeted := long(24, 300)
 	randomKills := long(8, 100)
 

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -25,6 +26,20 @@ import (
 // hence a slot of its own (pgoutbox_<schema>_outbox_events_<hash>), dropped
 // when the test ends; on the shared server testdb.ReplicationObjects fails
 // a test that leaves it behind.
+
+// walClusterConf is the configuration of a WAL scenario's private cluster.
+const walClusterConf = "wal_level = logical\n"
+
+// walCluster starts a private cluster for a WAL scenario. Most WAL
+// scenarios run on one: a walsender decodes every transaction its server
+// writes, so on the shared server a stream falls behind the other
+// scenarios' bulk writes (a 100k-row transaction, a million-row backlog)
+// and the scenario would measure that instead of its fault. Slot dropped
+// (row 15f) runs on the shared server, under testdb.ReplicationObjects.
+func walCluster(t *testing.T) *pgCluster {
+	t.Helper()
+	return startClusterConf(t, walClusterConf)
+}
 
 // setupWAL runs `outbox migrate --source wal` on the scenario's table and
 // registers the slot's removal. onCluster: the database is a private
