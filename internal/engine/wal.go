@@ -153,10 +153,12 @@ func (s *walSource) run(ctx context.Context) {
 			s.setState(func(st *SourceState) { st.Standby = true })
 		case errors.Is(err, wal.ErrSlotLost):
 			standby = false
+			s.setState(func(st *SourceState) { st.Standby = false })
 			s.fallBack(ctx, log, err)
 			continue
 		default:
 			standby = false
+			s.setState(func(st *SourceState) { st.Standby = false })
 			failures++
 			wait = s.e.cfg.OutageBackoff.Delay(failures)
 			log.Error("outbox WAL source: stream ended; reopening", "phase", phaseOf(err), "err", err, "retry_in", wait)
@@ -188,7 +190,7 @@ func (s *walSource) fallBack(ctx context.Context, log interface {
 	}
 	for attempt := 1; ctx.Err() == nil; attempt++ {
 		cctx, cancel := context.WithTimeout(ctx, max(e.cfg.StatementTimeout, 30*time.Second))
-		_, err := wal.Create(cctx, e.pool, s.names)
+		err := s.replaceSlot(cctx)
 		cancel()
 		if err == nil {
 			break
@@ -206,6 +208,22 @@ func (s *walSource) fallBack(ctx context.Context, log interface {
 		m.Source.WithLabelValues("table").Set(0)
 	}
 	log.Info("outbox WAL source: fresh slot created; streaming again")
+}
+
+// replaceSlot creates a fresh slot, dropping the old one first if it was
+// invalidated (PostgreSQL keeps a lost slot listed until it is dropped).
+func (s *walSource) replaceSlot(ctx context.Context) error {
+	st, err := wal.Inspect(ctx, s.e.pool, s.names)
+	if err != nil {
+		return err
+	}
+	if st.Exists && st.WALStatus == "lost" {
+		if err := wal.DropSlot(ctx, s.e.pool, s.names); err != nil {
+			return err
+		}
+	}
+	_, err = wal.Create(ctx, s.e.pool, s.names)
+	return err
 }
 
 // stream opens the slot and relays from it until an error.

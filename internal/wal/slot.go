@@ -73,13 +73,27 @@ const DropWait = 10 * time.Second
 func Drop(ctx context.Context, db DB, n Names) error {
 	ctx, cancel := context.WithTimeout(ctx, DropWait)
 	defer cancel()
+	if err := DropSlot(ctx, db, n); err != nil {
+		return err
+	}
+	if _, err := db.Exec(ctx, n.DropPublicationSQL()); err != nil {
+		return fmt.Errorf("WAL source: drop publication %s: %w", n.Publication, err)
+	}
+	return nil
+}
+
+// DropSlot removes the table's slot, if it exists, as Drop does, and
+// leaves the publication: what replacing an invalidated slot needs.
+func DropSlot(ctx context.Context, db DB, n Names) error {
+	ctx, cancel := context.WithTimeout(ctx, DropWait)
+	defer cancel()
 	for {
 		if _, err := db.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL`, n.Slot); err != nil {
 			return fmt.Errorf("WAL source: stop the relay streaming slot %s: %w", n.Slot, err)
 		}
 		_, err := db.Exec(ctx, n.DropSlotSQL())
 		if err == nil {
-			break
+			return nil
 		}
 		if !isCode(err, "55006") { // object_in_use: the walsender has not exited yet
 			return fmt.Errorf("WAL source: drop slot %s: %w", n.Slot, err)
@@ -90,10 +104,6 @@ func Drop(ctx context.Context, db DB, n Names) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	if _, err := db.Exec(ctx, n.DropPublicationSQL()); err != nil {
-		return fmt.Errorf("WAL source: drop publication %s: %w", n.Publication, err)
-	}
-	return nil
 }
 
 // SlotState is the table's slot as pg_replication_slots shows it: what the
