@@ -244,7 +244,7 @@ func scenarioSlotLost(t *testing.T, invalidate bool) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	fresh := freshAfter >= 0
-	if !fresh && !invalidate {
+	if !fresh {
 		// Not fatal: the check of what was delivered still runs.
 		t.Errorf("no fresh slot streamed within %s of the loss (slot: %+v); relay log:\n%s", freshBound, last, tail(r.logs(), 6))
 	}
@@ -304,17 +304,12 @@ func scenarioSlotLost(t *testing.T, invalidate bool) {
 	row := Row{Key: key, Scenario: name, Fault: fault, Runs: 1, Resent: e.wire.resent(), Drain: drain, Details: details,
 		Bound: &Bounds{Attempts: inFlight, Resent: inFlight, Duplicated: inFlight, DeadLetters: 0}}
 	if invalidate {
-		// Known bug, found by this scenario: the relay's fallback "creates"
-		// the fresh slot with wal.Create, which finds the invalidated slot
-		// still there (wal_status lost) and keeps it, so the stream fails
-		// with ErrSlotLost again at once, in a loop (an error line and a
-		// fallback counted per turn), and the relay never streams again;
-		// the table path still delivers everything.
-		const bug = "WAL source: an invalidated slot (wal_status lost) is never replaced by a fresh one"
-		if !fresh {
-			row.KnownBug = bug
-		}
-		defer knownBug(t, bug, fmt.Sprintf("the relay streams a fresh slot within %s of the invalidation", freshBound), !fresh,
+		// Found by this scenario: the fallback "created" the fresh slot by
+		// finding the invalidated one still listed, so the stream failed
+		// with ErrSlotLost again at once, in a loop, and the relay never
+		// streamed again (the table path still delivered everything).
+		regression(t, "WAL source: an invalidated slot (wal_status lost) is replaced by a fresh one", "bb14236",
+			fmt.Sprintf("the relay streams a fresh slot within %s of the invalidation", freshBound), fresh,
 			freshLine(freshAfter, last, fallbacks))
 	}
 	e.finish(row)
@@ -485,23 +480,17 @@ func TestWALOrderedTorture(t *testing.T) {
 		fmt.Sprintf("writers: %d transactions on 40 aggregates, 5%% rolled back on purpose; %d writer errors", w.txs.Load(), w.errs.Load()),
 	}
 	details = append(details, walDetails(e)...)
-	// Known bug, found by this scenario: ordered mode on the WAL source
-	// inverts aggregates once publishes fail (thousands of first deliveries
-	// out of order per run; also with one relay and no SIGKILL, and not on
-	// the table source with the same relay and faults).
-	const bug = "WAL source, ordered mode: events first delivered out of their aggregate's order when publishes fail"
 	res := e.finish(Row{Key: "15h", Scenario: "WAL source: ordered torture (flaky publisher, SIGKILLed relays)",
 		Fault:   "publisher failing 10% of publishes and hanging 1% of batches, relays SIGKILLed at random, ordered mode on the WAL source; dedup window 100ms",
-		Ordered: true, Runs: kills, Resent: e.wire.resent(), Drain: drain, Details: details, KnownBug: bug})
-	expect := "0 inversions (first deliveries in each aggregate's commit order) across the stream and the table path"
-	if res.Inversions == 0 && maxHeld < 100 {
-		// Too few events met the table path to call the bug fixed (a
-		// loaded machine runs few batches in 15 s): reported, not failed.
-		observed := fmt.Sprintf("not reproduced by this run, which parked only %d events behind a failure at once (at least 100 are needed to tell)", maxHeld)
-		report.check(Assertion{Area: "known bug", Name: bug, Expectation: expect, Observed: observed, Passed: false})
-		t.Logf("KNOWN BUG %s: %s", bug, observed)
-		return
+		Ordered: true, Runs: kills, Resent: e.wire.resent(), Drain: drain, Details: details})
+	// Found by this scenario: thousands of inversions per run once
+	// publishes failed (also with one relay and no SIGKILL; never on the
+	// table source with the same relay and faults): the table workers'
+	// ordered claim took rows the stream owned as followers.
+	observed := fmt.Sprintf("%d inversions among %d events, with up to %d events parked behind a failure at once", res.Inversions, res.Delivered, maxHeld)
+	if len(res.InversionExamples) > 0 {
+		observed += "; e.g. " + res.InversionExamples[0]
 	}
-	knownBug(t, bug, expect, res.Inversions > 0,
-		fmt.Sprintf("%d inversions among %d events, e.g. %s", res.Inversions, res.Delivered, strings.Join(res.InversionExamples[:min(2, len(res.InversionExamples))], "; ")))
+	regression(t, "WAL source, ordered mode: no event first delivered out of its aggregate's order when publishes fail", "e39b161",
+		"0 inversions (first deliveries in each aggregate's commit order) across the stream and the table path", res.Inversions == 0, observed)
 }
