@@ -130,7 +130,9 @@ type RelayConfig struct {
 	Source Source
 
 	// DeleteOnPublish deletes a row once the broker confirmed it, instead of
-	// setting processed_at. It is the fastest way to drain (a DELETE writes
+	// setting processed_at. (With SourceWAL, streamed events are always
+	// deleted once confirmed; this applies to the events the table workers
+	// publish.) It is the fastest way to drain (a DELETE writes
 	// less than an UPDATE, and nothing is left to clean up) at the cost of
 	// history: `outbox status` then shows no published counts, and processed
 	// rows are not there to audit. Dead letters stay either way. Defaults to
@@ -150,7 +152,9 @@ type RelayConfig struct {
 
 	// Listen makes the relay LISTEN, on a dedicated connection, for the
 	// wake-ups a Notifier sends after the application commits, so events are
-	// relayed within milliseconds instead of at the next poll. Polling stays
+	// relayed within milliseconds instead of at the next poll. SourceWAL
+	// needs no wake-ups: streamed events reach the relay within the
+	// stream's latency. Polling stays
 	// the fallback (a lost notification costs at most PollInterval); the
 	// listener reconnects by itself. It needs one extra connection per
 	// relay. Defaults to false.

@@ -63,6 +63,10 @@ func TestPromtool(t *testing.T) {
 		{"OutboxPendingHigh", "(outbox_events_pending) > 1000", "(outbox_events_pending) > 1500"},
 		// 10 minutes moved to 20 (the firing case reaches 16).
 		{"OutboxOldestPendingAge", "(outbox_oldest_pending_age_seconds) > 600", "(outbox_oldest_pending_age_seconds) > 1200"},
+		// 1 GiB of replication lag moved to 3 GiB (the firing case has 2 GiB).
+		{"OutboxReplicationLagHigh", "(outbox_replication_lag_bytes) > 1073741824", "(outbox_replication_lag_bytes) > 3221225472"},
+		// Standby relays beside a streaming one must not fire it.
+		{"OutboxReplicationNotStreaming", "unless\n          sum without (instance, pod) (outbox_replication_streaming)", "or\n          sum without (instance, pod) (outbox_replication_streaming)"},
 	} {
 		t.Run("unit tests catch a wrong threshold of "+m.alert, func(t *testing.T) {
 			t.Parallel()

@@ -181,6 +181,7 @@ func TestDashboard(t *testing.T) {
 		"Throughput (events published/s)", "Pending events", "Publish lag (created_at to broker confirmation)",
 		"Publish failures by event type", "Dead letters", "Batch duration", "Broker unavailable",
 		"Blocked aggregates", "Last publish age", "Database errors", "Relays up",
+		"Replication lag", "Retained WAL", "Replication slot state",
 	} {
 		if !titles[want] {
 			t.Errorf("dashboard: no panel %q", want)
@@ -253,7 +254,7 @@ func TestDashboardAlertThresholds(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The alerts whose threshold the dashboard draws.
-	drawn := []string{"OutboxOldestPendingAge"}
+	drawn := []string{"OutboxOldestPendingAge", "OutboxReplicationLagHigh"}
 	checked := map[string]bool{}
 	for _, r := range alertRules(t) {
 		m := alertThreshold.FindStringSubmatch(strings.TrimSpace(r.Expr))

@@ -149,8 +149,17 @@ func testGrants(t *testing.T, grants string, columns bool) {
 	if n, err := adm.Retry(ctx, outbox.RetrySelector{All: true}); err != nil || n != 1 {
 		t.Fatalf("relay role: Retry = %d, %v; want 1", n, err)
 	}
-	if res, err := r.ProcessBatch(ctx); err != nil || res.Published != 1 {
-		t.Fatalf("relay role: ProcessBatch after retry = %+v, %v; want 1 published", res, err)
+	// The re-queued row is below the claims' floor: the next rescan (one
+	// claim per RescanInterval) publishes it.
+	for deadline := time.Now().Add(3 * outbox.DefaultRescanInterval); ; {
+		res, err := r.ProcessBatch(ctx)
+		if err == nil && res.Published == 1 {
+			break
+		}
+		if err != nil || res.Claimed != 0 || time.Now().After(deadline) {
+			t.Fatalf("relay role: ProcessBatch after retry = %+v, %v; want 1 published within %s", res, err, 3*outbox.DefaultRescanInterval)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	if n, err := adm.Cleanup(ctx, 0, 100, nil); err != nil || n != 4 {
 		t.Fatalf("relay role: Cleanup = %d, %v; want 4 deleted", n, err)

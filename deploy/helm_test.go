@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -170,6 +171,9 @@ func TestChartDefaults(t *testing.T) {
 			t.Errorf("helm template: %d %s, want 1", kinds[k], k)
 		}
 	}
+	if src := configData(t, objs)["OUTBOX_SOURCE"]; src != "table" {
+		t.Errorf("ConfigMap OUTBOX_SOURCE = %q, want table (the default)", src)
+	}
 	// With a ServiceMonitor, no scrape annotations: the relays would be
 	// scraped twice.
 	var d workload
@@ -202,16 +206,20 @@ func TestChartValues(t *testing.T) {
 		name: "relay settings", release: "pgoutbox",
 		args: []string{
 			"--set", "relay.ordered=true", "--set", "relay.batchSize=500", "--set", "relay.broker=kafka://kafka:9092",
-			"--set", "relay.topic=orders", "--set", "relay.source=polling", "--set", "database.schema=app",
+			"--set", "relay.topic=orders", "--set", "relay.source=wal", "--set", "database.schema=app",
 			"--set", "image.tag=1.2.3", "--set", "relay.resources.limits.memory=1Gi",
 		},
 		image: "pgoutbox/outbox:1.2.3",
 		check: func(t *testing.T, objs []*k8sObject) {
 			data := configData(t, objs)
-			for k, v := range map[string]string{"OUTBOX_ORDERED": "true", "OUTBOX_BATCH_SIZE": "500", "OUTBOX_BROKER": "kafka://kafka:9092", "OUTBOX_TOPIC": "orders", "OUTBOX_SCHEMA": "app"} {
+			for k, v := range map[string]string{"OUTBOX_ORDERED": "true", "OUTBOX_BATCH_SIZE": "500", "OUTBOX_BROKER": "kafka://kafka:9092", "OUTBOX_TOPIC": "orders", "OUTBOX_SCHEMA": "app", "OUTBOX_SOURCE": "wal"} {
 				if data[k] != v {
 					t.Errorf("ConfigMap %s = %q, want %q", k, data[k], v)
 				}
+			}
+			// The migration Job creates what the WAL relays stream.
+			if job := yamlText(t, one(t, objs, "Job")); !regexp.MustCompile(`- name: OUTBOX_SOURCE\s+value: "?wal"?\n`).MatchString(job) {
+				t.Errorf("migration Job without OUTBOX_SOURCE=wal:\n%s", job)
 			}
 			if !strings.Contains(yamlText(t, one(t, objs, "Deployment")), "memory: 1Gi") {
 				t.Error("Deployment: relay.resources.limits.memory not applied")
@@ -254,12 +262,12 @@ func TestChartRefuses(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--set", "relay.source=wal"}, "/relay/source"},
+		{[]string{"--set", "relay.source=polling"}, "/relay/source"},
 		{[]string{"--set", "image.tag=latest"}, "/image/tag"},
 		{[]string{"--set", "relay.batchSize=0"}, "/relay/batchSize"},
 		{[]string{"--set", "relay.ordred=true"}, "ordred"},
 		{[]string{"--set", "database.existingSecret="}, "existingSecret"},
-		{[]string{"--set", "relay.source=wal", "--skip-schema-validation"}, `relay.source: "wal" is not a source`},
+		{[]string{"--set", "relay.source=polling", "--skip-schema-validation"}, `relay.source: "polling" is not a source (want table or wal)`},
 		{[]string{"--set", "image.tag=latest", "--skip-schema-validation"}, "image.tag: latest is not a version"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

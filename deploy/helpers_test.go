@@ -60,6 +60,8 @@ func relayMetrics(t *testing.T) map[string]metricFamily {
 	m.Failed.WithLabelValues("order.created")
 	m.DeadLettered.WithLabelValues("order.created")
 	m.PublishLag.WithLabelValues("order.created")
+	m.Source.WithLabelValues("wal")
+	m.ReplicationSlotState.WithLabelValues("reserved")
 
 	fams, err := reg.Gather()
 	if err != nil {

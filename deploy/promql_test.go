@@ -70,6 +70,10 @@ func TestMetricNames(t *testing.T) {
 		{`a / on (job) group_left (instance) b * 2.5 unless c bool > 0.1`, []string{"a", "b", "c"}},
 		{`{__name__="outbox_dead_letters", job="x"} > 0`, []string{"outbox_dead_letters"}},
 		{`histogram_quantile(0.95, sum by (le) (rate(outbox_publish_lag_second_bucket[1h30m])))`, []string{"outbox_publish_lag_second_bucket"}},
+		{`count without (instance, pod) (outbox_replication_streaming == 0) unless sum without (instance, pod) (outbox_replication_streaming) > 0`,
+			[]string{"outbox_replication_streaming"}},
+		{`max without (instance, pod) (outbox_replication_slot_state{state=~"unreserved|lost|missing"}) > 0`, []string{"outbox_replication_slot_state"}},
+		{`sum without (instance, pod) (increase(outbox_replication_fallbacks_total[15m])) > 0`, []string{"outbox_replication_fallbacks_total"}},
 		{`time()`, nil},
 	} {
 		if got := metricNames(c.expr); !slices.Equal(got, c.want) {

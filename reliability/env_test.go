@@ -52,6 +52,12 @@ type env struct {
 	// broker, when set, is the broker instead of the env's NATS server
 	// (RabbitMQ, Redis): relays reach it through their broker proxy.
 	broker *otherBroker
+	// wal: the scenario's relays read the WAL (--source wal) from the
+	// table's slot and publication (walSlot, walPublication).
+	wal            bool
+	walSlot        string
+	walPublication string
+	walStarted     time.Time // when the writers may have started
 }
 
 type envOpts struct {
@@ -61,6 +67,9 @@ type envOpts struct {
 	natsCA    string        // CA file the test's NATS clients trust (a TLS server)
 	// cluster, when set, is the database instead of the test database.
 	cluster *pgCluster
+	// wal prepares the table for the WAL source (outbox migrate --source
+	// wal) and makes every relay of the scenario run with --source wal.
+	wal bool
 }
 
 // clusterPool is a pool on a private cluster's database, closed when the
@@ -106,6 +115,9 @@ func newEnv(t *testing.T, o envOpts) *env {
 	e.table = pgx.Identifier{e.schema, "outbox_events"}.Sanitize()
 	if _, err := outbox.Migrate(ctxT(t, 60*time.Second), e.pool, outbox.MigrateConfig{Schema: e.schema}); err != nil {
 		t.Fatal(err)
+	}
+	if o.wal {
+		e.setupWAL(o.cluster != nil)
 	}
 	if !o.noNATS {
 		e.nats = startNATS(t, o.nats)
@@ -614,7 +626,7 @@ func (e *env) finish(row Row) Result {
 			e.t.Errorf("%d dead letters, bound %d", row.DeadLetters, b.DeadLetters)
 		}
 	}
-	row.Passed = res.OK(row.Ordered) && !e.t.Failed()
+	row.Passed = res.OK(row.Ordered) && !e.t.Failed() && row.KnownBug == ""
 	report.row(row)
 	e.t.Logf("%s: committed=%d ambiguous=%d (committed %d) rolled back=%d stored=%d delivered=%d lost=%d unexpected=%d unknown=%d corrupted=%d duplicated=%d (events %d) resent=%d inversions=%d dead=%d drain=%s",
 		row.Scenario, res.Committed, res.Ambiguous, res.AmbiguousCommitted, res.RolledBack, res.Stored, res.Delivered,
@@ -632,7 +644,9 @@ func (e *env) finish(row Row) Result {
 	if len(res.Unknown) > 0 || res.Corrupted > 0 {
 		e.t.Errorf("%d unknown and %d corrupted messages in the stream", len(res.Unknown), res.Corrupted)
 	}
-	if row.Ordered && res.Inversions > 0 {
+	// Inversions of a scenario reproducing a known bug are reported by it
+	// (knownBug), not failed here.
+	if row.Ordered && res.Inversions > 0 && row.KnownBug == "" {
 		e.t.Errorf("%d per-aggregate inversions in ordered mode: %v", res.Inversions, res.InversionExamples)
 	}
 	if res.Committed == 0 {

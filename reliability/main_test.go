@@ -25,6 +25,7 @@ var (
 	flagKeepLogs   = flag.Bool("reliability.keeplogs", false, "print every relay's log at the end of its test")
 	flagParallel   = flag.Int("reliability.parallel", 0, "how many scenarios run at once (default 5; the long version 2)")
 	outboxBin      string // the outbox binary, built once
+	flakyRelayBin  string // reliability/internal/flakyrelay: a relay whose publisher fails on purpose
 	natsServerBin  string // the nats-server binary, "" to use an embedded server
 	report         = &collector{}
 	suiteStartedAt = time.Now()
@@ -89,11 +90,12 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	outboxBin = filepath.Join(dir, "outbox")
-	args := []string{"build", "-o", outboxBin}
+	flakyRelayBin = filepath.Join(dir, "flakyrelay")
+	args := []string{"build", "-o", dir + string(filepath.Separator)}
 	if *flagRaceRelay {
 		args = append(args, "-race")
 	}
-	args = append(args, "github.com/pgoutbox/outbox/cmd/outbox")
+	args = append(args, "github.com/pgoutbox/outbox/cmd/outbox", "github.com/pgoutbox/outbox/reliability/internal/flakyrelay")
 	build := exec.Command("go", args...)
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {

@@ -40,6 +40,13 @@ func pgBinDir() string {
 // database, trust authentication, user postgres; stopped when the test ends.
 func startCluster(t *testing.T) *pgCluster {
 	t.Helper()
+	return startClusterConf(t, "")
+}
+
+// startClusterConf is startCluster with extra lines for postgresql.conf
+// ("wal_level = logical" for the WAL source).
+func startClusterConf(t *testing.T, extraConf string) *pgCluster {
+	t.Helper()
 	bin := pgBinDir()
 	if _, err := os.Stat(filepath.Join(bin, "initdb")); err != nil {
 		missing(t, "needs the PostgreSQL server binaries (initdb, pg_ctl) in %s (PG_BIN_DIR) for a cluster of the test's own: %v", bin, err)
@@ -65,7 +72,7 @@ func startCluster(t *testing.T) *pgCluster {
 		}
 	}
 	c.run("initdb", "-D", c.dir, "-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8")
-	conf := fmt.Sprintf("port = %d\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '%s'\nfsync = off\nmax_connections = 100\nshared_buffers = 16MB\n", c.port, root)
+	conf := fmt.Sprintf("port = %d\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '%s'\nfsync = off\nmax_connections = 100\nshared_buffers = 16MB\n%s", c.port, root, extraConf)
 	f, err := os.OpenFile(filepath.Join(c.dir, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)

@@ -296,6 +296,9 @@ type relayOpts struct {
 	// default); broker replaces the broker URL.
 	dsn    string
 	broker string
+	// command, when set, replaces the outbox binary and its arguments
+	// (a relay built for a scenario: reliability/internal/flakyrelay).
+	command func(r *relay) (bin string, args []string)
 }
 
 // relay is one relay "slot": a name, its proxies to PostgreSQL and to the
@@ -382,6 +385,9 @@ func (r *relay) args() []string {
 	if o.httpAddr {
 		a = append(a, "--http-addr", "127.0.0.1:0")
 	}
+	if r.e.wal {
+		a = append(a, "--source", "wal")
+	}
 	return append(a, o.extra...)
 }
 
@@ -392,7 +398,11 @@ func (r *relay) start() *proc {
 	for k, v := range r.opts.env {
 		env[k] = v
 	}
-	p, err := startProc(r.name, outboxBin, r.args(), childEnv(env))
+	bin, args := outboxBin, r.args()
+	if r.opts.command != nil {
+		bin, args = r.opts.command(r)
+	}
+	p, err := startProc(r.name, bin, args, childEnv(env))
 	if err != nil {
 		r.t.Fatalf("start relay %s: %v", r.name, err)
 	}

@@ -15,7 +15,17 @@ import (
 func TestScenario4BrokerNetworkFaults(t *testing.T) {
 	t.Parallel()
 	slot(t)
-	e := newEnv(t, envOpts{dupWindow: 100 * time.Millisecond})
+	scenarioNetwork(t, false)
+}
+
+// scenarioNetwork is scenario 4 on the table source, or on the WAL source
+// when wal is set (row 15c).
+func scenarioNetwork(t *testing.T, wal bool) {
+	o := envOpts{dupWindow: 100 * time.Millisecond}
+	if wal {
+		o.wal, o.cluster = true, walCluster(t)
+	}
+	e := newEnv(t, o)
 	w := e.startWriters(&workload{writers: 4, aggregates: 25, pause: 25 * time.Millisecond})
 	r := e.newRelay("r", relayOpts{workers: 2, batch: 100, publishTimeout: 2 * time.Second})
 	p := r.start()
@@ -78,7 +88,12 @@ func TestScenario4BrokerNetworkFaults(t *testing.T) {
 	// timeout; each fault re-sends at most the batches in flight (2
 	// workers of 100).
 	inFlight := runs * 2 * 100
-	e.finish(Row{Key: "4", Scenario: "Network faults between relay and broker",
+	key, name := "4", "Network faults between relay and broker"
+	if wal {
+		key, name = "15c", "WAL source: network faults between relay and broker"
+		log = append(log, walDetails(e)...)
+	}
+	e.finish(Row{Key: key, Scenario: name,
 		Fault: "latency (50ms, 3s), connection resets, partition (blackhole), refused connections; dedup window 100ms",
 		Runs:  runs, Resent: e.wire.resent(), Drain: drain, Details: log,
 		Bound: &Bounds{Attempts: 0, Resent: inFlight, Duplicated: inFlight, DeadLetters: 0}})

@@ -68,6 +68,7 @@ type walSource struct {
 	xids  map[pglogrepl.LSN]uint32 // per transaction: its id
 	// inflight is the last batch's record while it runs (see batch).
 	inflight chan error
+	horizon  horizon            // see waitVisible
 	bad      []*wal.DecodeError // rows the stream could not decode, to dead-letter
 	again    []*Row             // the last batch's rows to offer again (destination down)
 }
@@ -104,10 +105,7 @@ func (e *Engine) Prepare(ctx context.Context) error {
 	if e.cfg.Names.QSchema != "" {
 		idx = e.cfg.Names.QSchema + "." + idx
 	}
-	var ready bool
-	err = e.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL
-  AND EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $2)
-  AND EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $3)`, idx, n.Publication, n.Slot).Scan(&ready)
+	ready, err := wal.Ready(ctx, e.pool, n, idx)
 	if err != nil || ready {
 		return err
 	}
@@ -152,10 +150,12 @@ func (s *walSource) run(ctx context.Context) {
 			s.setState(func(st *SourceState) { st.Standby = true })
 		case errors.Is(err, wal.ErrSlotLost):
 			standby = false
+			s.setState(func(st *SourceState) { st.Standby = false })
 			s.fallBack(ctx, log, err)
 			continue
 		default:
 			standby = false
+			s.setState(func(st *SourceState) { st.Standby = false })
 			failures++
 			wait = s.e.cfg.OutageBackoff.Delay(failures)
 			log.Error("outbox WAL source: stream ended; reopening", "phase", phaseOf(err), "err", err, "retry_in", wait)
@@ -187,7 +187,7 @@ func (s *walSource) fallBack(ctx context.Context, log interface {
 	}
 	for attempt := 1; ctx.Err() == nil; attempt++ {
 		cctx, cancel := context.WithTimeout(ctx, max(e.cfg.StatementTimeout, 30*time.Second))
-		_, err := wal.Create(cctx, e.pool, s.names)
+		err := s.replaceSlot(cctx)
 		cancel()
 		if err == nil {
 			break
@@ -205,6 +205,22 @@ func (s *walSource) fallBack(ctx context.Context, log interface {
 		m.Source.WithLabelValues("table").Set(0)
 	}
 	log.Info("outbox WAL source: fresh slot created; streaming again")
+}
+
+// replaceSlot creates a fresh slot, dropping the old one first if it was
+// invalidated (PostgreSQL keeps a lost slot listed until it is dropped).
+func (s *walSource) replaceSlot(ctx context.Context) error {
+	st, err := wal.Inspect(ctx, s.e.pool, s.names)
+	if err != nil {
+		return err
+	}
+	if st.Exists && st.WALStatus == "lost" {
+		if err := wal.DropSlot(ctx, s.e.pool, s.names); err != nil {
+			return err
+		}
+	}
+	_, err = wal.Create(ctx, s.e.pool, s.names)
+	return err
 }
 
 // stream opens the slot and relays from it until an error.
@@ -676,6 +692,13 @@ func (s *walSource) refreshGauges(ctx context.Context) error {
 // proc array: a DELETE or UPDATE of its rows in that moment would find
 // nothing, and the slot would move past rows never settled.
 func (s *walSource) waitVisible(ctx context.Context, xids map[uint32]bool) error {
+	// Ids below the last snapshot's xmin are visible for good: a backlog
+	// needs no query at all.
+	for x := range xids {
+		if s.horizon.below(x) {
+			delete(xids, x)
+		}
+	}
 	if len(xids) == 0 {
 		return nil
 	}
@@ -691,6 +714,9 @@ func (s *walSource) waitVisible(ctx context.Context, xids map[uint32]bool) error
 		}
 		ok, err := visibleIn(snap, xids)
 		if err != nil || ok {
+			if err == nil {
+				s.horizon.set(snap)
+			}
 			return err
 		}
 		if time.Now().After(deadline) {
@@ -700,6 +726,46 @@ func (s *walSource) waitVisible(ctx context.Context, xids map[uint32]bool) error
 			return ctx.Err()
 		}
 	}
+}
+
+// horizon is the xmin and xmax of the last snapshot read: every
+// transaction id below xmin had completed.
+type horizon struct {
+	mu         sync.Mutex
+	xmin, xmax uint64
+}
+
+func (h *horizon) set(snap string) {
+	parts := strings.SplitN(snap, ":", 3)
+	if len(parts) != 3 {
+		return
+	}
+	xmin, err1 := strconv.ParseUint(parts[0], 10, 64)
+	xmax, err2 := strconv.ParseUint(parts[1], 10, 64)
+	if err1 != nil || err2 != nil {
+		return
+	}
+	h.mu.Lock()
+	h.xmin, h.xmax = xmin, xmax
+	h.mu.Unlock()
+}
+
+// below reports whether the 32-bit id xid is below the last xmin (ids
+// within 2^31 of xmax, as every id in use is).
+func (h *horizon) below(xid uint32) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.xmax == 0 {
+		return false
+	}
+	x := h.xmax&^0xffffffff | uint64(xid)
+	if x >= h.xmax {
+		if x-h.xmax < 1<<31 || h.xmax < 1<<32 {
+			return false
+		}
+		x -= 1 << 32
+	}
+	return x < h.xmin
 }
 
 // visibleIn reports whether every 32-bit transaction id in xids is visible

@@ -37,3 +37,23 @@ func TestVisibleIn(t *testing.T) {
 }
 
 func u(x uint64) string { return strconv.FormatUint(x, 10) }
+
+func TestHorizonBelow(t *testing.T) {
+	var h horizon
+	if h.below(5) {
+		t.Error("an empty horizon says an id is visible")
+	}
+	h.set("100:105:101")
+	for x, want := range map[uint32]bool{99: true, 100: false, 104: false, 200: false} {
+		if got := h.below(x); got != want {
+			t.Errorf("below(%d) = %v, want %v", x, got, want)
+		}
+	}
+	const epoch = uint64(2) << 32
+	h.set(u(epoch+10) + ":" + u(epoch+20) + ":")
+	for x, want := range map[uint32]bool{5: true, 0xfffffff0: true, 10: false, 15: false} {
+		if got := h.below(x); got != want {
+			t.Errorf("epoch 2: below(%#x) = %v, want %v", x, got, want)
+		}
+	}
+}

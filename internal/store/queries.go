@@ -405,15 +405,19 @@ SELECT count(*) FROM released`
 
 // HandoffOnly returns q with claims that take only the rows handed over to
 // the table path (retry_after set), as a WAL relay's table workers claim
-// them while the stream carries the rest. retry_after <= now() implies
-// retry_after IS NOT NULL, so the claims read the handoff index.
+// them while the stream carries the rest; the claims read the handoff
+// index.
 func (q *Queries) HandoffOnly() *Queries {
 	h := *q
+	// IS NOT NULL spelled out: a NULL comparison would make the ordered
+	// claim's follower test NULL, which bool_and skips.
 	due := strings.NewReplacer(
-		"(retry_after IS NULL OR retry_after <= now())", "retry_after <= now()",
-		"(o.retry_after IS NULL OR o.retry_after <= now())", "o.retry_after <= now()",
-		"(w.retry_after IS NULL OR w.retry_after <= now())", "w.retry_after <= now()",
-		"(f.retry_after IS NULL OR f.retry_after <= now())", "f.retry_after <= now()",
+		"(retry_after IS NULL OR retry_after <= now())", "(retry_after IS NOT NULL AND retry_after <= now())",
+		"(o.retry_after IS NULL OR o.retry_after <= now())", "(o.retry_after IS NOT NULL AND o.retry_after <= now())",
+		"(w.retry_after IS NULL OR w.retry_after <= now())", "(w.retry_after IS NOT NULL AND w.retry_after <= now())",
+		"(f.retry_after IS NULL OR f.retry_after <= now())", "(f.retry_after IS NOT NULL AND f.retry_after <= now())",
+		// A follower the stream still owns is not locked either.
+		"l.deliver_at IS NULL\n    FOR UPDATE", "l.deliver_at IS NULL AND l.retry_after IS NOT NULL\n    FOR UPDATE",
 	)
 	h.Claim = due.Replace(q.Claim)
 	h.ClaimOrdered = due.Replace(q.ClaimOrdered)

@@ -40,25 +40,69 @@ func Create(ctx context.Context, db DB, n Names) (created bool, err error) {
 			return false, fmt.Errorf("WAL source: create publication %s: %w", n.Publication, err)
 		}
 	}
-	if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)`, n.Slot).Scan(&exists); err != nil {
+	// The slot is created and the backlog marked under a transaction-level
+	// advisory lock that Ready takes too: no relay streams a new slot
+	// before the rows pending from before it are handed to the table path
+	// (it would publish an aggregate's later event before the table path
+	// publishes its earlier one). The transaction writes nothing before
+	// the slot is created, as PostgreSQL requires.
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return false, fmt.Errorf("WAL source: create slot %s: %w", n.Slot, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after Commit
+	if err := lockSlot(ctx, tx, n); err != nil {
+		return false, err
+	}
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)`, n.Slot).Scan(&exists); err != nil {
 		return false, fmt.Errorf("WAL source: look up slot %s: %w", n.Slot, err)
 	}
 	if exists {
 		return false, nil
 	}
-	if _, err := db.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, $2)`, n.Slot, Plugin); err != nil {
+	if _, err := tx.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, $2)`, n.Slot, Plugin); err != nil {
 		if isCode(err, "42710") {
 			return false, nil
 		}
 		return false, fmt.Errorf("WAL source: create slot %s: %w", n.Slot, err)
 	}
-	if !relayColumns {
-		return true, nil
+	if relayColumns {
+		if _, err := tx.Exec(ctx, n.MarkBacklogSQL()); err != nil {
+			return true, fmt.Errorf("WAL source: hand the rows pending before slot %s to the table path: %w", n.Slot, err)
+		}
 	}
-	if _, err := db.Exec(ctx, n.MarkBacklogSQL()); err != nil {
+	if err := tx.Commit(ctx); err != nil {
 		return true, fmt.Errorf("WAL source: hand the rows pending before slot %s to the table path: %w", n.Slot, err)
 	}
 	return true, nil
+}
+
+// lockSlot takes the transaction-level advisory lock that serializes a
+// slot's creation with the relays about to stream it.
+func lockSlot(ctx context.Context, tx pgx.Tx, n Names) error {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('pgoutbox slot ' || $1))`, n.Slot); err != nil {
+		return fmt.Errorf("WAL source: lock slot %s: %w", n.Slot, err)
+	}
+	return nil
+}
+
+// Ready reports whether the table's handoff index (handoffIndex, qualified
+// as to_regclass takes it), publication and slot all exist, waiting for a
+// creation in progress (Create) to finish first.
+func Ready(ctx context.Context, db DB, n Names, handoffIndex string) (bool, error) {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read-only
+	if err := lockSlot(ctx, tx, n); err != nil {
+		return false, err
+	}
+	var ready bool
+	err = tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL
+  AND EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $2)
+  AND EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $3)`, handoffIndex, n.Publication, n.Slot).Scan(&ready)
+	return ready, err
 }
 
 // DropWait bounds how long Drop waits for a terminated relay to release the
@@ -73,13 +117,27 @@ const DropWait = 10 * time.Second
 func Drop(ctx context.Context, db DB, n Names) error {
 	ctx, cancel := context.WithTimeout(ctx, DropWait)
 	defer cancel()
+	if err := DropSlot(ctx, db, n); err != nil {
+		return err
+	}
+	if _, err := db.Exec(ctx, n.DropPublicationSQL()); err != nil {
+		return fmt.Errorf("WAL source: drop publication %s: %w", n.Publication, err)
+	}
+	return nil
+}
+
+// DropSlot removes the table's slot, if it exists, as Drop does, and
+// leaves the publication: what replacing an invalidated slot needs.
+func DropSlot(ctx context.Context, db DB, n Names) error {
+	ctx, cancel := context.WithTimeout(ctx, DropWait)
+	defer cancel()
 	for {
 		if _, err := db.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL`, n.Slot); err != nil {
 			return fmt.Errorf("WAL source: stop the relay streaming slot %s: %w", n.Slot, err)
 		}
 		_, err := db.Exec(ctx, n.DropSlotSQL())
 		if err == nil {
-			break
+			return nil
 		}
 		if !isCode(err, "55006") { // object_in_use: the walsender has not exited yet
 			return fmt.Errorf("WAL source: drop slot %s: %w", n.Slot, err)
@@ -90,10 +148,6 @@ func Drop(ctx context.Context, db DB, n Names) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	if _, err := db.Exec(ctx, n.DropPublicationSQL()); err != nil {
-		return fmt.Errorf("WAL source: drop publication %s: %w", n.Publication, err)
-	}
-	return nil
 }
 
 // SlotState is the table's slot as pg_replication_slots shows it: what the

@@ -19,7 +19,7 @@ import (
 const (
 	ExitOK           = 0 // success
 	ExitFailure      = 1 // runtime failure
-	ExitUsage        = 2 // usage or configuration error; nothing was done
+	ExitUsage        = 2 // usage or configuration error, a missing replication prerequisite (--source wal); nothing was done
 	ExitDatabase     = 3 // cannot connect to the database, or it stopped answering (--statement-timeout)
 	ExitNotMigrated  = 4 // the outbox table is missing or not migrated
 	ExitDrainTimeout = 5 // relay: the batch in flight outlived --drain-timeout
@@ -216,7 +216,10 @@ func oneLine(s string) string {
 const exitCodesHelp = `Exit codes:
   0  success
   1  runtime failure
-  2  usage or configuration error (nothing was done)
+  2  usage or configuration error (nothing was done); also relay and
+     migrate with --source wal: a logical replication prerequisite is
+     missing (wal_level, the REPLICATION privilege, a free replication
+     slot or WAL sender), named in one line with its fix
   3  cannot connect to the database (unreachable, authentication, no such
      database), or it did not answer a statement within --statement-timeout
   4  the outbox table is missing or not migrated: run outbox migrate

@@ -107,10 +107,16 @@ func (c *cli) openDB(ctx context.Context, o *options, d *dbOptions) (*pgxpool.Po
 // notMigrated returns err, reworded when it means the table is missing: the
 // library's message quotes PostgreSQL's; the operator needs the remedy.
 func notMigrated(table string, d *dbOptions, err error) error {
+	return notMigratedHint(table, d, "", err)
+}
+
+// notMigratedHint is notMigrated with extra flags for the migrate command it
+// suggests (" --source wal").
+func notMigratedHint(table string, d *dbOptions, extra string, err error) error {
 	if !errors.Is(err, outbox.ErrNotMigrated) {
 		return err
 	}
-	hint := "run outbox migrate"
+	hint := "run outbox migrate" + extra
 	if d.Schema != "" {
 		hint += " --schema " + d.Schema
 	}

@@ -122,11 +122,15 @@ func logged(ctx context.Context, log *slog.Logger, err error) error {
 	if ctx.Err() != nil {
 		return err
 	}
-	code := ExitFailure
+	log.Error("outbox relay cannot start", "err", redactDSN(oneLine(err.Error())), "exit_code", exitCode(err))
+	return err
+}
+
+// exitCode is the exit code err carries (ExitFailure if none), for logs.
+func exitCode(err error) int {
 	var ee *exitError
 	if errors.As(err, &ee) {
-		code = ee.code
+		return ee.code
 	}
-	log.Error("outbox relay cannot start", "err", redactDSN(oneLine(err.Error())), "exit_code", code)
-	return err
+	return ExitFailure
 }

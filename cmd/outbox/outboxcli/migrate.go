@@ -45,15 +45,17 @@ migrate sql also prints their SQL, for DBAs who create them by hand.`)
 	o.fs.BoolVar(&print, "print", false, "print the SQL instead of applying it (same as migrate sql)")
 	o.fs.BoolVar(&asJS, "json", false, "migrate and migrate status: print JSON")
 	o.fs.BoolVar(&exitCode, "exit-code", false, "migrate status: exit 4 when a migration is pending (for scripts and init containers)")
+	// A setting, as on outbox relay: one OUTBOX_SOURCE or config file
+	// serves both commands.
 	o.fs.StringVar(&source, "source", "table", "the relay's event source: table, or wal to create (migrate) or print (migrate sql) the publication and replication slot too")
-	o.flagOnly("print", "json", "exit-code", "source")
+	o.flagOnly("print", "json", "exit-code")
 	o.subs = []string{"up", "status", "sql", "drop-wal"}
 	return o, func(ctx context.Context, c *cli, o *options) error {
 		if len(o.args) > 0 {
 			return usageErr("migrate: unexpected argument %q (want up, status, sql or drop-wal)", o.args[0])
 		}
 		if source != "table" && source != "wal" {
-			return usageErr("--source: %q is not a source (want table or wal)", source)
+			return o.settingErr("source", "%q is not a source (want table or wal)", source)
 		}
 		mc := outbox.MigrateConfig{Schema: d.Schema, Table: d.Table}
 		if print || o.sub == "sql" {

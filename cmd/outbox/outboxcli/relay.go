@@ -29,6 +29,7 @@ const DefaultDrainTimeout = outbox.DefaultPublishTimeout + 5*time.Second
 type relaySettings struct {
 	db           dbOptions
 	cfg          outbox.RelayConfig
+	source       string // RelayConfig.Source, checked by validate
 	broker       string
 	topic        string
 	httpAddr     string
@@ -83,6 +84,14 @@ Runs the relay: claims pending events from the outbox table, publishes them to
 the broker, and marks them published once the broker has confirmed them. Run
 as many relays as you like; each claims disjoint rows.
 
+--source wal streams committed events from the table's logical replication
+slot instead (commit order, nothing written per event but a bulk DELETE of
+the published rows; see docs/WAL.md). It needs wal_level=logical, a role with
+REPLICATION, and outbox migrate --source wal. One relay streams the slot; the
+others stand by and take over when it stops; all of them retry failed events
+from the table. A missing prerequisite exits 2 with one line naming the
+setting and its fix.
+
 On SIGINT or SIGTERM the relay stops claiming, finishes the batches in flight
 (publish, wait for the broker's confirmations, mark) and exits 0. If that takes
 longer than --drain-timeout it exits 5; the unfinished batch's transaction is
@@ -120,7 +129,10 @@ an outage (no attempt counted, not ready, the log names the command creating it)
 With --http-addr set (e.g. 127.0.0.1:9090) the relay serves
   /metrics   Prometheus metrics (outbox_*, Go and process collectors)
   /healthz   200 while the process is up
-  /readyz    200 when the database answers and the broker is connected, else 503
+  /readyz    200 when the database answers and the broker is connected (and,
+             with --source wal, the relay streams the slot, stands by or
+             falls back to the table), else 503; a second line describes
+             the source: source=wal active=wal slot=... state=streaming
   /console/  the operator console, with --console (see outbox console --help)
 Logs are JSON on stderr, or text when stderr is a terminal.`)
 	s.db.register(o)
@@ -128,6 +140,8 @@ Logs are JSON on stderr, or text when stderr is a terminal.`)
 	f := o.fs
 	f.StringVar(&s.broker, "broker", "", "broker URL; its scheme selects the publisher ("+brokerSchemes()+")")
 	f.StringVar(&s.topic, "topic", outbox.DefaultTopicTemplate, "subject/topic template")
+	f.StringVar(&s.source, "source", string(outbox.SourceTable), "where events come from: table (claim them from the outbox table) or wal (stream them from the table's logical replication slot)")
+	o.setsField("Source", "source")
 	for _, st := range s.relayFlags() {
 		st.register(o)
 	}
@@ -157,6 +171,11 @@ func (s *relaySettings) validate(o *options) error {
 			return err
 		}
 	}
+	switch outbox.Source(s.source) {
+	case outbox.SourceTable, outbox.SourceWAL:
+	default:
+		return o.settingErr("source", "%q is not a source (want %s or %s)", s.source, outbox.SourceTable, outbox.SourceWAL)
+	}
 	if _, err := outbox.ParseTopicTemplate(s.topic); err != nil {
 		return o.settingErr("topic", "%s", strings.TrimPrefix(err.Error(), "outbox: "))
 	}
@@ -172,6 +191,7 @@ func (s *relaySettings) validate(o *options) error {
 func (s *relaySettings) relayConfig(log *slog.Logger, reg prometheus.Registerer) outbox.RelayConfig {
 	cfg := s.cfg
 	cfg.Schema, cfg.Table = s.db.Schema, s.db.Table
+	cfg.Source = outbox.Source(s.source)
 	cfg.BatchDelay = cliBatchDelay(cfg.BatchDelay)
 	cfg.Logger, cfg.Registerer = log, reg
 	return cfg
@@ -213,7 +233,7 @@ func (c *cli) relay(ctx context.Context, o *options, s *relaySettings) error {
 			return err
 		}
 	}
-	r.log.Info("outbox relay started", "version", Version().Version, "table", tableName(s.db), "broker", r.brokerURL, "topic", s.topic,
+	r.log.Info("outbox relay started", "version", Version().Version, "table", tableName(s.db), "source", s.source, "broker", r.brokerURL, "topic", s.topic,
 		"workers", s.cfg.Workers, "batch_size", s.cfg.BatchSize, "poll_interval", s.cfg.PollInterval,
 		"max_attempts", s.cfg.MaxAttempts, "retention", s.cfg.Retention, "ordered", s.cfg.Ordered, "listen", s.cfg.Listen,
 		"delete_on_publish", s.cfg.DeleteOnPublish, "batch_delay", s.cfg.BatchDelay)
@@ -287,7 +307,7 @@ func (c *cli) startRelay(ctx context.Context, o *options, s *relaySettings) (*ru
 	// left to Relay.Run, which retries it through the outage backoff.
 	if err := probe.CheckSchema(ctx); errors.Is(err, outbox.ErrNotMigrated) {
 		pool.Close()
-		return nil, notMigrated(tableName(s.db), &s.db, err)
+		return nil, s.notMigrated(err)
 	} else if err != nil {
 		log.Warn("outbox relay cannot check its table yet; the relay will retry", "err", redactDSN(err.Error()))
 	}
@@ -385,10 +405,25 @@ func (c *cli) runRelay(ctx context.Context, s *relaySettings, r *runningRelay) e
 	// Relay.Run checks the table first; a signal during that check fails it
 	// with the cancellation, which is still a clean stop.
 	if err != nil && !(ctx.Err() != nil && errors.Is(err, context.Canceled)) {
-		return notMigrated(tableName(s.db), &s.db, err)
+		// A missing replication prerequisite is configuration (exit 2); the
+		// error is the one line naming the setting and its fix.
+		err = replicationErr(s.notMigrated(err))
+		log.Error("outbox relay failed", "err", redactDSN(oneLine(err.Error())), "exit_code", exitCode(err))
+		return err
 	}
 	log.Info("outbox relay stopped")
 	return nil
+}
+
+// notMigrated is notMigrated for the relay's table, whose hint names
+// --source wal for a WAL relay: its table also needs the WAL source's index,
+// publication and slot.
+func (s *relaySettings) notMigrated(err error) error {
+	extra := ""
+	if outbox.Source(s.source) == outbox.SourceWAL {
+		extra = " --source wal"
+	}
+	return notMigratedHint(tableName(s.db), &s.db, extra, err)
 }
 
 // tableName is the quoted table name, as outbox.Admin.Table spells it.
@@ -414,13 +449,66 @@ func (c *cli) httpServer(relay *outbox.Relay, reg *prometheus.Registry) *http.Se
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
-		if err := relay.Ready(ctx); err != nil {
-			http.Error(w, "not ready: "+c.red.String(oneLine(err.Error())), http.StatusServiceUnavailable)
-			return
+		st := relay.SourceStatus()
+		err := relay.Ready(ctx)
+		if err == nil {
+			err = sourceReady(st)
 		}
-		fmt.Fprintln(w, "ready")
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		if err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, "not ready: "+c.red.String(oneLine(err.Error())))
+		} else {
+			fmt.Fprintln(w, "ready")
+		}
+		fmt.Fprintln(w, c.red.String(sourceLine(st)))
 	})
 	return &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+}
+
+// sourceReady is the source's part of readiness. A WAL relay delivers
+// while it streams the slot, while it stands by (another relay streams it;
+// this one retries the table's handed-over events and takes over when the
+// slot is freed) and while it falls back to the table after losing the
+// slot; otherwise (starting, or reopening a broken stream) it does not.
+func sourceReady(st outbox.SourceStatus) error {
+	if st.Source != outbox.SourceWAL || st.Active == outbox.SourceTable || st.Streaming || st.Standby {
+		return nil
+	}
+	if st.Err != nil {
+		return fmt.Errorf("source wal: not streaming slot %s: %w", st.Slot, st.Err)
+	}
+	return fmt.Errorf("source wal: not streaming slot %s yet", st.Slot)
+}
+
+// sourceLine describes the source on one line of key=value pairs, for
+// /readyz: source, active (table while a WAL relay falls back), and for the
+// WAL source the slot, its state (streaming, standby, fallback, starting),
+// the position confirmed and the last error.
+func sourceLine(st outbox.SourceStatus) string {
+	b := &strings.Builder{}
+	fmt.Fprintf(b, "source=%s active=%s", st.Source, st.Active)
+	if st.Source != outbox.SourceWAL {
+		return b.String()
+	}
+	state := "starting"
+	switch {
+	case st.Active == outbox.SourceTable:
+		state = "fallback"
+	case st.Streaming:
+		state = "streaming"
+	case st.Standby:
+		state = "standby"
+	}
+	fmt.Fprintf(b, " slot=%s state=%s", st.Slot, state)
+	if st.Confirmed != "" {
+		fmt.Fprintf(b, " confirmed=%s", st.Confirmed)
+	}
+	if st.Err != nil {
+		fmt.Fprintf(b, " err=%q", oneLine(st.Err.Error()))
+	}
+	return b.String()
 }
 
 // cliBatchDelay maps --batch-delay 0 ("claim on every wake-up") to the

@@ -102,7 +102,7 @@ func TestRelayNATS(t *testing.T) {
 	if code, body := get(t, "http://"+addr+"/healthz"); code != 200 || body != "ok\n" {
 		t.Errorf("/healthz: %d %q", code, body)
 	}
-	if code, body := get(t, "http://"+addr+"/readyz"); code != 200 || body != "ready\n" {
+	if code, body := get(t, "http://"+addr+"/readyz"); code != 200 || body != "ready\nsource=table active=table\n" {
 		t.Errorf("/readyz: %d %q", code, body)
 	}
 	var metrics string

@@ -9,26 +9,35 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/pgoutbox/outbox"
 )
 
 // adminFor connects and returns an Admin on d's table.
 func (c *cli) adminFor(ctx context.Context, o *options, d *dbOptions) (*outbox.Admin, func(), error) {
+	admin, _, done, err := c.adminPoolFor(ctx, o, d)
+	return admin, done, err
+}
+
+// adminPoolFor is adminFor, also returning the pool, for a command that
+// reads more than the Admin does.
+func (c *cli) adminPoolFor(ctx context.Context, o *options, d *dbOptions) (*outbox.Admin, *pgxpool.Pool, func(), error) {
 	if d.timeout != nil {
 		if err := d.timeout.check(o); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
 	pool, err := c.openDB(ctx, o, d)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	admin, err := outbox.NewAdmin(pool, outbox.AdminConfig{Schema: d.Schema, Table: d.Table, StatementTimeout: d.StatementTimeout})
 	if err != nil {
 		closePool(pool)
-		return nil, nil, flagError(err)
+		return nil, nil, nil, flagError(err)
 	}
-	return admin, func() { closePool(pool) }, nil
+	return admin, pool, func() { closePool(pool) }, nil
 }
 
 func statusCommand() (*options, func(context.Context, *cli, *options) error) {
@@ -39,8 +48,12 @@ func statusCommand() (*options, func(context.Context, *cli, *options) error) {
 	o := newOptions("status", "[flags]", `
 Prints the outbox's state: events pending and the age of the oldest, dead
 letters, events published in the last minute and hour; in total and per event
-type; replayed events (outbox replay) pending and delivered, apart. --json
-prints the same for scripts (ages in seconds).`)
+type; replayed events (outbox replay) pending and delivered, apart. When the
+table's WAL source slot exists (outbox migrate --source wal), a "source"
+section shows it: the relay streaming it (walsender pid), wal_status, the lag
+(WAL written since the slot's confirmed position) and the WAL it retains on
+the server's disk. --json prints the same for scripts (ages in seconds, sizes
+in bytes).`)
 	d.registerAdmin(o)
 	o.fs.BoolVar(&asJSON, "json", false, "print JSON")
 	o.flagOnly("json")
@@ -48,7 +61,7 @@ prints the same for scripts (ages in seconds).`)
 		if len(o.args) > 0 {
 			return usageErr("status: unexpected argument %q", o.args[0])
 		}
-		admin, done, err := c.adminFor(ctx, o, &d)
+		admin, pool, done, err := c.adminPoolFor(ctx, o, &d)
 		if err != nil {
 			return err
 		}
@@ -56,6 +69,10 @@ prints the same for scripts (ages in seconds).`)
 		st, err := admin.Status(ctx)
 		if err != nil {
 			return notMigrated(admin.Table(), &d, err)
+		}
+		slot, err := readSlot(ctx, pool, &d)
+		if err != nil {
+			return err
 		}
 		// Replayed copies are counted apart; a table not yet migrated to
 		// version 5 has none, and status still works on it.
@@ -70,7 +87,8 @@ prints the same for scripts (ages in seconds).`)
 				Table string `json:"table"`
 				*outbox.Status
 				Replayed *outbox.ReplayTotals `json:"replayed,omitempty"`
-			}{admin.Table(), st, replayed})
+				Source   *slotStatus          `json:"source,omitempty"`
+			}{admin.Table(), st, replayed, slot})
 		}
 		w := c.stdout
 		fmt.Fprintf(w, "outbox %s\n", admin.Table())
@@ -89,6 +107,9 @@ prints the same for scripts (ages in seconds).`)
 		if replayed != nil && replayed.Pending+replayed.Delivered > 0 {
 			fmt.Fprintf(w, "  replayed          %d pending (counted in pending), %d delivered and kept; %d replay(s) in progress (outbox replay list)\n",
 				replayed.Pending, replayed.Delivered, replayed.Active)
+		}
+		if slot != nil {
+			slot.print(w)
 		}
 		if len(st.ByType) == 0 {
 			return nil

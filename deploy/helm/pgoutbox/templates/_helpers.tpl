@@ -70,8 +70,8 @@ capabilities:
 
 {{/* Values the schema cannot express. */}}
 {{- define "pgoutbox.validate" -}}
-{{- if ne .Values.relay.source "polling" -}}
-{{- fail (printf "relay.source: %q is not a source; only \"polling\" exists (a \"wal\" source is planned)" .Values.relay.source) -}}
+{{- if not (has .Values.relay.source (list "table" "wal")) -}}
+{{- fail (printf "relay.source: %q is not a source (want table or wal)" .Values.relay.source) -}}
 {{- end -}}
 {{- if not .Values.database.existingSecret -}}
 {{- fail "database.existingSecret: name the Secret holding the database URLs (the chart creates none)" -}}
