@@ -94,10 +94,10 @@ type RelayConfig struct {
 	// OutageBackoff spaces the relay's retries while the broker or the database
 	// is unreachable, waiting at least the Retry-After the destination asked
 	// for (RetryAfter, capped at 24h). No attempt is counted during a broker
-	// outage. A message that fails with an unavailable-class error while the
-	// destination takes others (a message published after it in its batch,
-	// or any message since its previous such failure) is failing alone: its
-	// attempts are counted, and it ends as a dead letter.
+	// outage. A message that fails with an unavailable-class error a second
+	// time while the destination takes others (a message published after it
+	// in its batch was confirmed) is failing alone: its attempts are
+	// counted, and it ends as a dead letter.
 	// Defaults to DefaultOutageBase (250ms) doubling up to DefaultOutageMax
 	// (15s).
 	OutageBackoff Backoff

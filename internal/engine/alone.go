@@ -10,16 +10,15 @@ import (
 // message means the destination is down only as long as nothing says
 // otherwise; a message whose publish always fails that way would keep the
 // relay in outage backoff forever. So a row's unavailable failure, from its
-// second on, counts an attempt once the destination was seen taking other
-// messages: a row published after it in the same batch was confirmed, or a
-// confirmation (any worker's) came between its previous unavailable failure
-// and this one. During a real outage nothing is confirmed, and no attempt
-// counts; the first failure never counts, since the first rows of a batch
-// that meets a connection the broker closed fail while the next ones, on a
-// fresh connection, go through.
+// second on, counts an attempt when a row published after it in the same
+// batch was confirmed. During a real outage nothing is confirmed, and no
+// attempt counts; the first failure never counts, since the first rows of a
+// batch that meets a connection the broker closed fail while the next ones,
+// on a fresh connection, go through. A confirmation by another batch between
+// two failures is not enough: while a destination flaps (connections reset,
+// then refused) that happens to rows that fail for no fault of their own.
 type aloneTracker struct {
 	mu       sync.Mutex
-	lastOK   time.Time              // the last confirmation of any row
 	failedAt map[[16]byte]time.Time // each row's last unavailable failure
 }
 
@@ -27,27 +26,17 @@ type aloneTracker struct {
 // attempts.
 const aloneMax = 10000
 
-// confirmed records that the destination confirmed rows at t.
-func (a *aloneTracker) confirmed(t time.Time) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if t.After(a.lastOK) {
-		a.lastOK = t
-	}
-}
-
 // failedAlone records an unavailable failure of row id at t and reports
-// whether the row failed so before (seen) and whether the destination
-// confirmed something since that previous failure (since).
-func (a *aloneTracker) failedAlone(id [16]byte, t time.Time) (seen, since bool) {
+// whether the row failed so before.
+func (a *aloneTracker) failedAlone(id [16]byte, t time.Time) (seen bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	prev, seen := a.failedAt[id]
+	_, seen = a.failedAt[id]
 	if a.failedAt == nil || len(a.failedAt) >= aloneMax {
 		a.failedAt = map[[16]byte]time.Time{}
 	}
 	a.failedAt[id] = t
-	return seen, seen && a.lastOK.After(prev)
+	return seen
 }
 
 // published forgets the rows of a batch that were confirmed.

@@ -65,11 +65,11 @@ func (e *Engine) settle(rows []*Row, attempts []Attempt) *settlement {
 	for i, r := range rows {
 		alone := false
 		if a := attempts[i]; a.Err != nil && a.Class == outboxtype.ClassUnavailable {
-			seen, since := e.alone.failedAlone(r.ID, now)
+			seen := e.alone.failedAlone(r.ID, now)
 			// Never on a row's first unavailable failure: the first
 			// messages of a batch often meet a connection the broker
 			// closed, and the next ones a fresh one.
-			alone = seen && (since || laterOK[i])
+			alone = seen && laterOK[i]
 		}
 		o := e.settleRow(r, attempts[i], anyOK, alone)
 		s.outcomes[i] = o
@@ -88,14 +88,13 @@ func (e *Engine) settle(rows []*Row, attempts []Attempt) *settlement {
 	}
 	if anyOK {
 		e.alone.published(rows, s)
-		e.alone.confirmed(now)
 	}
 	return s
 }
 
 // settleRow decides one row's outcome. anyOK: some row of the batch was
-// confirmed; alone: the destination was seen taking other messages since
-// this row's unavailable failure (aloneTracker).
+// confirmed; alone: the row failed unavailable before, and a row after it
+// in this batch was confirmed (aloneTracker).
 func (e *Engine) settleRow(r *Row, a Attempt, anyOK, alone bool) outcome {
 	switch {
 	case a.Err == nil:
