@@ -36,15 +36,10 @@ func pgBinDir() string {
 	return "/usr/lib/postgresql/15/bin"
 }
 
-// startCluster creates and starts a private cluster with a "test"
-// database, trust authentication, user postgres; stopped when the test ends.
-func startCluster(t *testing.T) *pgCluster {
-	t.Helper()
-	return startClusterConf(t, "")
-}
-
-// startClusterConf is startCluster with extra lines for postgresql.conf
-// ("wal_level = logical" for the WAL source).
+// startClusterConf creates and starts a private cluster with a "test"
+// database, trust authentication, user postgres, and extraConf's lines in
+// postgresql.conf ("wal_level = logical" for the WAL source); stopped when
+// the test ends.
 func startClusterConf(t *testing.T, extraConf string) *pgCluster {
 	t.Helper()
 	bin := pgBinDir()
