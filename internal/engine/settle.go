@@ -64,14 +64,14 @@ func (e *Engine) settle(rows []*Row, attempts []Attempt) *settlement {
 	now := time.Now()
 	for i, r := range rows {
 		alone := false
-		if a := attempts[i]; a.Err != nil && a.Class == outboxtype.ClassUnavailable {
-			seen := e.alone.failedAlone(r.ID, now)
-			// Never on a row's first unavailable failure: the first
-			// messages of a batch often meet a connection the broker
-			// closed, and the next ones a fresh one.
-			alone = seen && laterOK[i]
+		if a := attempts[i]; a.Err != nil && a.Class == outboxtype.ClassUnavailable && laterOK[i] {
+			// Never on a row's first failure beside a confirmation: the
+			// first messages of a batch often meet a connection the
+			// broker closed (or one an outage left behind), and the next
+			// ones a fresh one.
+			alone = e.alone.failedAlone(r.ID, now)
 		}
-		o := e.settleRow(r, attempts[i], anyOK, alone)
+		o := e.settleRow(r, attempts[i], laterOK[i], alone)
 		s.outcomes[i] = o
 		switch o.verdict {
 		case published:
@@ -92,10 +92,10 @@ func (e *Engine) settle(rows []*Row, attempts []Attempt) *settlement {
 	return s
 }
 
-// settleRow decides one row's outcome. anyOK: some row of the batch was
-// confirmed; alone: the row failed unavailable before, and a row after it
-// in this batch was confirmed (aloneTracker).
-func (e *Engine) settleRow(r *Row, a Attempt, anyOK, alone bool) outcome {
+// settleRow decides one row's outcome. laterOK: a row after it in the
+// batch was confirmed; alone: besides, the row failed unavailable so before
+// (aloneTracker).
+func (e *Engine) settleRow(r *Row, a Attempt, laterOK, alone bool) outcome {
 	switch {
 	case a.Err == nil:
 		return outcome{verdict: published}
@@ -106,9 +106,10 @@ func (e *Engine) settleRow(r *Row, a Attempt, anyOK, alone bool) outcome {
 	if r.Bad != nil {
 		class = outboxtype.ClassPermanent
 	}
-	// A batch where nothing was confirmed in time means the broker is not
-	// answering, not that every message is bad.
-	if class == outboxtype.ClassTransient && !anyOK && a.Timeout {
+	// A timeout that no later confirmation follows means the broker
+	// stopped answering (or slowed past the deadline) mid-batch, not that
+	// the message is bad.
+	if class == outboxtype.ClassTransient && !laterOK && a.Timeout {
 		class = outboxtype.ClassUnavailable
 	}
 	// An unavailable error on a message the destination is seen to fail
