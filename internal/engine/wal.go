@@ -62,20 +62,21 @@ type walSource struct {
 
 	// Per stream; reset when a stream opens (it redelivers every
 	// transaction it was not told about).
-	carry []*Row                   // read from the stream, not yet in a batch
-	lmu   sync.Mutex               // left and xids: records settle in their own goroutine
-	left  map[pglogrepl.LSN]int    // per transaction: events not yet settled
-	xids  map[pglogrepl.LSN]uint32 // per transaction: its id
-	// inflight is the last batch's record while it runs (see batch).
-	inflight chan error
-	horizon  horizon            // see waitVisible
-	bad      []*wal.DecodeError // rows the stream could not decode, to dead-letter
-	again    []*Row             // the last batch's rows to offer again (destination down)
+	carry   []*Row                   // read from the stream, not yet in a batch
+	lmu     sync.Mutex               // left and xids: records settle in their own goroutine
+	left    map[pglogrepl.LSN]int    // per transaction: events not yet settled
+	xids    map[pglogrepl.LSN]uint32 // per transaction: its id
+	del     *deleter                 // batches whose rows were all published
+	horizon horizon                  // see waitVisible
+	bad     []*wal.DecodeError       // rows the stream could not decode, to dead-letter
+	again   []*Row                   // the last batch's rows to offer again (destination down)
 }
 
 func newWALSource(e *Engine) *walSource {
 	n := wal.NamesFor(e.cfg.Names)
-	return &walSource{e: e, names: n, qd: store.New(e.cfg.Names, true), state: SourceState{Slot: n.Slot}}
+	s := &walSource{e: e, names: n, qd: store.New(e.cfg.Names, true), state: SourceState{Slot: n.Slot}}
+	s.del = newDeleter(s)
+	return s
 }
 
 func (s *walSource) setState(f func(*SourceState)) {
@@ -232,7 +233,7 @@ func (s *walSource) stream(ctx context.Context) error {
 		return err
 	}
 	defer func() {
-		_ = s.wait()
+		_ = s.del.barrier()
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.StatementTimeout)
 		_ = st.Close(cctx)
 		cancel()
@@ -408,40 +409,34 @@ func (s *walSource) batch(ctx context.Context, st *wal.Stream, rows []*Row) (Res
 		res.Published = sets.published
 		e.observe(ctx, &claim{rows: p.send, start: start}, sets, ackedAt)
 	}
-	// Records run one at a time, in batch order; a record that only deletes
-	// runs while the next batch publishes. One that hands rows to the table
-	// runs before the next batch's order check, which reads what it writes.
-	if err := s.wait(); err != nil {
-		return res, err
-	}
-	job := func() error {
-		if err := s.record(bg, &p, sets); err != nil {
-			return err
-		}
-		for _, l := range lsns {
-			if err := s.settled(st, l); err != nil {
-				return err
+	if len(p.holds) == 0 && len(p.handoff) == 0 && len(p.bad) == 0 && (sets == nil || sets.retried+sets.dead == 0) {
+		// Only deletes: in the background, merged with the next batches'.
+		j := &deletion{lsns: lsns}
+		if sets != nil {
+			for i, r := range p.send {
+				if sets.outcomes[i].verdict == published {
+					j.ids = append(j.ids, r.ID)
+					j.xids = append(j.xids, r.xid)
+				}
 			}
 		}
-		return nil
+		return res, s.del.add(bg, st, j)
 	}
-	if len(p.holds) > 0 || len(p.handoff) > 0 || len(p.bad) > 0 || (sets != nil && sets.retried+sets.dead > 0) {
-		return res, job()
+	// Records that hand rows to the table run after every deletion queued
+	// before them, and before the next batch's order check, which reads
+	// what they write.
+	if err := s.del.barrier(); err != nil {
+		return res, err
 	}
-	done := make(chan error, 1)
-	s.inflight = done
-	go func() { done <- job() }()
+	if err := s.record(bg, &p, sets); err != nil {
+		return res, err
+	}
+	for _, l := range lsns {
+		if err := s.settled(st, l); err != nil {
+			return res, err
+		}
+	}
 	return res, nil
-}
-
-// wait waits for the record in flight, if any, and returns its error.
-func (s *walSource) wait() error {
-	if s.inflight == nil {
-		return nil
-	}
-	err := <-s.inflight
-	s.inflight = nil
-	return err
 }
 
 // settled counts one event of the transaction at lsn as settled and
@@ -588,23 +583,14 @@ func (s *walSource) record(ctx context.Context, p *walPlan, sets *settlement) er
 	}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	durable := len(p.holds) > 0 || len(p.handoff) > 0 || len(p.bad) > 0
 	if sets != nil {
 		a := e.markArgsOf(p.send, sets)
-		durable = durable || len(a.failIDs) > 0
 		switch {
 		case len(a.failIDs) > 0:
 			b.Queue(s.qd.MarkOutcomes, a.okIDs, a.failIDs, a.failErrs, a.failDelays, a.failDead, a.failCount)
 		case len(a.okIDs) > 0:
 			b.Queue(s.qd.MarkPublished, a.okIDs)
 		}
-	}
-	if !durable {
-		// Deletes of confirmed rows need no synchronous commit: if
-		// PostgreSQL loses them, the rows come back as already-delivered
-		// pending rows, relayed again at worst. Failures and hand-overs
-		// are committed synchronously: the slot moves past them next.
-		b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
 	}
 	t := e.cfg.Names.QTable
 	for _, h := range p.holds {
@@ -632,28 +618,9 @@ WHERE id = $1 AND processed_at IS NULL`, [16]byte(d.ID), truncate("cannot decode
 		return nil // nothing to write
 	}
 	b.Queue("COMMIT")
-	sctx, cancel := e.stmtCtx(ctx)
-	defer cancel()
-	conn, err := e.pool.Acquire(sctx)
-	if err != nil {
-		return inPhase("acquire connection", err)
+	if err := s.send(ctx, b); err != nil {
+		return err
 	}
-	err = conn.SendBatch(sctx, b).Close()
-	if err != nil {
-		if timedOut(err) {
-			discard(conn)
-		} else if !conn.Conn().IsClosed() {
-			// A failed statement leaves the transaction aborted.
-			rctx, rcancel := e.stmtCtx(ctx)
-			if _, rerr := conn.Exec(rctx, "ROLLBACK"); rerr != nil {
-				discard(conn)
-			}
-			rcancel()
-		}
-		conn.Release()
-		return inPhase("record", err)
-	}
-	conn.Release()
 	if len(p.holds) > 0 || len(p.handoff) > 0 {
 		e.cur.reset()
 	}
