@@ -35,6 +35,7 @@ type writers struct {
 type writeStats struct {
 	Committed, Failed int64
 	Elapsed           time.Duration
+	Start             time.Time
 	CommitNs          []int64   // by index: when CreateOrder returned (latency runs)
 	CallMS            []float64 // CreateOrder durations, sorted (latency runs)
 	FirstErr          error
@@ -133,6 +134,7 @@ func (w writers) paced(ctx context.Context, rate int, window time.Duration) writ
 		})
 	}
 	wg.Wait()
+	st.Start = start
 	st.Committed, st.Failed, st.Elapsed = ok.Load(), failed.Load(), time.Since(start)
 	sort.Float64s(st.CallMS)
 	if e, _ := firstErr.Load().(error); e != nil {

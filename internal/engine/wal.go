@@ -234,6 +234,7 @@ func (s *walSource) stream(ctx context.Context) error {
 	}
 	defer func() {
 		_ = s.del.barrier()
+		s.del.close()
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.StatementTimeout)
 		_ = st.Close(cctx)
 		cancel()

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -21,9 +22,11 @@ type deletion struct {
 }
 
 // deleter runs deletions in the background, one statement at a time, each
-// carrying every deletion queued while the previous one ran. Under a light
-// stream each batch holds a transaction or two, and a round trip per batch
-// would bound the loop; merged, the round trips are per burst instead.
+// carrying every deletion queued while the previous one ran, or for
+// deleteLinger. Under a light stream each batch holds a transaction or two:
+// a DELETE per batch would cost a round trip per transaction and give the
+// server one more transaction to log and decode for each; merged, they
+// cost one per burst or per deleteLinger.
 type deleter struct {
 	s  *walSource
 	mu sync.Mutex
@@ -32,11 +35,16 @@ type deleter struct {
 	queue   []*deletion
 	queued  int // ids in queue
 	running bool
-	err     error // the first failure; the stream then ends and reopens
+	flush   bool          // a barrier waits: no lingering
+	kick    chan struct{} // ends a linger
+	err     error         // the first failure; the stream then ends and reopens
+	// conn is the deletes' own connection; used by the run goroutine,
+	// closed between streams.
+	conn *pgx.Conn
 }
 
 func newDeleter(s *walSource) *deleter {
-	d := &deleter{s: s}
+	d := &deleter{s: s, kick: make(chan struct{}, 1)}
 	d.changed = sync.NewCond(&d.mu)
 	return d
 }
@@ -45,6 +53,11 @@ func newDeleter(s *walSource) *deleter {
 // past it the stream waits, so a slow database slows the relay instead of
 // letting unsettled work pile up.
 const deleterMax = 8
+
+// deleteLinger is how long a deletion of fewer than BatchSize rows waits for
+// more before it runs. It delays only the rows' removal and the slot's
+// acknowledgement, never a publish.
+const deleteLinger = 10 * time.Millisecond
 
 // add queues j, starting the background run if none is going, and waits
 // while too many rows are queued. It returns the error of a deletion that
@@ -61,6 +74,9 @@ func (d *deleter) add(ctx context.Context, st *wal.Stream, j *deletion) error {
 	}
 	d.queue = append(d.queue, j)
 	d.queued += len(j.ids)
+	if d.queued >= max(d.s.e.cfg.BatchSize, 1) {
+		d.wake()
+	}
 	if !d.running {
 		d.running = true
 		go d.run(ctx, st)
@@ -68,14 +84,37 @@ func (d *deleter) add(ctx context.Context, st *wal.Stream, j *deletion) error {
 	return nil
 }
 
+// wake ends a linger; with d.mu held.
+func (d *deleter) wake() {
+	select {
+	case d.kick <- struct{}{}:
+	default:
+	}
+}
+
 // run deletes what is queued, merged, until the queue is empty.
 func (d *deleter) run(ctx context.Context, st *wal.Stream) {
+	linger := time.NewTimer(deleteLinger)
+	defer linger.Stop()
 	for {
 		d.mu.Lock()
+		if !d.flush && d.err == nil && d.queued < max(d.s.e.cfg.BatchSize, 1) {
+			d.mu.Unlock()
+			linger.Reset(deleteLinger)
+			select {
+			case <-linger.C:
+			case <-d.kick:
+			}
+			d.mu.Lock()
+		}
+		select {
+		case <-d.kick: // consumed: this run takes everything queued
+		default:
+		}
 		jobs := d.queue
 		d.queue, d.queued = nil, 0
 		if len(jobs) == 0 || d.err != nil {
-			d.running = false
+			d.running, d.flush = false, false
 			d.changed.Broadcast()
 			d.mu.Unlock()
 			return
@@ -101,6 +140,10 @@ func (d *deleter) run(ctx context.Context, st *wal.Stream) {
 func (d *deleter) barrier() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.running {
+		d.flush = true
+		d.wake()
+	}
 	for d.running {
 		d.changed.Wait()
 	}
@@ -109,26 +152,10 @@ func (d *deleter) barrier() error {
 	return err
 }
 
-// delete deletes j's rows once their transactions are visible, without a
-// synchronous commit, then acknowledges j's transactions. If PostgreSQL
-// loses such a commit in a crash, the rows come back as pending rows of
-// events already delivered: relayed again at worst, which at-least-once
-// allows.
+// delete deletes j's rows, then acknowledges j's transactions.
 func (s *walSource) delete(ctx context.Context, st *wal.Stream, j *deletion) error {
 	if len(j.ids) > 0 {
-		xids := make(map[uint32]bool, len(j.xids))
-		for _, x := range j.xids {
-			xids[x] = true
-		}
-		if err := s.waitVisible(ctx, xids); err != nil {
-			return err
-		}
-		b := &pgx.Batch{}
-		b.Queue("BEGIN")
-		b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
-		b.Queue(s.qd.MarkPublished, j.ids)
-		b.Queue("COMMIT")
-		if err := s.send(ctx, b); err != nil {
+		if err := s.del.deleteRows(ctx, j); err != nil {
 			return err
 		}
 	}
@@ -138,6 +165,68 @@ func (s *walSource) delete(ctx context.Context, st *wal.Stream, j *deletion) err
 		}
 	}
 	return nil
+}
+
+// deleteRows deletes j's rows in one statement. The stream can hand out a
+// transaction a moment before it is visible to new snapshots (see
+// waitVisible), and a DELETE in that moment misses its rows: when fewer
+// rows than asked are deleted, the DELETE runs again once every
+// transaction of j is visible. Rows still missing then are gone already
+// (cancelled, or deleted before the stream reopened).
+func (d *deleter) deleteRows(ctx context.Context, j *deletion) error {
+	n, err := d.exec(ctx, d.s.qd.MarkPublished, j.ids)
+	if err != nil || n == int64(len(j.ids)) {
+		return err
+	}
+	xids := make(map[uint32]bool, len(j.xids))
+	for _, x := range j.xids {
+		xids[x] = true
+	}
+	if err := d.s.waitVisible(ctx, xids); err != nil {
+		return err
+	}
+	_, err = d.exec(ctx, d.s.qd.MarkPublished, j.ids)
+	return err
+}
+
+// exec runs sql on the deleter's own connection, opened on first use with
+// synchronous_commit off: if PostgreSQL loses such a commit in a crash, the
+// rows come back as pending rows of events already delivered, relayed
+// again at worst, which at-least-once allows. A single statement then
+// commits without a transaction block, in one round trip.
+func (d *deleter) exec(ctx context.Context, sql string, args ...any) (int64, error) {
+	e := d.s.e
+	sctx, cancel := e.stmtCtx(ctx)
+	defer cancel()
+	if d.conn == nil {
+		cfg := e.pool.Config().ConnConfig.Copy()
+		if cfg.RuntimeParams == nil {
+			cfg.RuntimeParams = map[string]string{}
+		}
+		cfg.RuntimeParams["synchronous_commit"] = "off"
+		c, err := pgx.ConnectConfig(sctx, cfg)
+		if err != nil {
+			return 0, inPhase("connect", err)
+		}
+		d.conn = c
+	}
+	tag, err := d.conn.Exec(sctx, sql, args...)
+	if err != nil {
+		d.close() // a fresh connection next time
+		return 0, inPhase("record", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// close closes the deleter's connection; only while no run goes on.
+func (d *deleter) close() {
+	if d.conn == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), discardTimeout)
+	defer cancel()
+	_ = d.conn.Close(ctx)
+	d.conn = nil
 }
 
 // send runs b, a transaction, on a pool connection under the statement
