@@ -408,7 +408,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		case errors.Is(err, ErrNotMigrated):
 			return err
 		case errors.Is(err, ErrReplicationPrerequisite):
-			return fmt.Errorf("outbox: WAL source for %s: %w", r.names.QTable, err)
+			return fmt.Errorf("outbox: relay of %s: %w", r.names.QTable, err)
 		}
 		wait := r.cfg.OutageBackoff.Delay(failures)
 		r.cfg.Logger.Warn("outbox relay cannot check its table yet; retrying", "err", err, "retry_in", wait)
