@@ -262,6 +262,9 @@ func (e *env) readStream(stream string) []Delivery {
 		e.t.Fatal(err)
 	}
 	out := make([]Delivery, 0, info.State.Msgs)
+	// A fetch can come back empty while the server pushes a message of
+	// tens of MB to a loaded machine: stuck means several in a row.
+	empty := 0
 	for {
 		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
@@ -282,8 +285,12 @@ func (e *env) readStream(stream string) []Delivery {
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
 			e.t.Fatalf("read stream %s: %v", stream, err)
 		}
-		if got == 0 {
-			e.t.Fatalf("read stream %s: stuck at %d of %d messages", stream, len(out), info.State.Msgs)
+		if got > 0 {
+			empty = 0
+			continue
+		}
+		if empty++; empty == 6 {
+			e.t.Fatalf("read stream %s: stuck at %d of %d messages (6 fetches of 5 s came back empty)", stream, len(out), info.State.Msgs)
 		}
 	}
 }

@@ -446,8 +446,13 @@ func (p *Proxy) pipe(l *link, dir Direction) bool {
 				}
 				return false
 			}
+			// Counted before the write: the peer may read the bytes (and a
+			// test read Stats) before Write returns.
+			count.Add(int64(n))
 			w, werr := dst.Write(buf[:n])
-			count.Add(int64(w))
+			if w < n {
+				count.Add(int64(w - n))
+			}
 			if werr != nil {
 				return false
 			}
