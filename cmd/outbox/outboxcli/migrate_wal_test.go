@@ -2,13 +2,8 @@ package outboxcli
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"net/url"
 	"strings"
 	"testing"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/ident"
@@ -72,32 +67,8 @@ func TestMigrateSourceWAL(t *testing.T) {
 
 	// A role without REPLICATION, allowed everything else on the table.
 	ctx := context.Background()
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	role := "pgoutbox_cli_norepl_" + hex.EncodeToString(b)
-	qrole, qschema := pgx.Identifier{role}.Sanitize(), pgx.Identifier{schema}.Sanitize()
-	for _, q := range []string{
-		"CREATE ROLE " + qrole + " LOGIN NOREPLICATION",
-		"GRANT ALL ON SCHEMA " + qschema + " TO " + qrole,
-		"GRANT ALL ON ALL TABLES IN SCHEMA " + qschema + " TO " + qrole,
-	} {
-		if _, err := pool.Exec(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() {
-		for _, q := range []string{"DROP OWNED BY " + qrole, "DROP ROLE IF EXISTS " + qrole} {
-			if _, err := pool.Exec(context.Background(), q); err != nil {
-				t.Errorf("%s: %v", q, err)
-			}
-		}
-	})
-	u, err := url.Parse(testdb.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.User = url.User(role)
-	r = run(t, map[string]string{"DATABASE_URL": u.String()}, "migrate", "--source", "wal", "--schema", schema)
+	dbURL := noReplicationRole(t, "pgoutbox_cli_norepl_", schema, "ALL", "ALL")
+	r = run(t, map[string]string{"DATABASE_URL": dbURL}, "migrate", "--source", "wal", "--schema", schema)
 	wantExit(t, r, ExitUsage)
 	if !strings.Contains(r.stderr, "REPLICATION privilege") || !strings.Contains(r.stderr, "ALTER ROLE") {
 		t.Errorf("migrate --source wal without REPLICATION:\n%s", r)
@@ -105,7 +76,7 @@ func TestMigrateSourceWAL(t *testing.T) {
 	// The check comes first: a schema that is not migrated stays so.
 	fresh := testdb.NewSchemaName("t")
 	t.Cleanup(func() { testdb.Drop(t, fresh) })
-	r = run(t, map[string]string{"DATABASE_URL": u.String()}, "migrate", "--source", "wal", "--schema", fresh)
+	r = run(t, map[string]string{"DATABASE_URL": dbURL}, "migrate", "--source", "wal", "--schema", fresh)
 	wantExit(t, r, ExitUsage)
 	var migrated bool
 	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, fresh).Scan(&migrated); err != nil || migrated {

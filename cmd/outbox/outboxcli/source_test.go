@@ -385,32 +385,9 @@ func TestRelaySourceWAL(t *testing.T) {
 func TestRelaySourceWALPrerequisite(t *testing.T) {
 	f := setup(t)
 	ctx := testCtx(t)
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	role := "pgoutbox_cli_relay_norepl_" + hex.EncodeToString(b)
-	qrole, qschema := pgx.Identifier{role}.Sanitize(), pgx.Identifier{f.schema}.Sanitize()
-	for _, q := range []string{
-		"CREATE ROLE " + qrole + " LOGIN NOREPLICATION",
-		"GRANT USAGE ON SCHEMA " + qschema + " TO " + qrole,
-		"GRANT SELECT, UPDATE, DELETE ON ALL TABLES IN SCHEMA " + qschema + " TO " + qrole,
-	} {
-		f.exec(q)
-	}
-	t.Cleanup(func() {
-		pool := testdb.Pool(t, "")
-		for _, q := range []string{"DROP OWNED BY " + qrole, "DROP ROLE IF EXISTS " + qrole} {
-			if _, err := pool.Exec(context.Background(), q); err != nil {
-				t.Errorf("%s: %v", q, err)
-			}
-		}
-	})
-	u, err := url.Parse(testdb.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.User = url.User(role)
+	dbURL := noReplicationRole(t, "pgoutbox_cli_relay_norepl_", f.schema, "USAGE", "SELECT, UPDATE, DELETE")
 	var stderr syncBuffer
-	code := runWith(ctx, &bytes.Buffer{}, &stderr, map[string]string{"DATABASE_URL": u.String()},
+	code := runWith(ctx, &bytes.Buffer{}, &stderr, map[string]string{"DATABASE_URL": dbURL},
 		"relay", "--source", "wal", "--schema", f.schema, "--broker", "stdout:")
 	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
 	last := lines[len(lines)-1]
@@ -433,4 +410,37 @@ func mustNames(t *testing.T, schema string) ident.Names {
 		t.Fatal(err)
 	}
 	return in
+}
+
+// noReplicationRole creates a login role without REPLICATION, granted
+// schemaPriv on schema and tablePriv on its tables, dropped when the test
+// ends, and returns the test database's URL as that role.
+func noReplicationRole(t *testing.T, prefix, schema, schemaPriv, tablePriv string) string {
+	t.Helper()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	role := prefix + hex.EncodeToString(b)
+	qrole, qschema := pgx.Identifier{role}.Sanitize(), pgx.Identifier{schema}.Sanitize()
+	pool := testdb.Pool(t, "")
+	exec := func(q string) {
+		if _, err := pool.Exec(context.Background(), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	exec("CREATE ROLE " + qrole + " LOGIN NOREPLICATION")
+	t.Cleanup(func() {
+		for _, q := range []string{"DROP OWNED BY " + qrole, "DROP ROLE IF EXISTS " + qrole} {
+			if _, err := pool.Exec(context.Background(), q); err != nil {
+				t.Errorf("%s: %v", q, err)
+			}
+		}
+	})
+	exec("GRANT " + schemaPriv + " ON SCHEMA " + qschema + " TO " + qrole)
+	exec("GRANT " + tablePriv + " ON ALL TABLES IN SCHEMA " + qschema + " TO " + qrole)
+	u, err := url.Parse(testdb.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(role)
+	return u.String()
 }
