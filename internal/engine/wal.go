@@ -584,6 +584,8 @@ func (s *walSource) record(ctx context.Context, p *walPlan, sets *settlement) er
 	}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
+	b.Queue(`SELECT ` + customPlans)
+	opening := b.Len()
 	if sets != nil {
 		a := e.markArgsOf(p.send, sets)
 		switch {
@@ -615,7 +617,7 @@ WHERE id = $1 AND processed_at IS NULL`, h.row.ID, h.holder)
 WHERE id = $1 AND processed_at IS NULL`, [16]byte(d.ID), truncate("cannot decode the row from the WAL: "+d.Err.Error(), lastErrorMax))
 		e.cfg.Logger.Error("outbox WAL source: an outbox row cannot be decoded; dead-lettered", "event_id", d.ID, "err", d.Err)
 	}
-	if b.Len() == 1 {
+	if b.Len() == opening {
 		return nil // nothing to write
 	}
 	b.Queue("COMMIT")

@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"net/url"
 	"os"
 	"strings"
 	"testing"
@@ -98,4 +99,36 @@ func connect(t testing.TB) *pgx.Conn {
 		t.Fatalf("testdb: connect to %s: %v", URL(), err)
 	}
 	return conn
+}
+
+// Database creates an empty database on the test server, dropped when the
+// test ends, and returns its URL (TEST_DATABASE_URL's, naming it). For the
+// few tests that need a database to themselves: schemas created and dropped
+// by the tests running beside them reset every cached plan in the database
+// they share.
+func Database(t testing.TB) string {
+	t.Helper()
+	name := NewSchemaName("db")
+	conn := connect(t)
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(context.Background(), "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		t.Fatalf("testdb: create database: %v", err)
+	}
+	t.Cleanup(func() {
+		if os.Getenv("TESTDB_KEEP") != "" {
+			t.Logf("testdb: keeping database %s", name)
+			return
+		}
+		conn := connect(t)
+		defer conn.Close(context.Background())
+		if _, err := conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+			t.Errorf("testdb: drop database %s: %v", name, err)
+		}
+	})
+	u, err := url.Parse(URL())
+	if err != nil {
+		t.Fatalf("testdb: parse TEST_DATABASE_URL: %v", err)
+	}
+	u.Path = "/" + name
+	return u.String()
 }

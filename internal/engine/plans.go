@@ -1,0 +1,21 @@
+package engine
+
+// The relay's statements run as prepared statements (pgx caches them per
+// connection), and PostgreSQL switches a prepared statement to a generic
+// plan after five executions when that plan looks no dearer, then keeps it
+// until the table's statistics change. An outbox table often starts empty
+// and grows without a new ANALYZE (autovacuum off, or behind on a busy
+// server): the generic plan made while it was tiny scans the whole table,
+// and every mark (UPDATE … WHERE id = ANY($1)) then reads every row the
+// table keeps, at each claim, on each connection that cached it. A custom
+// plan is made for the table as it is at each execution, from its current
+// size, and finds the rows by key: a few tens of microseconds of planning
+// per statement against a scan that grows with the table.
+
+// customPlans is the set_config call that makes the rest of a transaction
+// plan each statement with its parameters.
+const customPlans = `set_config('plan_cache_mode', 'force_custom_plan', true)`
+
+// customPlansParam is the same setting for a whole session, for the
+// connections the relay opens for itself.
+const customPlansParam = "plan_cache_mode"
