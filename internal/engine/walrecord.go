@@ -204,7 +204,7 @@ func (d *deleter) exec(ctx context.Context, sql string, args ...any) (int64, err
 			cfg.RuntimeParams = map[string]string{}
 		}
 		cfg.RuntimeParams["synchronous_commit"] = "off"
-		cfg.RuntimeParams[customPlansParam] = "force_custom_plan"
+		cfg.RuntimeParams[planCacheMode] = forceCustom
 		c, err := pgx.ConnectConfig(sctx, cfg)
 		if err != nil {
 			return 0, inPhase("connect", err)
