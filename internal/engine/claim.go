@@ -190,7 +190,7 @@ func (l *tableLease) claim(ctx context.Context, p claimPlan) (rows []*Row, more 
 func (l *tableLease) begin(b *pgx.Batch) {
 	idle := strconv.FormatInt((l.e.cfg.PublishTimeout + 5*time.Second).Milliseconds(), 10)
 	b.Queue("BEGIN")
-	b.Queue(`SELECT set_config('idle_in_transaction_session_timeout', $1, true), set_config('synchronous_commit', 'off', true), `+customPlans, idle)
+	b.Queue(`SELECT set_config('idle_in_transaction_session_timeout', $1, true), set_config('synchronous_commit', 'off', true)`, idle)
 }
 
 func (l *tableLease) commit(ctx context.Context) error {

@@ -82,7 +82,15 @@ func (l *tableLease) readPayloads(ctx context.Context, rows []*Row) error {
 		ids[i] = r.ID
 		at[r.ID] = r
 	}
-	q, err := l.conn.Query(ctx, l.e.q.Payloads, ids)
+	b := &pgx.Batch{}
+	b.Queue(`SELECT ` + customPlans)
+	b.Queue(l.e.q.Payloads, ids)
+	br := l.conn.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return fmt.Errorf("payloads: %w", err)
+	}
+	q, err := br.Query()
 	if err != nil {
 		return fmt.Errorf("payloads: %w", err)
 	}

@@ -17,5 +17,10 @@ const (
 )
 
 // customPlans is the set_config call that plans the rest of a transaction's
-// statements with their parameters.
+// statements with their parameters. A lease sets it in the round trip of
+// its first statement that finds rows by id (the mark, a payload fetch, an
+// attempt count), not before the claim: the claim reads the partial
+// indexes of pending rows, which even a generic plan made on a tiny table
+// uses, and keeps its cached plan; and while the batch publishes,
+// pg_stat_activity shows the claim as the session's last statement.
 const customPlans = `set_config('` + planCacheMode + `', '` + forceCustom + `', true)`

@@ -54,13 +54,15 @@ func (l *tableLease) countAtFetch(ctx context.Context, rows, big []*Row) ([]*Row
 		ids[i] = r.ID
 	}
 	b := &pgx.Batch{}
+	b.Queue(`SELECT ` + customPlans)
 	b.Queue(e.q.CountAttempt, bigIDs)
 	b.Queue("COMMIT")
 	l.begin(b)
+	b.Queue(`SELECT ` + customPlans)
 	b.Queue(e.q.Relock, ids)
 	br := l.conn.SendBatch(ctx, b)
 	defer br.Close()
-	for range 4 {
+	for range 6 {
 		if _, err := br.Exec(); err != nil {
 			return nil, fmt.Errorf("count attempts at fetch: %w", err)
 		}

@@ -61,6 +61,7 @@ func (l *tableLease) record(ctx context.Context, rows []*Row, s *settlement) err
 	e := l.e
 	a := e.markArgsOf(rows, s)
 	mark := &pgx.Batch{}
+	mark.Queue(`SELECT ` + customPlans)
 	ordered := e.cfg.Ordered && (len(a.failIDs) > 0 || len(a.releaseIDs) > 0)
 	switch {
 	case ordered:
@@ -77,13 +78,13 @@ func (l *tableLease) record(ctx context.Context, rows []*Row, s *settlement) err
 	ctx, cancel := e.stmtCtx(ctx)
 	defer cancel()
 	mr := l.conn.SendBatch(ctx, mark)
-	var (
-		released int64
-		err      error
-	)
-	if ordered {
+	var released int64
+	_, err := mr.Exec()
+	switch {
+	case err != nil:
+	case ordered:
 		err = mr.QueryRow().Scan(&released)
-	} else {
+	default:
 		_, err = mr.Exec()
 	}
 	if err != nil {
