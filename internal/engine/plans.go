@@ -22,5 +22,7 @@ const (
 // attempt count), not before the claim: the claim reads the partial
 // indexes of pending rows, which even a generic plan made on a tiny table
 // uses, and keeps its cached plan; and while the batch publishes,
-// pg_stat_activity shows the claim as the session's last statement.
+// pg_stat_activity shows the claim as the session's last statement. The
+// ordered mark with failures (MarkOrdered) keeps its cached plan too: see
+// record.
 const customPlans = `set_config('` + planCacheMode + `', '` + forceCustom + `', true)`

@@ -61,8 +61,13 @@ func (l *tableLease) record(ctx context.Context, rows []*Row, s *settlement) err
 	e := l.e
 	a := e.markArgsOf(rows, s)
 	mark := &pgx.Batch{}
-	mark.Queue(`SELECT ` + customPlans)
 	ordered := e.cfg.Ordered && (len(a.failIDs) > 0 || len(a.releaseIDs) > 0)
+	if !ordered {
+		// MarkOrdered locks the successors of failed events with SKIP
+		// LOCKED, which rows it takes depending on its plan: it keeps the
+		// cached one it was tested with.
+		mark.Queue(`SELECT ` + customPlans)
+	}
 	switch {
 	case ordered:
 		mark.Queue(e.q.MarkOrdered, a.okIDs, a.failIDs, a.failErrs, a.failDelays, a.failDead, a.failCount, a.releaseIDs)
@@ -78,13 +83,13 @@ func (l *tableLease) record(ctx context.Context, rows []*Row, s *settlement) err
 	ctx, cancel := e.stmtCtx(ctx)
 	defer cancel()
 	mr := l.conn.SendBatch(ctx, mark)
-	var released int64
-	_, err := mr.Exec()
-	switch {
-	case err != nil:
-	case ordered:
+	var (
+		released int64
+		err      error
+	)
+	if ordered {
 		err = mr.QueryRow().Scan(&released)
-	default:
+	} else if _, err = mr.Exec(); err == nil {
 		_, err = mr.Exec()
 	}
 	if err != nil {
