@@ -63,9 +63,9 @@ func (l *tableLease) record(ctx context.Context, rows []*Row, s *settlement) err
 	mark := &pgx.Batch{}
 	ordered := e.cfg.Ordered && (len(a.failIDs) > 0 || len(a.releaseIDs) > 0)
 	if !ordered {
-		// MarkOrdered locks the successors of failed events with SKIP
-		// LOCKED, which rows it takes depending on its plan: it keeps the
-		// cached one it was tested with.
+		// Not MarkOrdered: what it does depends on its plan (planned per
+		// execution, it let the WAL ordered torture deliver events out of
+		// order), so it keeps the cached plan it is tested with.
 		mark.Queue(`SELECT ` + customPlans)
 	}
 	switch {
@@ -89,7 +89,7 @@ func (l *tableLease) record(ctx context.Context, rows []*Row, s *settlement) err
 	)
 	if ordered {
 		err = mr.QueryRow().Scan(&released)
-	} else if _, err = mr.Exec(); err == nil {
+	} else if _, err = mr.Exec(); err == nil { // customPlans, then the mark
 		_, err = mr.Exec()
 	}
 	if err != nil {
