@@ -247,6 +247,9 @@ func (s *walSource) stream(ctx context.Context) error {
 		m.Streaming.Set(1)
 	}
 	e.cfg.Logger.Info("outbox WAL source: streaming", "slot", s.names.Slot, "from", st.Confirmed().String())
+	if e.cfg.Ordered {
+		e.cfg.Logger.Warn("outbox WAL source in ordered mode: known bug, some events can reach the broker before an earlier event of their aggregate when publishes fail while relays are killed; use the table source for per-aggregate ordering (docs/WAL.md)")
+	}
 	outages := 0
 	for {
 		rows, err := s.gather(ctx, st)
