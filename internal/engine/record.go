@@ -63,9 +63,9 @@ func (l *tableLease) record(ctx context.Context, rows []*Row, s *settlement) err
 	mark := &pgx.Batch{}
 	ordered := e.cfg.Ordered && (len(a.failIDs) > 0 || len(a.releaseIDs) > 0)
 	if !ordered {
-		// Not MarkOrdered: what it does depends on its plan (planned per
-		// execution, it let the WAL ordered torture deliver events out of
-		// order), so it keeps the cached plan it is tested with.
+		// Not MarkOrdered: its sub-statements update the same table, and
+		// what it does may depend on its plan, so it keeps the cached plan
+		// it is tested with.
 		mark.Queue(`SELECT ` + customPlans)
 	}
 	switch {
