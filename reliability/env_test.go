@@ -661,3 +661,38 @@ func (e *env) finish(row Row) Result {
 	}
 	return res
 }
+
+// dumpStuck logs, for a few aggregates that still have held events, every
+// unprocessed row of the aggregate in seq order with its holder: what a
+// scenario that did not drain left behind.
+func (e *env) dumpStuck() {
+	e.t.Helper()
+	ctx := ctxT(e.t, 30*time.Second)
+	rows, err := e.pool.Query(ctx, `SELECT aggregate_type, aggregate_id, id, seq, attempts, retry_after IS NOT NULL, dead_at IS NOT NULL,
+       COALESCE(held_by::text, ''), COALESCE(left(last_error, 60), '')
+FROM `+e.table+` AS o
+WHERE processed_at IS NULL AND (aggregate_type, aggregate_id) IN (
+    SELECT aggregate_type, aggregate_id FROM `+e.table+` WHERE processed_at IS NULL AND dead_at IS NOT NULL LIMIT 3)
+ORDER BY aggregate_type, aggregate_id, seq`)
+	if err != nil {
+		e.t.Logf("dump stuck rows: %v", err)
+		return
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		var typ, agg, id, held, lastErr string
+		var seq int64
+		var attempts int
+		var retry, dead bool
+		if err := rows.Scan(&typ, &agg, &id, &seq, &attempts, &retry, &dead, &held, &lastErr); err != nil {
+			e.t.Logf("dump stuck rows: %v", err)
+			return
+		}
+		if n++; n > 60 {
+			continue
+		}
+		e.t.Logf("stuck %s/%s id=%s seq=%d attempts=%d handed=%v dead=%v held_by=%s err=%q", typ, agg, id, seq, attempts, retry, dead, held, lastErr)
+	}
+	e.t.Logf("stuck: %d unprocessed rows in the aggregates shown", n)
+}

@@ -247,9 +247,6 @@ func (s *walSource) stream(ctx context.Context) error {
 		m.Streaming.Set(1)
 	}
 	e.cfg.Logger.Info("outbox WAL source: streaming", "slot", s.names.Slot, "from", st.Confirmed().String())
-	if e.cfg.Ordered {
-		e.cfg.Logger.Warn("outbox WAL source in ordered mode: known bug, some events can reach the broker before an earlier event of their aggregate when publishes fail while relays are killed; use the table source for per-aggregate ordering (docs/WAL.md)")
-	}
 	outages := 0
 	for {
 		rows, err := s.gather(ctx, st)
@@ -466,6 +463,13 @@ func (s *walSource) settled(st *wal.Stream, lsn pglogrepl.LSN) error {
 // retry_after or dead_at set) and parks the batch's events of those
 // aggregates behind it, in commit order, instead of publishing them. An
 // aggregate is thus on one path at a time, and never inverted across them.
+//
+// A batch event already handed to the table path (a stream reopened after
+// a crash offers again what the last one settled) is the table path's:
+// it is left as it is. Parking it again would give it a new seq, behind
+// later events of its aggregate handed over since, and the table path
+// would then publish those first, or wait forever on events parked behind
+// it with a lower seq.
 func (s *walSource) checkOrder(ctx context.Context, p *walPlan) error {
 	e := s.e
 	seen := map[aggKey]bool{}
@@ -481,25 +485,37 @@ func (s *walSource) checkOrder(ctx context.Context, p *walPlan) error {
 	}
 	sctx, cancel := e.stmtCtx(ctx)
 	defer cancel()
-	q := `SELECT DISTINCT ON (o.aggregate_type, o.aggregate_id) o.aggregate_type, o.aggregate_id, o.id
-FROM unnest($1::text[], $2::text[]) AS a(typ, agg)
-JOIN ` + e.cfg.Names.QTable + ` AS o ON o.aggregate_type = a.typ AND o.aggregate_id = a.agg
-WHERE o.processed_at IS NULL AND (o.retry_after IS NOT NULL OR o.dead_at IS NOT NULL)
-  AND NOT (o.id = ANY($3::uuid[]) AND o.retry_after IS NULL)
-ORDER BY o.aggregate_type, o.aggregate_id, o.seq`
+	// The first table-path event of each aggregate (head = true), and the
+	// batch's events already handed over.
+	q := `WITH b AS (
+  SELECT o.aggregate_type, o.aggregate_id, o.id, o.seq, o.retry_after IS NOT NULL AS handed
+  FROM unnest($1::text[], $2::text[]) AS a(typ, agg)
+  JOIN ` + e.cfg.Names.QTable + ` AS o ON o.aggregate_type = a.typ AND o.aggregate_id = a.agg
+  WHERE o.processed_at IS NULL AND (o.retry_after IS NOT NULL OR o.dead_at IS NOT NULL)
+    AND NOT (o.id = ANY($3::uuid[]) AND o.retry_after IS NULL))
+(SELECT DISTINCT ON (aggregate_type, aggregate_id) aggregate_type, aggregate_id, id, true
+ FROM b ORDER BY aggregate_type, aggregate_id, seq)
+UNION ALL
+SELECT aggregate_type, aggregate_id, id, false FROM b WHERE handed AND id = ANY($3::uuid[])`
 	rs, err := e.pool.Query(sctx, q, typs, aggs, ids)
 	if err != nil {
 		return inPhase("order check", err)
 	}
 	blocked := map[aggKey][16]byte{}
+	handed := map[[16]byte]bool{}
 	for rs.Next() {
 		var k aggKey
 		var id [16]byte
-		if err := rs.Scan(&k.typ, &k.id, &id); err != nil {
+		var head bool
+		if err := rs.Scan(&k.typ, &k.id, &id, &head); err != nil {
 			rs.Close()
 			return inPhase("order check", err)
 		}
-		blocked[k] = id
+		if head {
+			blocked[k] = id
+		} else {
+			handed[id] = true
+		}
 	}
 	if err := rs.Err(); err != nil {
 		return inPhase("order check", err)
@@ -515,8 +531,8 @@ ORDER BY o.aggregate_type, o.aggregate_id, o.seq`
 		switch {
 		case !ok:
 			send = append(send, r)
-		case head == r.ID:
-			p.skip = append(p.skip, r) // handed over already: the table path publishes it
+		case handed[r.ID]:
+			p.skip = append(p.skip, r) // the table path publishes it
 		default:
 			p.holds = append(p.holds, hold{row: r, holder: head})
 		}
@@ -600,8 +616,10 @@ func (s *walSource) record(ctx context.Context, p *walPlan, sets *settlement) er
 	}
 	t := e.cfg.Names.QTable
 	for _, h := range p.holds {
-		b.Queue(`UPDATE `+t+` SET held_by = $2, dead_at = now(), retry_after = COALESCE(retry_after, now()), seq = DEFAULT
-WHERE id = $1 AND processed_at IS NULL`, h.row.ID, h.holder)
+		// retry_after IS NULL: an event the table path owns already keeps
+		// its place (see checkOrder).
+		b.Queue(`UPDATE `+t+` SET held_by = $2, dead_at = now(), retry_after = now(), seq = DEFAULT
+WHERE id = $1 AND processed_at IS NULL AND retry_after IS NULL`, h.row.ID, h.holder)
 	}
 	if len(p.handoff) > 0 {
 		ids := make([][16]byte, len(p.handoff))

@@ -1,0 +1,154 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/testdb"
+	"github.com/pgoutbox/outbox/memory"
+)
+
+// TestWALSourceOrderedReplayKeepsPlace: a relay killed before its
+// acknowledgements reached the server leaves the slot behind what it
+// settled, and the next stream offers those events again. Events the
+// last stream handed to the table path are the table path's: the replay
+// leaves their place (seq) and holder as they were, and the aggregate's
+// events are first published in commit order. (Parking them again gave
+// them new seqs behind later events of their aggregate: the table path
+// then published those first, or waited forever on events parked behind
+// an event with a higher seq.)
+func TestWALSourceOrderedReplayKeepsPlace(t *testing.T) {
+	e, n := setupWAL(t)
+	// The slot as it is before the events: copied now, put back after the
+	// first relay settled them, as if its acknowledgements were lost.
+	saved := n.Slot + "_saved"
+	testdb.ReplicationObjects(t, saved, "")
+	if _, err := e.pool.Exec(ctx(t), `SELECT pg_copy_logical_replication_slot($1, $2)`, n.Slot, saved); err != nil {
+		t.Fatalf("copy slot: %v", err)
+	}
+	var failing atomic.Bool
+	failing.Store(true)
+	mem, st := timed()
+	pub := memory.New()
+	pub.FailWith(func(m *outbox.Message) error {
+		if failing.Load() {
+			return errors.New("injected failure")
+		}
+		return mem.Publish(context.Background(), m)
+	})
+	cfg := walConfig(outbox.RelayConfig{Ordered: true, BatchSize: 1, MaxAttempts: 1000,
+		RetryBackoff: outbox.Backoff{Base: 20 * time.Millisecond, Max: 50 * time.Millisecond}})
+
+	var ids []uuid.UUID
+	for i := range 4 {
+		ids = append(ids, e.writeEvents(event("x", i))...)
+	}
+	r1 := e.relay(pub, cfg)
+	stop1 := e.run(r1)
+	waitStreaming(t, r1, 30*time.Second)
+	// x0 fails and is handed to the table; x1..x3 are parked behind it.
+	deadline := time.Now().Add(30 * time.Second)
+	for e.rows("retry_after IS NOT NULL") < len(ids) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	stop1()
+	before := e.places(t)
+	if len(before) != len(ids) {
+		e.dump()
+		t.Fatalf("%d events handed to the table path, want %d", len(before), len(ids))
+	}
+
+	// Rewind: the saved copy replaces the slot.
+	// The stopped relay's walsender may take a moment to release it.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		_, err := e.pool.Exec(ctx(t), `SELECT pg_drop_replication_slot($1)`, n.Slot)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("drop slot: %v", err)
+		}
+	}
+	if _, err := e.pool.Exec(ctx(t), `SELECT pg_copy_logical_replication_slot($1, $2)`, saved, n.Slot); err != nil {
+		t.Fatalf("restore slot: %v", err)
+	}
+	if _, err := e.pool.Exec(ctx(t), `SELECT pg_drop_replication_slot($1)`, saved); err != nil {
+		t.Fatalf("drop saved slot: %v", err)
+	}
+	var end string
+	if err := e.pool.QueryRow(ctx(t), `SELECT pg_current_wal_lsn()::text`).Scan(&end); err != nil {
+		t.Fatal(err)
+	}
+	r2 := e.relay(pub, cfg)
+	e.run(r2)
+	waitStreaming(t, r2, 30*time.Second)
+	// The replay is over once the slot is confirmed past the events.
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		var past bool
+		if err := e.pool.QueryRow(ctx(t), `SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1`,
+			n.Slot, end).Scan(&past); err != nil {
+			t.Fatal(err)
+		}
+		if past {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the slot was not confirmed past %s within 30s", end)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	after := e.places(t)
+	for id, p := range before {
+		if after[id] != p {
+			t.Errorf("event %s: seq and holder %+v before the replay, %+v after: the replay moved an event the table path owns", id, p, after[id])
+		}
+	}
+
+	failing.Store(false)
+	deadline = time.Now().Add(60 * time.Second)
+	for len(st.order()) < len(ids) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := len(st.order()); got < len(ids) {
+		e.dump()
+		t.Fatalf("%d of %d events published within 60s of the failures ending (status %+v)", got, len(ids), r2.SourceStatus())
+	}
+	order := st.order()
+	for i, id := range order {
+		if id != ids[i] {
+			t.Fatalf("first publishes %v, want commit order %v", order, ids)
+		}
+	}
+}
+
+// place is where an event waits on the table path.
+type place struct {
+	Seq    int64
+	Holder string
+}
+
+// places returns the place of every event handed to the table path.
+func (e *env) places(t *testing.T) map[uuid.UUID]place {
+	t.Helper()
+	rs, err := e.pool.Query(ctx(t), fmt.Sprintf(`SELECT id, seq, COALESCE(held_by::text, '') FROM %s.outbox_events
+WHERE processed_at IS NULL AND retry_after IS NOT NULL`, pgx.Identifier{e.schema}.Sanitize()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[uuid.UUID]place{}
+	var id uuid.UUID
+	var p place
+	if _, err := pgx.ForEachRow(rs, []any{&id, &p.Seq, &p.Holder}, func() error { m[id] = p; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
