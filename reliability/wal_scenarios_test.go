@@ -453,9 +453,10 @@ func TestWALOrderedTorture(t *testing.T) {
 		r.restart()
 	}
 	lastFault := time.Now()
-	if _, ok := e.waitDrained(long(2*time.Minute, 10*time.Minute)); !ok {
-		t.Errorf("not drained after the faults stopped: %d pending (%d handed to the table, %d held)", e.pending(),
-			e.count("retry_after IS NOT NULL AND processed_at IS NULL"), e.count("held_by IS NOT NULL AND processed_at IS NULL"))
+	drainWait := long(2*time.Minute, 10*time.Minute)
+	_, drained := e.waitDrained(drainWait)
+	left, handedLeft, heldLeft := e.pending(), e.count("retry_after IS NOT NULL AND processed_at IS NULL"), e.count("held_by IS NOT NULL AND processed_at IS NULL")
+	if !drained {
 		e.dumpStuck()
 	}
 	drain := time.Since(lastFault)
@@ -494,4 +495,11 @@ func TestWALOrderedTorture(t *testing.T) {
 	}
 	regression(t, "WAL source, ordered mode: no event first delivered out of its aggregate's order when publishes fail", "e39b161",
 		"0 inversions (first deliveries in each aggregate's commit order) across the stream and the table path", res.Inversions == 0, observed)
+	// Found by this scenario: inversions, or events held forever, in
+	// about half of the runs: a stream reopened after a SIGKILL parked
+	// again the events the last one had handed to the table path, moving
+	// them behind later events of their aggregate.
+	regression(t, "WAL source, ordered mode: a stream reopened after a SIGKILL leaves the events handed to the table path in their place", "85297aa",
+		"drained once the faults stop: nothing pending, nothing held", drained,
+		fmt.Sprintf("drained=%v: %d pending, %d handed to the table, %d held, %s after the faults stopped", drained, left, handedLeft, heldLeft, drainWait))
 }
