@@ -319,6 +319,7 @@ type wireCounter struct {
 	mu     sync.Mutex
 	carry  map[int64][]byte
 	counts map[string]int
+	total  int
 }
 
 func newWireCounter() *wireCounter {
@@ -359,6 +360,7 @@ func (w *wireCounter) scan(conn int64, chunk []byte) []string {
 		if start+uuidLen > len(carry) { // not counted with the previous chunk
 			id := string(buf[start : start+uuidLen])
 			w.counts[id]++
+			w.total++
 			found = append(found, id)
 		}
 		i = start + uuidLen
@@ -369,6 +371,13 @@ func (w *wireCounter) scan(conn int64, chunk []byte) []string {
 	}
 	w.carry[conn] = buf
 	return found
+}
+
+// sent is the number of publishes so far.
+func (w *wireCounter) sent() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.total
 }
 
 // resent is the number of publishes beyond the first of each event.
