@@ -11,8 +11,8 @@ import (
 
 // TestLateCommitBelowFloorDrainsAtFullSpeed: a large transaction held open
 // while later commits move the claim floor past it is drained, once it
-// commits, back to back: within one RescanInterval plus a few batches' time,
-// not one batch per RescanInterval.
+// commits, back to back: well within the time one batch per RescanInterval
+// would take.
 func TestLateCommitBelowFloorDrainsAtFullSpeed(t *testing.T) {
 	for _, ordered := range []bool{false, true} {
 		t.Run(fmt.Sprintf("ordered=%v", ordered), func(t *testing.T) {
@@ -57,8 +57,10 @@ SELECT 'order', g::text, 'order.created', '{}' FROM generate_series(1, $1) g`, l
 			took := time.Since(committed)
 			t.Logf("%d rows committed below the floor drained in %s (batch %d, rescan %s)", late, took, batch, rescan)
 			// Old behaviour: late/batch rescans, one per RescanInterval (60 s).
-			if bound := rescan + 5*time.Second; took > bound {
-				t.Errorf("%d late rows took %s to drain, want under %s (one rescan interval plus the drain)", late, took, bound)
+			// The bound is a third of that, not a speed target: a loaded
+			// machine (CI under -race) takes several seconds for the drain.
+			if bound := late / batch * rescan / 3; took > bound {
+				t.Errorf("%d late rows took %s to drain, want under %s (a third of one rescan per batch: the late rows must not wait a rescan each)", late, took, bound)
 			}
 		})
 	}
