@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -151,4 +153,75 @@ WHERE processed_at IS NULL AND retry_after IS NOT NULL`, pgx.Identifier{e.schema
 		t.Fatal(err)
 	}
 	return m
+}
+
+// TestWALSourceRecordRetriedAfterDeadlock: a stream batch's record (here:
+// a failed event handed to the table and its successor parked) that
+// PostgreSQL ends as a deadlock with another transaction is sent again, not
+// paid for with a reopened stream.
+func TestWALSourceRecordRetriedAfterDeadlock(t *testing.T) {
+	e, _ := setupWAL(t)
+	var failing atomic.Bool
+	failing.Store(true)
+	pub := memory.New()
+	pub.FailWith(func(m *outbox.Message) error {
+		if failing.Load() {
+			return errors.New("injected failure")
+		}
+		return nil
+	})
+	ids := e.writeEvents(event("d", 0), event("d", 1))
+	table := pgx.Identifier{e.schema, "outbox_events"}.Sanitize()
+
+	// Another transaction holds the successor the record will park.
+	other, err := e.pool.Begin(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Rollback(context.Background())
+	if _, err := other.Exec(ctx(t), `SELECT 1 FROM `+table+` WHERE id = $1 FOR UPDATE`, ids[1]); err != nil {
+		t.Fatal(err)
+	}
+	logs := &lockedBuffer{}
+	cfg := walConfig(outbox.RelayConfig{Ordered: true, MaxAttempts: 1000, Logger: slog.New(slog.NewJSONHandler(logs, nil)),
+		RetryBackoff: outbox.Backoff{Base: time.Hour, Max: time.Hour}})
+	r := e.relay(pub, cfg)
+	e.run(r)
+	waitStreaming(t, r, 30*time.Second)
+	// The record marked the failure, then waits for the successor's lock.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var waiting bool
+		if err := e.pool.QueryRow(ctx(t), `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+WHERE wait_event_type = 'Lock' AND query LIKE '%held_by = $2%' AND pid <> pg_backend_pid())`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the record never waited for the parked event's lock; logs:\n%s", logs)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Now the other transaction waits for the failed event the record
+	// holds: PostgreSQL ends the record, which waited first.
+	if _, err := other.Exec(ctx(t), `UPDATE `+table+` SET attempts = attempts WHERE id = $1`, ids[0]); err != nil {
+		t.Fatalf("the other transaction was the deadlock's victim (%v): the test did not exercise the record's", err)
+	}
+	if err := other.Rollback(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for e.rows("held_by IS NOT NULL") != 1 && !time.Now().After(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := e.rows("held_by IS NOT NULL"); n != 1 {
+		t.Fatalf("%d events parked after the deadlock, want 1; logs:\n%s", n, logs)
+	}
+	// The retry itself is silent (the server logs the deadlock); what must
+	// not show is a reopened stream.
+	if strings.Contains(logs.String(), "stream ended; reopening") {
+		t.Errorf("the stream was reopened after the deadlock, want the record sent again; logs:\n%s", logs)
+	}
 }

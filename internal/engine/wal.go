@@ -642,13 +642,45 @@ WHERE id = $1 AND processed_at IS NULL`, [16]byte(d.ID), truncate("cannot decode
 		return nil // nothing to write
 	}
 	b.Queue("COMMIT")
-	if err := s.send(ctx, b); err != nil {
+	// The record updates rows one statement at a time, in commit order, while
+	// the table workers and the housekeeping update rows of the same
+	// aggregates: PostgreSQL may end one of them as a deadlock. The record
+	// is rolled back whole, so sending it again is safe, and cheaper than
+	// reopening the stream, which would offer the batch again.
+	var err error
+	for try := 1; try <= recordTries; try++ {
+		if err = s.send(ctx, copyBatch(b)); err == nil || !isDeadlock(err) {
+			break
+		}
+	}
+	if err != nil {
 		return err
 	}
 	if len(p.holds) > 0 || len(p.handoff) > 0 {
 		e.cur.reset()
 	}
 	return nil
+}
+
+// recordTries is how many times a stream batch's record is sent when
+// PostgreSQL ends it as a deadlock.
+const recordTries = 3
+
+// isDeadlock reports whether err is PostgreSQL's deadlock_detected.
+func isDeadlock(err error) bool {
+	var pgErr interface{ SQLState() string }
+	return errors.As(err, &pgErr) && pgErr.SQLState() == "40P01"
+}
+
+// copyBatch returns a fresh batch of b's statements: pgx keeps in a sent
+// batch what it learnt of each statement on the connection it used, and a
+// resend may get another connection.
+func copyBatch(b *pgx.Batch) *pgx.Batch {
+	c := &pgx.Batch{}
+	for _, q := range b.QueuedQueries {
+		c.Queue(q.SQL, q.Arguments...)
+	}
+	return c
 }
 
 // slotStates are the values of outbox_replication_slot_state's label.
