@@ -93,21 +93,8 @@ func TestWALSourceOrderedReplayKeepsPlace(t *testing.T) {
 	e.run(r2)
 	waitStreaming(t, r2, 30*time.Second)
 	// The replay is over once the slot is confirmed past the events.
-	deadline = time.Now().Add(30 * time.Second)
-	for {
-		var past bool
-		if err := e.pool.QueryRow(ctx(t), `SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1`,
-			n.Slot, end).Scan(&past); err != nil {
-			t.Fatal(err)
-		}
-		if past {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the slot was not confirmed past %s within 30s", end)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	e.waitQuery(30*time.Second, "the slot confirmed past "+end,
+		`SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1`, n.Slot, end)
 	after := e.places(t)
 	for id, p := range before {
 		if after[id] != p {
@@ -189,21 +176,9 @@ func TestWALSourceRecordRetriedAfterDeadlock(t *testing.T) {
 	e.run(r)
 	waitStreaming(t, r, 30*time.Second)
 	// The record marked the failure, then waits for the successor's lock.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var waiting bool
-		if err := e.pool.QueryRow(ctx(t), `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-WHERE wait_event_type = 'Lock' AND query LIKE '%held_by = $2%' AND pid <> pg_backend_pid())`).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the record never waited for the parked event's lock; logs:\n%s", logs)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	e.waitQuery(30*time.Second, "the record waiting for the parked event's lock",
+		`SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+WHERE wait_event_type = 'Lock' AND query LIKE '%held_by = $2%' AND pid <> pg_backend_pid())`)
 	// Now the other transaction waits for the failed event the record
 	// holds: PostgreSQL ends the record, which waited first.
 	if _, err := other.Exec(ctx(t), `UPDATE `+table+` SET attempts = attempts WHERE id = $1`, ids[0]); err != nil {
@@ -212,7 +187,7 @@ WHERE wait_event_type = 'Lock' AND query LIKE '%held_by = $2%' AND pid <> pg_bac
 	if err := other.Rollback(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for e.rows("held_by IS NOT NULL") != 1 && !time.Now().After(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -223,5 +198,23 @@ WHERE wait_event_type = 'Lock' AND query LIKE '%held_by = $2%' AND pid <> pg_bac
 	// not show is a reopened stream.
 	if strings.Contains(logs.String(), "stream ended; reopening") {
 		t.Errorf("the stream was reopened after the deadlock, want the record sent again; logs:\n%s", logs)
+	}
+}
+
+// waitQuery polls query, which returns one boolean, until it is true, and
+// fails the test after d.
+func (e *env) waitQuery(d time.Duration, what, query string, args ...any) {
+	e.t.Helper()
+	for deadline := time.Now().Add(d); ; time.Sleep(10 * time.Millisecond) {
+		var ok bool
+		if err := e.pool.QueryRow(ctx(e.t), query, args...).Scan(&ok); err != nil {
+			e.t.Fatalf("wait for %s: %v", what, err)
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("no %s within %s", what, d)
+		}
 	}
 }
