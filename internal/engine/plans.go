@@ -24,5 +24,5 @@ const (
 // uses, and keeps its cached plan; and while the batch publishes,
 // pg_stat_activity shows the claim as the session's last statement. The
 // ordered mark with failures (MarkOrdered) keeps its cached plan too: see
-// record.
+// record. The WAL source's order check and record set it as well.
 const customPlans = `set_config('` + planCacheMode + `', '` + forceCustom + `', true)`

@@ -99,14 +99,18 @@ func (e *Engine) Prepare(ctx context.Context) error {
 	if err := wal.Check(ctx, e.pool, n); err != nil {
 		return err
 	}
-	idx, err := e.cfg.Names.HandoffIndex()
-	if err != nil {
-		return err
+	var indexes []string
+	for _, name := range []func() (string, error){e.cfg.Names.HandoffIndex, e.cfg.Names.HandoffOrderIndex} {
+		idx, err := name()
+		if err != nil {
+			return err
+		}
+		if e.cfg.Names.QSchema != "" {
+			idx = e.cfg.Names.QSchema + "." + idx
+		}
+		indexes = append(indexes, idx)
 	}
-	if e.cfg.Names.QSchema != "" {
-		idx = e.cfg.Names.QSchema + "." + idx
-	}
-	ready, err := wal.Ready(ctx, e.pool, n, idx)
+	ready, err := wal.Ready(ctx, e.pool, n, indexes...)
 	if err != nil || ready {
 		return err
 	}
@@ -485,39 +489,47 @@ func (s *walSource) checkOrder(ctx context.Context, p *walPlan) error {
 	}
 	sctx, cancel := e.stmtCtx(ctx)
 	defer cancel()
-	// The first table-path event of each aggregate (head = true), and the
-	// batch's events already handed over.
-	q := `WITH b AS (
-  SELECT o.aggregate_type, o.aggregate_id, o.id, o.seq, o.retry_after IS NOT NULL AS handed
-  FROM unnest($1::text[], $2::text[]) AS a(typ, agg)
-  JOIN ` + e.cfg.Names.QTable + ` AS o ON o.aggregate_type = a.typ AND o.aggregate_id = a.agg
-  WHERE o.processed_at IS NULL AND (o.retry_after IS NOT NULL OR o.dead_at IS NOT NULL)
-    AND NOT (o.id = ANY($3::uuid[]) AND o.retry_after IS NULL))
-(SELECT DISTINCT ON (aggregate_type, aggregate_id) aggregate_type, aggregate_id, id, true
- FROM b ORDER BY aggregate_type, aggregate_id, seq)
+	// The first table-path event of each aggregate (head = true), one probe
+	// of the handoff order index each, however many events of it wait; and
+	// the batch's events already handed over, by id. A batch event the
+	// stream still owns is never a head: one the housekeeping parked behind
+	// a table-path event is parked again, behind its aggregate's first.
+	t := e.cfg.Names.QTable
+	q := `SELECT a.typ, a.agg, h.id, true
+FROM unnest($1::text[], $2::text[]) AS a(typ, agg)
+CROSS JOIN LATERAL (
+  SELECT o.id FROM ` + t + ` AS o
+  WHERE o.aggregate_type = a.typ AND o.aggregate_id = a.agg
+    AND o.processed_at IS NULL AND (o.retry_after IS NOT NULL OR o.dead_at IS NOT NULL)
+    AND NOT (o.id = ANY($3::uuid[]) AND o.retry_after IS NULL)
+  ORDER BY o.seq
+  LIMIT 1) AS h
 UNION ALL
-SELECT aggregate_type, aggregate_id, id, false FROM b WHERE handed AND id = ANY($3::uuid[])`
-	rs, err := e.pool.Query(sctx, q, typs, aggs, ids)
-	if err != nil {
-		return inPhase("order check", err)
-	}
+SELECT o.aggregate_type, o.aggregate_id, o.id, false FROM ` + t + ` AS o
+WHERE o.id = ANY($3::uuid[]) AND o.processed_at IS NULL AND o.retry_after IS NOT NULL`
 	blocked := map[aggKey][16]byte{}
 	handed := map[[16]byte]bool{}
-	for rs.Next() {
+	// Planned for these values: a plan cached while the table was small
+	// may read every row (see plans.go).
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(`SELECT ` + customPlans)
+	b.Queue(q, typs, aggs, ids).Query(func(rs pgx.Rows) error {
 		var k aggKey
 		var id [16]byte
 		var head bool
-		if err := rs.Scan(&k.typ, &k.id, &id, &head); err != nil {
-			rs.Close()
-			return inPhase("order check", err)
-		}
-		if head {
-			blocked[k] = id
-		} else {
-			handed[id] = true
-		}
-	}
-	if err := rs.Err(); err != nil {
+		_, err := pgx.ForEachRow(rs, []any{&k.typ, &k.id, &id, &head}, func() error {
+			if head {
+				blocked[k] = id
+			} else {
+				handed[id] = true
+			}
+			return nil
+		})
+		return err
+	})
+	b.Queue("COMMIT")
+	if err := e.pool.SendBatch(sctx, b).Close(); err != nil {
 		return inPhase("order check", err)
 	}
 	if len(blocked) == 0 {

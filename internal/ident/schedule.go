@@ -15,3 +15,10 @@ func (n Names) ScheduledIndex() (string, error) {
 func (n Names) HandoffIndex() (string, error) {
 	return n.local("handoff index", n.Table+"_handoff_idx")
 }
+
+// HandoffOrderIndex is the outbox table's index of the unprocessed rows on
+// a WAL relay's table path, by aggregate and seq: the stream's order check
+// finds each aggregate's first one in one probe, unqualified.
+func (n Names) HandoffOrderIndex() (string, error) {
+	return n.local("handoff order index", n.Table+"_handoff_agg_idx")
+}

@@ -26,10 +26,13 @@ func Create(ctx context.Context, db DB, n Names) (created bool, err error) {
 	// A table without the relay's columns (the article's minimal table,
 	// streamed by hand) has no handoff: nothing to index or mark.
 	relayColumns := true
-	if _, err := db.Exec(ctx, idx); isCode(err, "42703") { // undefined_column
-		relayColumns = false
-	} else if err != nil {
-		return false, fmt.Errorf("WAL source: create the handoff index of %s: %w", n.Table.QTable, err)
+	for _, s := range idx {
+		if _, err := db.Exec(ctx, s); isCode(err, "42703") { // undefined_column
+			relayColumns = false
+			break
+		} else if err != nil {
+			return false, fmt.Errorf("WAL source: create the handoff indexes of %s: %w", n.Table.QTable, err)
+		}
 	}
 	var exists bool
 	if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, n.Publication).Scan(&exists); err != nil {
@@ -86,10 +89,10 @@ func lockSlot(ctx context.Context, tx pgx.Tx, n Names) error {
 	return nil
 }
 
-// Ready reports whether the table's handoff index (handoffIndex, qualified
-// as to_regclass takes it), publication and slot all exist, waiting for a
+// Ready reports whether the table's handoff indexes (qualified as
+// to_regclass takes them), publication and slot all exist, waiting for a
 // creation in progress (Create) to finish first.
-func Ready(ctx context.Context, db DB, n Names, handoffIndex string) (bool, error) {
+func Ready(ctx context.Context, db DB, n Names, indexes ...string) (bool, error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return false, err
@@ -99,9 +102,9 @@ func Ready(ctx context.Context, db DB, n Names, handoffIndex string) (bool, erro
 		return false, err
 	}
 	var ready bool
-	err = tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL
+	err = tx.QueryRow(ctx, `SELECT (SELECT bool_and(to_regclass(i) IS NOT NULL) FROM unnest($1::text[]) AS i) IS NOT FALSE
   AND EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $2)
-  AND EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $3)`, handoffIndex, n.Publication, n.Slot).Scan(&ready)
+  AND EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $3)`, indexes, n.Publication, n.Slot).Scan(&ready)
 	return ready, err
 }
 

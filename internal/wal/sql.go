@@ -42,16 +42,28 @@ func (n Names) DropPublicationSQL() string {
 // (retry_after is NULL only on a row as its writer inserted it).
 const HandoffPredicate = "retry_after IS NOT NULL"
 
-// HandoffIndexSQL creates the partial index a WAL relay's table workers
-// claim through: the ready rows handed over to the table path, so a
-// backlog the stream has not reached costs those claims nothing.
-func (n Names) HandoffIndexSQL() (string, error) {
+// HandoffIndexSQL creates the partial indexes of the rows handed over to
+// the table path: the ready ones by seq, which a WAL relay's table workers
+// claim through, so a backlog the stream has not reached costs those
+// claims nothing; and every unprocessed one by aggregate and seq, where the
+// stream's order check (ordered mode) finds the first of an aggregate in one
+// probe however many events of it wait. A row as its writer inserted it is
+// in neither: the writers pay nothing for them.
+func (n Names) HandoffIndexSQL() ([]string, error) {
 	idx, err := n.Table.HandoffIndex()
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	return "CREATE INDEX IF NOT EXISTS " + idx + " ON " + n.Table.QTable +
-		" (seq) WHERE processed_at IS NULL AND dead_at IS NULL AND deliver_at IS NULL AND " + HandoffPredicate, nil
+	agg, err := n.Table.HandoffOrderIndex()
+	if err != nil {
+		return nil, err
+	}
+	return []string{
+		"CREATE INDEX IF NOT EXISTS " + idx + " ON " + n.Table.QTable +
+			" (seq) WHERE processed_at IS NULL AND dead_at IS NULL AND deliver_at IS NULL AND " + HandoffPredicate,
+		"CREATE INDEX IF NOT EXISTS " + agg + " ON " + n.Table.QTable +
+			" (aggregate_type, aggregate_id, seq) WHERE processed_at IS NULL AND (" + HandoffPredicate + " OR dead_at IS NOT NULL)",
+	}, nil
 }
 
 // MarkBacklogSQL hands the pending rows the slot will not stream (committed
@@ -85,9 +97,12 @@ func (n Names) Script() string {
 	b.WriteString(n.MarkBacklogSQL())
 	b.WriteString(";\n")
 	if idx, err := n.HandoffIndexSQL(); err == nil {
-		b.WriteString("-- The rows a WAL relay's table workers claim (failed, held, scheduled, re-queued):\n")
-		b.WriteString(idx)
-		b.WriteString(";\n")
+		b.WriteString("-- The rows a WAL relay's table workers claim (failed, held, scheduled, re-queued),\n")
+		b.WriteString("-- and the same by aggregate, for the order check of ordered mode:\n")
+		for _, s := range idx {
+			b.WriteString(s)
+			b.WriteString(";\n")
+		}
 	}
 	b.WriteString("-- To remove them (stop the relays first; an active slot cannot be dropped):\n")
 	b.WriteString("-- " + n.DropSlotSQL() + ";\n")
