@@ -52,7 +52,7 @@ func (e *Engine) tendHeld(ctx context.Context) error {
 	b := &pgx.Batch{}
 	b.Queue(e.q.ReleaseOrphans)
 	if e.cfg.Ordered {
-		b.Queue(e.q.ParkLate)
+		b.Queue(e.claimQueries().ParkLate)
 	} else {
 		b.Queue(e.q.ReleaseAll)
 	}

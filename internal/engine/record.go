@@ -70,7 +70,7 @@ func (l *tableLease) record(ctx context.Context, rows []*Row, s *settlement) err
 	}
 	switch {
 	case ordered:
-		mark.Queue(e.q.MarkOrdered, a.okIDs, a.failIDs, a.failErrs, a.failDelays, a.failDead, a.failCount, a.releaseIDs)
+		mark.Queue(e.claimQueries().MarkOrdered, a.okIDs, a.failIDs, a.failErrs, a.failDelays, a.failDead, a.failCount, a.releaseIDs)
 	case len(a.failIDs) == 0:
 		mark.Queue(e.q.MarkPublished, a.okIDs)
 	default:

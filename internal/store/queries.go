@@ -362,9 +362,16 @@ func lockSuccessors(t, from string) string {
   SELECT s.id, f.id AS holder
   FROM ` + from + ` AS f JOIN ` + t + ` AS s
     ON s.aggregate_type = f.aggregate_type AND s.aggregate_id = f.aggregate_id
-   AND s.seq > f.seq AND s.processed_at IS NULL AND s.dead_at IS NULL
+   AND ` + successors + `
   FOR UPDATE OF s SKIP LOCKED)`
 }
+
+// successors is lockSuccessors' condition on the later events; handedPredicate
+// is a row on a WAL relay's table path (wal.HandoffPredicate).
+const (
+	successors      = "s.seq > f.seq AND s.processed_at IS NULL AND s.dead_at IS NULL"
+	handedPredicate = "retry_after IS NOT NULL"
+)
 
 func markOrdered(t string, deleteProcessed bool) string {
 	published := `UPDATE ` + t + ` SET processed_at = now() WHERE id = ANY($1::uuid[])`
@@ -423,5 +430,12 @@ func (q *Queries) HandoffOnly() *Queries {
 	h.ClaimOrdered = due.Replace(q.ClaimOrdered)
 	h.ClaimOrderedSparse = due.Replace(q.ClaimOrderedSparse)
 	h.LowWater = due.Replace(q.LowWater)
+	// Parking behind a failing event takes only its successors on the table
+	// path: those the stream has not reached are parked by the stream itself
+	// when it does (its order check), and parking them here would cost an
+	// update each, read through every pending row of the aggregate.
+	onPath := strings.NewReplacer(successors, successors+" AND s."+handedPredicate)
+	h.ParkLate = onPath.Replace(q.ParkLate)
+	h.MarkOrdered = onPath.Replace(q.MarkOrdered)
 	return &h
 }

@@ -27,4 +27,12 @@ func TestHandoffOnly(t *testing.T) {
 	if !strings.Contains(q.ClaimOrdered, "l.retry_after IS NOT NULL") {
 		t.Error("the ordered claim still locks followers the stream owns")
 	}
+	for name, sql := range map[string]string{"ParkLate": q.ParkLate, "MarkOrdered": q.MarkOrdered} {
+		if !strings.Contains(sql, successors+" AND s.retry_after IS NOT NULL") {
+			t.Errorf("%s still parks events the stream owns:\n%s", name, sql)
+		}
+	}
+	if base := New(n, false); strings.Contains(base.ParkLate, "s.retry_after") || strings.Contains(base.MarkOrdered, "s.retry_after") {
+		t.Error("the table source's parking is restricted to handed-over rows")
+	}
 }
