@@ -501,5 +501,5 @@ func TestWALOrderedTorture(t *testing.T) {
 	// them behind later events of their aggregate.
 	regression(t, "WAL source, ordered mode: a stream reopened after a SIGKILL leaves the events handed to the table path in their place", "85297aa",
 		"drained once the faults stop: nothing pending, nothing held", drained,
-		fmt.Sprintf("drained=%v: %d pending, %d handed to the table, %d held, %s after the faults stopped", drained, left, handedLeft, heldLeft, drainWait))
+		fmt.Sprintf("drained=%v (waited up to %s after the faults stopped): %d pending, %d handed to the table, %d held", drained, drainWait, left, handedLeft, heldLeft))
 }
