@@ -169,6 +169,52 @@ func TestHeldEventsReleasedWhenHolderGone(t *testing.T) {
 	}
 }
 
+// TestHeldEventsReleasedOnlyForGoneHolder: three aggregates each parked
+// behind a dead letter; the operator deletes one of the three. The
+// housekeeping walks the holders and releases only that one's events: the
+// other two aggregates stay held behind their dead letters.
+func TestHeldEventsReleasedOnlyForGoneHolder(t *testing.T) {
+	e := setup(t)
+	heads := map[uuid.UUID]bool{}
+	var ys []uuid.UUID
+	for _, agg := range []string{"X", "Y", "Z"} {
+		ids := e.writeAgg(agg, 1, 3)
+		heads[ids[0]] = true
+		if agg == "Y" {
+			ys = ids
+		}
+	}
+	pub := memory.New()
+	pub.FailWith(func(m *outbox.Message) error {
+		if heads[m.ID] {
+			return outbox.Permanent(errors.New("poison"))
+		}
+		return nil
+	})
+	parker := e.relay(pub, outbox.RelayConfig{Ordered: true})
+	if res, err := parker.ProcessBatch(ctx(t)); err != nil || res.DeadLettered != 3 {
+		t.Fatalf("batch = %+v, %v", res, err)
+	}
+	if n := e.count("held_by IS NOT NULL"); n != 6 {
+		t.Fatalf("%d held, want 6", n)
+	}
+	if _, err := e.pool.Exec(ctx(t), "DELETE FROM outbox_events WHERE id = $1", ys[0]); err != nil {
+		t.Fatal(err)
+	}
+	e.run(e.relay(pub, outbox.RelayConfig{Ordered: true, StatsInterval: 10 * time.Millisecond}))
+	if err := pub.WaitDistinct(ctx(t), 2); err != nil {
+		t.Fatalf("Y's held events never published: %v", err)
+	}
+	for _, m := range pub.Messages() {
+		if m.ID != ys[1] && m.ID != ys[2] {
+			t.Errorf("published %s (%s/%s): only Y's held events may be", m.ID, m.AggregateType, m.AggregateID)
+		}
+	}
+	if n := e.count("held_by IS NOT NULL AND processed_at IS NULL"); n != 4 {
+		t.Errorf("%d events still held, want 4 (X's and Z's, behind their dead letters)", n)
+	}
+}
+
 // lockRows holds FOR UPDATE locks on ids in a transaction of its own, as
 // another relay's claim in flight would, until the test ends or release is
 // called.

@@ -359,6 +359,7 @@ func TestMigrationSQLOddNames(t *testing.T) {
 		`Ordres "été"; x_events_archive r`,
 		`Ordres "été"; x_events_archive_pkey i`,
 		`Ordres "été"; x_events_dead_idx i`,
+		`Ordres "été"; x_events_held_idx i`,
 		`Ordres "été"; x_events_pending_idx i`,
 		`Ordres "été"; x_events_pkey i`,
 		`Ordres "été"; x_events_processed_idx i`,

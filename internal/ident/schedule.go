@@ -22,3 +22,7 @@ func (n Names) HandoffIndex() (string, error) {
 func (n Names) HandoffOrderIndex() (string, error) {
 	return n.local("handoff order index", n.Table+"_handoff_agg_idx")
 }
+
+// HeldIndex is the outbox table's index of the events parked behind a
+// failing event of their aggregate, by holder, unqualified.
+func (n Names) HeldIndex() (string, error) { return n.local("held index", n.Table+"_held_idx") }

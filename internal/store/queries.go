@@ -178,9 +178,26 @@ WHERE processed_at IS NULL AND dead_at IS NULL AND deliver_at IS NULL
 UPDATE ` + t + ` AS s SET dead_at = now(), held_by = l.holder
 FROM late AS l
 WHERE s.id = l.id`,
-		ReleaseOrphans: `UPDATE ` + t + ` AS s SET dead_at = NULL, held_by = NULL
-WHERE s.held_by IS NOT NULL AND s.dead_at IS NOT NULL AND s.processed_at IS NULL
-  AND NOT EXISTS (SELECT 1 FROM ` + t + ` AS h WHERE h.id = s.held_by AND h.processed_at IS NULL)`,
+		// One probe per holder, not per held event: the holders are walked
+		// through the held index one distinct value at a time (a loose index
+		// scan), so a pass costs a few pages per holder however many events
+		// each holds, and only a gone holder's events are touched.
+		ReleaseOrphans: `WITH RECURSIVE holders AS (
+    (SELECT held_by AS id FROM ` + t + `
+     WHERE held_by IS NOT NULL AND processed_at IS NULL
+     ORDER BY held_by LIMIT 1)
+  UNION ALL
+    SELECT (SELECT n.held_by FROM ` + t + ` AS n
+            WHERE n.held_by > p.id AND n.processed_at IS NULL
+            ORDER BY n.held_by LIMIT 1)
+    FROM holders AS p WHERE p.id IS NOT NULL),
+gone AS (
+    SELECT g.id FROM holders AS g
+    WHERE g.id IS NOT NULL
+      AND NOT EXISTS (SELECT 1 FROM ` + t + ` AS h WHERE h.id = g.id AND h.processed_at IS NULL))
+UPDATE ` + t + ` AS s SET dead_at = NULL, held_by = NULL
+FROM gone
+WHERE s.held_by = gone.id AND s.dead_at IS NOT NULL AND s.processed_at IS NULL`,
 		ReleaseAll: `UPDATE ` + t + ` SET dead_at = NULL, held_by = NULL
 WHERE held_by IS NOT NULL AND dead_at IS NOT NULL AND processed_at IS NULL`,
 		CountPending:  `SELECT count(*) FROM ` + t + ` WHERE processed_at IS NULL AND dead_at IS NULL AND deliver_at IS NULL`,
@@ -405,7 +422,7 @@ released AS (
   FROM ` + t + ` AS h
   WHERE h.id = ANY($7::uuid[])
     AND s.aggregate_type = h.aggregate_type AND s.aggregate_id = h.aggregate_id
-    AND s.processed_at IS NULL AND s.held_by = h.id
+    AND s.held_by = h.id AND s.held_by IS NOT NULL AND s.processed_at IS NULL
   RETURNING 1)
 SELECT count(*) FROM released`
 }
