@@ -26,3 +26,12 @@ func (n Names) HandoffOrderIndex() (string, error) {
 // HeldIndex is the outbox table's index of the events parked behind a
 // failing event of their aggregate, by holder, unqualified.
 func (n Names) HeldIndex() (string, error) { return n.local("held index", n.Table+"_held_idx") }
+
+// RetryIndex is the outbox table's index of the pending events that failed
+// and wait for a retry (or, in WAL mode, were handed to the table path), by
+// retry time, unqualified.
+func (n Names) RetryIndex() (string, error) { return n.local("retry index", n.Table+"_retry_idx") }
+
+// DeadLetterIndex is the outbox table's index of its dead letters proper
+// (held events left out), unqualified.
+func (n Names) DeadLetterIndex() (string, error) { return n.local("dead-letter index", n.Table+"_dlq_idx") }

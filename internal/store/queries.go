@@ -158,14 +158,17 @@ FOR UPDATE SKIP LOCKED`,
 		LowWater: `SELECT min(seq) FROM ` + t + `
 WHERE processed_at IS NULL AND dead_at IS NULL AND deliver_at IS NULL
   AND (retry_after IS NULL OR retry_after <= now())`,
+		// A probe per dead letter (LATERAL, LIMIT 1): as a semi-join the
+		// planner may hash every pending row first, even with no dead letter.
 		BlockedAggregates: `SELECT count(*) FROM (
     SELECT DISTINCT d.aggregate_type, d.aggregate_id
     FROM ` + t + ` AS d
-    WHERE d.dead_at IS NOT NULL AND d.processed_at IS NULL AND d.held_by IS NULL
-      AND EXISTS (
+    CROSS JOIN LATERAL (
         SELECT 1 FROM ` + t + ` AS s
         WHERE s.aggregate_type = d.aggregate_type AND s.aggregate_id = d.aggregate_id
-          AND s.processed_at IS NULL AND s.seq > d.seq)) AS b`,
+          AND s.processed_at IS NULL AND s.seq > d.seq
+        LIMIT 1) AS later
+    WHERE d.dead_at IS NOT NULL AND d.processed_at IS NULL AND d.held_by IS NULL) AS b`,
 		MarkPublished: markPublished(t, deleteProcessed),
 		MarkOutcomes:  markOutcomes(t, deleteProcessed),
 		MarkOrdered:   markOrdered(t, deleteProcessed),
@@ -181,7 +184,9 @@ WHERE s.id = l.id`,
 		// One probe per holder, not per held event: the holders are walked
 		// through the held index one distinct value at a time (a loose index
 		// scan), so a pass costs a few pages per holder however many events
-		// each holds, and only a gone holder's events are touched.
+		// each holds, and only a gone holder's events are touched. A row
+		// another statement has locked is left for the next pass: the
+		// housekeeping never waits on the relays' marks.
 		ReleaseOrphans: `WITH RECURSIVE holders AS (
     (SELECT held_by AS id FROM ` + t + `
      WHERE held_by IS NOT NULL AND processed_at IS NULL
@@ -194,10 +199,14 @@ WHERE s.id = l.id`,
 gone AS (
     SELECT g.id FROM holders AS g
     WHERE g.id IS NOT NULL
-      AND NOT EXISTS (SELECT 1 FROM ` + t + ` AS h WHERE h.id = g.id AND h.processed_at IS NULL))
+      AND NOT EXISTS (SELECT 1 FROM ` + t + ` AS h WHERE h.id = g.id AND h.processed_at IS NULL)),
+freed AS (
+    SELECT s.id FROM ` + t + ` AS s JOIN gone ON s.held_by = gone.id
+    WHERE s.dead_at IS NOT NULL AND s.processed_at IS NULL
+    FOR UPDATE OF s SKIP LOCKED)
 UPDATE ` + t + ` AS s SET dead_at = NULL, held_by = NULL
-FROM gone
-WHERE s.held_by = gone.id AND s.dead_at IS NOT NULL AND s.processed_at IS NULL`,
+FROM freed
+WHERE s.id = freed.id`,
 		ReleaseAll: `UPDATE ` + t + ` SET dead_at = NULL, held_by = NULL
 WHERE held_by IS NOT NULL AND dead_at IS NOT NULL AND processed_at IS NULL`,
 		CountPending:  `SELECT count(*) FROM ` + t + ` WHERE processed_at IS NULL AND dead_at IS NULL AND deliver_at IS NULL`,
