@@ -423,7 +423,7 @@ func (r *Relay) Run(ctx context.Context) error {
 }
 
 // CheckSchema returns an error wrapping ErrNotMigrated when the outbox table
-// is missing or lacks a column this version of pgoutbox needs.
+// is missing or lacks a column or index this version of pgoutbox needs.
 func (r *Relay) CheckSchema(ctx context.Context) error {
 	err := r.eng.CheckSchema(ctx)
 	switch {

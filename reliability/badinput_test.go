@@ -350,7 +350,7 @@ func TestBadInputConfiguration(t *testing.T) {
 	cases := []cliCase{
 		{name: "table from migration 1 only (the minimal outbox table)", setup: older(1), code: 4, want: []string{"outbox migrate"},
 			expect: "exit 4, says to run outbox migrate"},
-		{name: fmt.Sprintf("table from migrations 1-%d (before the ordering index)", len(migs)-1), setup: older(len(migs) - 1), code: 4, want: []string{"outbox migrate"},
+		{name: fmt.Sprintf("table from migrations 1-%d (the latest one missing)", len(migs)-1), setup: older(len(migs) - 1), code: 4, want: []string{"outbox migrate"},
 			expect: "exit 4, says to run outbox migrate"},
 		{name: "no table at all", setup: func(string) {}, code: 4, want: []string{"outbox migrate"}, expect: "exit 4, says to run outbox migrate"},
 		{name: "unknown broker scheme", setup: older(len(migs)), args: []string{"--broker", "kafkaa://127.0.0.1:9092"}, code: 2,
