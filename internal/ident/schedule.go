@@ -34,4 +34,6 @@ func (n Names) RetryIndex() (string, error) { return n.local("retry index", n.Ta
 
 // DeadLetterIndex is the outbox table's index of its dead letters proper
 // (held events left out), unqualified.
-func (n Names) DeadLetterIndex() (string, error) { return n.local("dead-letter index", n.Table+"_dlq_idx") }
+func (n Names) DeadLetterIndex() (string, error) {
+	return n.local("dead-letter index", n.Table+"_dlq_idx")
+}
