@@ -1,8 +1,9 @@
--- pgoutbox migration 7: indexes for ordered mode's housekeeping.
+-- pgoutbox migration 7: indexes of the failing and held events.
 -- Each holds only events that failed or wait behind a failure: a writer's
 -- row and a published row are in none of them, so the happy path pays
 -- nothing, and a large backlog of failing or held events costs the relay's
--- periodic statements a few pages instead of a read of every such row.
+-- periodic statements (ordered mode's housekeeping, the gauges) a few pages
+-- instead of a read of every such row.
 
 -- The held events, by holder: a published holder releases its events, and
 -- the housekeeping finds holders that are gone, through this index.
