@@ -216,9 +216,19 @@ type RelayConfig struct {
 	// backlog (full batches) is always claimed back to back. A negative
 	// BatchDelay never paces; BatchDelay must not exceed PublishTimeout.
 	// Defaults to DefaultBatchDelay (10ms).
+	//
+	// The WAL source paces its reads of the stream the same way, counting
+	// transactions rather than events: above BatchDelayAbove transactions a
+	// second it reads at most once per BatchDelay (rising to it between that
+	// rate and twice it), so each read, and each batch it publishes, carries
+	// many transactions. Unpaced, it wakes up for every message the server
+	// sends (three per one-event transaction), and that costs it more CPU
+	// than the events themselves. Its cost is per transaction, whatever the
+	// transaction's size, hence the unit.
 	BatchDelay time.Duration
-	// BatchDelayAbove is the rate, in events per second, above which claims
-	// are paced (see BatchDelay). Defaults to DefaultBatchDelayAbove (1500).
+	// BatchDelayAbove is the rate, in events per second (WAL source:
+	// transactions per second), above which claims (reads) are paced (see
+	// BatchDelay). Defaults to DefaultBatchDelayAbove (1500).
 	BatchDelayAbove int
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -529,5 +530,72 @@ func TestWALSourceRowGoneBeforeDelete(t *testing.T) {
 	}
 	if st := r.SourceStatus(); !st.Streaming || st.Err != nil {
 		t.Errorf("source status %+v, want streaming with no error", st)
+	}
+}
+
+// batchLog is a BatchPublisher that records the size of every batch.
+type batchLog struct {
+	mu    sync.Mutex
+	sizes []int
+	ids   map[uuid.UUID]bool
+}
+
+func (b *batchLog) Publish(ctx context.Context, m *outbox.Message) error {
+	return b.PublishBatch(ctx, []*outbox.Message{m})[0]
+}
+
+func (b *batchLog) PublishBatch(_ context.Context, msgs []*outbox.Message) []error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.sizes = append(b.sizes, len(msgs))
+	for _, m := range msgs {
+		b.ids[uuid.UUID(m.ID)] = true
+	}
+	return make([]error, len(msgs))
+}
+
+func (b *batchLog) distinct() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.ids)
+}
+
+// TestWALSourcePacesAHeavyStream: above BatchDelayAbove transactions a
+// second, the WAL source reads the stream at most once per BatchDelay, so
+// one-event transactions committed back to back reach the publisher many
+// to a batch instead of one by one; every event is still delivered once.
+func TestWALSourcePacesAHeavyStream(t *testing.T) {
+	e, _ := setupWAL(t)
+	pub := &batchLog{ids: map[uuid.UUID]bool{}}
+	r := e.relay(pub, walConfig(outbox.RelayConfig{BatchDelay: 50 * time.Millisecond, BatchDelayAbove: 20}))
+	e.run(r)
+	waitStreaming(t, r, 30*time.Second)
+
+	const writers, each = 4, 150
+	var wg sync.WaitGroup
+	for range writers {
+		wg.Go(func() { e.write(each) })
+	}
+	wg.Wait()
+	deadline := time.Now().Add(60 * time.Second)
+	for pub.distinct() < writers*each && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	pub.mu.Lock()
+	defer pub.mu.Unlock()
+	if len(pub.ids) != writers*each {
+		t.Fatalf("%d of %d events published", len(pub.ids), writers*each)
+	}
+	// The first 100ms set the rate; count the batches after them.
+	sizes, seen := []int{}, 0
+	for _, n := range pub.sizes {
+		if seen >= 100 {
+			sizes = append(sizes, n)
+		}
+		seen += n
+	}
+	slices.Sort(sizes)
+	if len(sizes) == 0 || sizes[len(sizes)/2] < 4 {
+		t.Errorf("batch sizes %v (after the first 100 events): want a median of at least 4 one-event transactions", sizes)
 	}
 }

@@ -32,8 +32,8 @@ type Config struct {
 	StatementTimeout time.Duration
 	StatsInterval    time.Duration // 0: no gauges and no held-event housekeeping
 	RescanInterval   time.Duration // how often a claim scans the pending index from its start
-	BatchDelay       time.Duration // claim pace under a heavy stream (0: always follow wake-ups)
-	BatchDelayAbove  int           // events/s above which claims are paced
+	BatchDelay       time.Duration // claim (WAL source: read) pace under a heavy stream (0: always follow wake-ups)
+	BatchDelayAbove  int           // events/s (WAL source: transactions/s) above which claims (reads) are paced
 
 	Retention       time.Duration // 0: no cleanup loop
 	CleanupInterval time.Duration

@@ -232,7 +232,8 @@ func (s *walSource) replaceSlot(ctx context.Context) error {
 func (s *walSource) stream(ctx context.Context) error {
 	e := s.e
 	st, err := wal.Open(ctx, wal.StreamConfig{ConnConfig: &e.pool.Config().ConnConfig.Config, Names: s.names,
-		Timeout: max(wal.DefaultTimeout, 3*e.cfg.StatementTimeout)})
+		Timeout: max(wal.DefaultTimeout, 3*e.cfg.StatementTimeout),
+		Pace:    e.cfg.BatchDelay, PaceAbove: e.cfg.BatchDelayAbove})
 	if err != nil {
 		return err
 	}

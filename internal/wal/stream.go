@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/pgoutbox/outbox/internal/rate"
 	"github.com/pgoutbox/outbox/outboxtype"
 )
 
@@ -54,6 +55,13 @@ type StreamConfig struct {
 	SenderTimeout time.Duration
 	// Buffer defaults to DefaultBuffer.
 	Buffer int
+	// Pace and PaceAbove trade latency for CPU under a heavy stream: while
+	// more than PaceAbove transactions a second arrive, the stream reads
+	// the connection at most once per Pace (rising to it between that rate
+	// and twice it), so each read, and each batch the relay publishes,
+	// carries many transactions. 0 (the default) never paces.
+	Pace      time.Duration
+	PaceAbove int
 }
 
 func (c *StreamConfig) fill() error {
@@ -72,8 +80,10 @@ func (c *StreamConfig) fill() error {
 	switch {
 	case !validSlotName(c.Names.Slot):
 		return fmt.Errorf("WAL source: slot name %q: want 1 to 63 characters of [a-z0-9_]", c.Names.Slot)
-	case c.StatusInterval < 0 || c.Timeout < 0 || c.SenderTimeout < 0 || c.Buffer < 0:
-		return errors.New("WAL source: StatusInterval, Timeout, SenderTimeout and Buffer must not be negative")
+	case c.StatusInterval < 0 || c.Timeout < 0 || c.SenderTimeout < 0 || c.Buffer < 0 || c.Pace < 0 || c.PaceAbove < 0:
+		return errors.New("WAL source: StatusInterval, Timeout, SenderTimeout, Buffer, Pace and PaceAbove must not be negative")
+	case c.Pace > 0 && c.PaceAbove == 0:
+		return fmt.Errorf("WAL source: Pace %s needs PaceAbove, the transactions per second above which it applies", c.Pace)
 	case c.Timeout <= c.StatusInterval:
 		return fmt.Errorf("WAL source: Timeout %s must exceed StatusInterval %s", c.Timeout, c.StatusInterval)
 	}
@@ -108,6 +118,7 @@ type Stream struct {
 	cfg   StreamConfig
 	conn  *pgconn.PgConn
 	prog  *progress
+	pace  *pacer
 	dec   *decoder
 	rels  map[uint32]*relation
 	out   chan *Tx
@@ -154,6 +165,16 @@ func Open(ctx context.Context, cfg StreamConfig) (*Stream, error) {
 	pc.RuntimeParams["application_name"] = "pgoutbox relay " + cfg.Names.Slot
 	pc.RuntimeParams["wal_sender_timeout"] = strconv.FormatInt(cfg.SenderTimeout.Milliseconds(), 10)
 	pc.RuntimeParams["DateStyle"] = "ISO"
+	pace := &pacer{max: cfg.Pace, above: float64(cfg.PaceAbove), w: rate.Window{Span: 100 * time.Millisecond}}
+	if dial := pc.DialFunc; dial != nil && cfg.Pace > 0 {
+		pc.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dial(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &pacedConn{Conn: c, pace: pace.pace}, nil
+		}
+	}
 	conn, err := pgconn.ConnectConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("WAL source: connect: %w", err)
@@ -176,6 +197,7 @@ func Open(ctx context.Context, cfg StreamConfig) (*Stream, error) {
 		cfg:  cfg,
 		conn: conn,
 		prog: newProgress(start),
+		pace: pace,
 		dec:  newDecoder(),
 		rels: map[uint32]*relation{},
 		out:  make(chan *Tx, cfg.Buffer),
@@ -318,13 +340,19 @@ func (s *Stream) run() {
 func (s *Stream) loop() error {
 	now := time.Now()
 	lastRecv, nextStatus := now, now.Add(s.cfg.StatusInterval)
+	var set time.Time // the read deadline in force
 	for {
 		deadline := nextStatus
 		if d := lastRecv.Add(s.cfg.Timeout); d.Before(deadline) {
 			deadline = d
 		}
-		if err := s.conn.Conn().SetReadDeadline(deadline); err != nil {
-			return err
+		// Set only when it changes: about once per StatusInterval under a
+		// stream, not once per message.
+		if !deadline.Equal(set) {
+			if err := s.conn.Conn().SetReadDeadline(deadline); err != nil {
+				return err
+			}
+			set = deadline
 		}
 		if s.stopping() { // checked after the deadline is set: halt's wins
 			return ErrClosed
@@ -338,6 +366,7 @@ func (s *Stream) loop() error {
 			if !isTimeout(err) {
 				return fmt.Errorf("WAL source: slot %s: %w", s.cfg.Names.Slot, err)
 			}
+			set = time.Time{} // the deadline passed: set the next one
 			if now.Sub(lastRecv) >= s.cfg.Timeout {
 				return fmt.Errorf("WAL source: slot %s: no message from the server for %s: %w", s.cfg.Names.Slot, s.cfg.Timeout, ErrTimeout)
 			}
@@ -379,6 +408,11 @@ func (s *Stream) loop() error {
 // caller is busy so the server does not take the wait for a dead relay.
 func (s *Stream) deliver(tx *Tx, nextStatus *time.Time) error {
 	s.prog.add(tx.LSN)
+	select { // most often the caller is waiting: no timer needed
+	case s.out <- tx:
+		return nil
+	default:
+	}
 	for {
 		t := time.NewTimer(time.Until(*nextStatus))
 		select {
@@ -466,6 +500,7 @@ func (s *Stream) decode(x pglogrepl.XLogData) (*Tx, error) {
 	case *pglogrepl.CommitMessage:
 		tx := s.tx
 		s.tx, s.inTx = nil, false
+		s.pace.commit(time.Now())
 		if tx == nil {
 			return nil, nil
 		}

@@ -1,0 +1,114 @@
+package wal
+
+import (
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/pgoutbox/outbox/internal/rate"
+)
+
+// The pace follows the transaction rate: none up to PaceAbove, the whole
+// Pace from twice that rate, none again once the stream stops.
+func TestPacerFollowsTransactionRate(t *testing.T) {
+	p := &pacer{max: 10 * time.Millisecond, above: 1000, w: rate.Window{Span: 100 * time.Millisecond}}
+	t0 := time.Unix(1000, 0)
+	at := func(ms float64) time.Time { return t0.Add(time.Duration(ms * float64(time.Millisecond))) }
+	feed := func(from, to, perMs float64) {
+		for ms := from; ms < to; ms += 1 / perMs {
+			p.commit(at(ms))
+		}
+	}
+	feed(0, 250, 0.5) // 500/s
+	if got := p.pace(at(250)); got != 0 {
+		t.Errorf("pace at 500 transactions/s = %s, want 0", got)
+	}
+	feed(250, 500, 1.5) // 1,500/s: half way up the ramp
+	if got := p.pace(at(500)); got < 4*time.Millisecond || got > 6*time.Millisecond {
+		t.Errorf("pace at 1,500 transactions/s = %s, want about 5ms", got)
+	}
+	feed(500, 750, 4) // 4,000/s
+	if got := p.pace(at(750)); got != 10*time.Millisecond {
+		t.Errorf("pace at 4,000 transactions/s = %s, want 10ms", got)
+	}
+	if got := p.pace(at(1500)); got != 0 {
+		t.Errorf("pace after 750ms of silence = %s, want 0", got)
+	}
+	if got := (&pacer{}).pace(at(0)); got != 0 {
+		t.Errorf("pace with Pace 0 = %s, want 0", got)
+	}
+}
+
+// A read that follows one that emptied the socket waits for the pace; a
+// read that follows one that filled the buffer, or the first read, does
+// not.
+func TestPacedConnWaitsOnlyAfterEmptyingTheSocket(t *testing.T) {
+	const pace = 600 * time.Millisecond
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	server := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			close(server)
+			return
+		}
+		server <- c
+	}()
+	raw, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	srv, ok := <-server
+	if !ok {
+		t.Fatal("accept failed")
+	}
+	defer srv.Close()
+	c := &pacedConn{Conn: raw, pace: func(time.Time) time.Duration { return pace }}
+
+	read := func(n int) (got int, took time.Duration) {
+		t.Helper()
+		buf := make([]byte, n)
+		start := time.Now()
+		got, err := io.ReadAtLeast(c, buf, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got, time.Since(start)
+	}
+	write := func(s string) {
+		t.Helper()
+		if _, err := srv.Write([]byte(s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	write("abc")
+	if _, took := read(64); took >= pace/2 {
+		t.Errorf("first read took %s: it must not wait", took)
+	}
+	// That read emptied the socket: the next one waits for the pace, even
+	// though the data is there already.
+	write("de")
+	time.Sleep(20 * time.Millisecond)
+	if _, took := read(64); took < pace-100*time.Millisecond {
+		t.Errorf("read after the socket was emptied took %s: want it paced (%s)", took, pace)
+	}
+	// A read that fills the buffer leaves data behind: the next goes on.
+	write("0123456789")
+	time.Sleep(20 * time.Millisecond)
+	read(64) // paced, emptied the socket... so fill the buffer next:
+	write("0123456789")
+	time.Sleep(pace + 50*time.Millisecond)
+	if n, _ := read(4); n != 4 {
+		t.Fatalf("read %d bytes, want 4", n)
+	}
+	if _, took := read(4); took >= pace/2 {
+		t.Errorf("read after a full read took %s: it must not wait", took)
+	}
+}
