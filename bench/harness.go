@@ -302,8 +302,12 @@ func (h *harness) setupBusiness(ctx context.Context, what string) (string, error
 }
 
 // walsenderApp is the application_name of the walsender streaming
-// schema's slot (internal/wal names its replication connection so).
-func walsenderApp(schema string) string { return "pgoutbox relay " + slotName(schema) }
+// schema's slot (internal/wal names its replication connection so), as
+// pg_stat_activity shows it: cut to NAMEDATALEN-1 (63) bytes.
+func walsenderApp(schema string) string {
+	name := "pgoutbox relay " + slotName(schema)
+	return name[:min(len(name), 63)]
+}
 
 // slotName is the WAL source's slot for schema's table.
 func slotName(schema string) string {

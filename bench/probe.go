@@ -31,6 +31,8 @@ type writeProbe struct {
 	profile *os.File
 	apps    map[string]string // role → application_name
 	cpu     map[int]float64   // backend pid → CPU seconds at the start
+	relay   int               // the relay process's pid (a child relay), or 0
+	relayT0 float64           // its CPU seconds at the start
 }
 
 // probeResult is a write phase's cost per committed order.
@@ -39,12 +41,17 @@ type probeResult struct {
 	ClaimsPS, PerClaim     float64 // claims/s; committed orders per claim
 	Waits                  []string
 	BackendCPU             map[string]float64 // role → its PostgreSQL sessions' CPU µs per order
+	RelayProcCPU           float64            // a child relay's own CPU µs per order; 0 in process
 }
 
 // probeStart starts probing a phase; sessions maps a role ("writers",
-// "relay") to the application_name of its sessions.
-func (h *harness) probeStart(ctx context.Context, schema, label string, sessions map[string]string) *writeProbe {
-	p := &writeProbe{h: h, schema: schema, apps: sessions}
+// "relay") to the application_name of its sessions; relay is the pid of a
+// relay process of its own, or 0.
+func (h *harness) probeStart(ctx context.Context, schema, label string, sessions map[string]string, relay int) *writeProbe {
+	p := &writeProbe{h: h, schema: schema, apps: sessions, relay: relay}
+	if relay > 0 {
+		p.relayT0 = procCPU(relay)
+	}
 	p.cpu = map[int]float64{}
 	for _, pids := range h.backends(ctx, sessions) {
 		for _, pid := range pids {
@@ -90,6 +97,11 @@ func (p *writeProbe) stop(ctx context.Context, committed int64) probeResult {
 			if c := procCPU(pid); c >= 0 && committed > 0 {
 				r.BackendCPU[role] += (c - max(p.cpu[pid], 0)) / float64(committed) * 1e6
 			}
+		}
+	}
+	if p.relay > 0 && committed > 0 {
+		if c := procCPU(p.relay); c >= 0 {
+			r.RelayProcCPU = (c - max(p.relayT0, 0)) / float64(committed) * 1e6
 		}
 	}
 	// A busy session flushes its statistics at most once a second: wait

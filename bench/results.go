@@ -111,6 +111,9 @@ type writeFigure struct {
 	// CPU of the writers' and the relay's PostgreSQL sessions, µs per order.
 	WriterPGCPU []float64 `json:",omitempty"`
 	RelayPGCPU  []float64 `json:",omitempty"`
+	// A relay process's own CPU, µs per order (none when it runs in the
+	// writers' process).
+	RelayProcCPU []float64 `json:",omitempty"`
 }
 
 func (f *writeFigure) addProbe(p probeResult) {
@@ -125,6 +128,9 @@ func (f *writeFigure) addProbe(p probeResult) {
 	f.WriterPGCPU = append(f.WriterPGCPU, p.BackendCPU["writers"])
 	// The WAL source's walsender is the relay's too.
 	f.RelayPGCPU = append(f.RelayPGCPU, p.BackendCPU["relay"]+p.BackendCPU["walsender"])
+	if p.RelayProcCPU > 0 {
+		f.RelayProcCPU = append(f.RelayProcCPU, p.RelayProcCPU)
+	}
 }
 
 func (r *results) write(label string) *writeFigure {
@@ -312,10 +318,14 @@ func (r *results) print(w io.Writer, m machine, opt options, cmdline string, sta
 		notes(w, r.writes, func(f *writeFigure) (string, []string) { return f.Label, f.Notes })
 		fmt.Fprintln(w)
 		fmt.Fprintf(w, "What each phase cost the database, per committed order (medians): WAL from pg_stat_wal (server-wide), claims = scans of the pending index.\n\n")
-		fmt.Fprintf(w, "| phase | WAL bytes | WAL records | full-page images per 1000 | claims/s | orders per claim | writers' PostgreSQL CPU µs | relay's PostgreSQL CPU µs |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
+		fmt.Fprintf(w, "| phase | WAL bytes | WAL records | full-page images per 1000 | claims/s | orders per claim | writers' PostgreSQL CPU µs | relay's PostgreSQL CPU µs | relay process CPU µs |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, f := range r.writes {
-			fmt.Fprintf(w, "| %s | %.0f | %.2f | %.1f | %.0f | %.0f | %.0f | %.0f |\n", f.Label, median(f.WALBytes), median(f.WALRecs),
-				1000*median(f.FPI), median(f.ClaimsPS), median(f.PerClaim), median(f.WriterPGCPU), median(f.RelayPGCPU))
+			proc := "–"
+			if len(f.RelayProcCPU) > 0 {
+				proc = fmt.Sprintf("%.0f", median(f.RelayProcCPU))
+			}
+			fmt.Fprintf(w, "| %s | %.0f | %.2f | %.1f | %.0f | %.0f | %.0f | %.0f | %s |\n", f.Label, median(f.WALBytes), median(f.WALRecs),
+				1000*median(f.FPI), median(f.ClaimsPS), median(f.PerClaim), median(f.WriterPGCPU), median(f.RelayPGCPU), proc)
 		}
 		fmt.Fprintln(w)
 		var waited bool

@@ -231,6 +231,9 @@ func (h *harness) writePhases() []writeSet {
 		// No wake-up: the stream is its own.
 		ours.phases = append(ours.phases, writePhase{label: walWriteLabel, design: designOurs, relay: "child", app: true, source: string(outbox.SourceWAL)})
 	}
+	if h.walErr == nil && h.opt.Extra {
+		ours.phases = append(ours.phases, writePhase{label: app + "WAL source, relay process, BatchDelay off (a read per server message)", design: designOurs, relay: "child", app: true, source: string(outbox.SourceWAL), delay: -1})
+	}
 	sql := writeSet{business: businessPhase(false), base: writePhase{label: "pgoutbox, database/sql writers: no relay", design: designOurs}}
 	if h.opt.Extra {
 		ours.phases = append(ours.phases,
@@ -396,6 +399,7 @@ func (h *harness) writePhase(ctx context.Context, r *results, p writePhase) (flo
 	f := r.write(p.label)
 	sessions := map[string]string{"writers": h.prefix + "_writers"}
 	var fin func(committed int64) (relayResult, error)
+	relayPID := 0
 	switch p.relay {
 	case "child":
 		spec := h.spec(p.design, s, pubMemory)
@@ -417,6 +421,7 @@ func (h *harness) writePhase(ctx context.Context, r *results, p writePhase) (flo
 			child.kill()
 			return 0, err
 		}
+		relayPID = child.cmd.Process.Pid
 		if p.wakeup == "notify" {
 			n, err := outbox.NewNotifier(pool, outbox.NotifierConfig{Schema: s, Interval: p.notify})
 			if err != nil {
@@ -480,7 +485,7 @@ func (h *harness) writePhase(ctx context.Context, r *results, p writePhase) (flo
 	}
 
 	h.logf("write: %s, %d writers for %s", p.label, w.n, h.opt.WriteWindow)
-	probe := h.probeStart(ctx, s, p.label, sessions)
+	probe := h.probeStart(ctx, s, p.label, sessions, relayPID)
 	var st writeStats
 	if h.opt.WriteRate > 0 {
 		st = w.paced(ctx, h.opt.WriteRate, h.opt.WriteWindow)

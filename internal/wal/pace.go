@@ -15,26 +15,55 @@ import (
 // they make cost the relay more CPU than the events themselves. Paced, the
 // messages wait in the socket buffer and one read takes many transactions,
 // which the relay then publishes as one batch.
+//
+// What waits in the socket during a pace is kept under paceBytes: past the
+// socket buffers the server would stop decoding until the relay reads, and
+// a backlog (large transactions, megabytes a second) would drain at the
+// pace of the reads instead of the server's.
 type pacer struct {
 	max   time.Duration // StreamConfig.Pace; 0 never paces
 	above float64       // StreamConfig.PaceAbove, transactions/s
-	w     rate.Window   // transactions decoded; the stream's goroutine only
+	txs   rate.Window   // transactions decoded
+	bytes rate.Window   // bytes read
 }
 
-// commit records a transaction at now.
+// paceBytes bounds the bytes one pace lets pile up in the socket: well
+// inside the smallest receive window Linux starts a connection with (half
+// of tcp_rmem's 128 KiB default), so the server's sends never block on it.
+const paceBytes = 32 << 10
+
+func newPacer(max time.Duration, above int) *pacer {
+	return &pacer{max: max, above: float64(above),
+		txs: rate.Window{Span: 100 * time.Millisecond}, bytes: rate.Window{Span: 100 * time.Millisecond}}
+}
+
+// commit records a transaction at now. The stream's goroutine only calls
+// commit, read and pace.
 func (p *pacer) commit(now time.Time) {
 	if p.max > 0 {
-		p.w.Add(now, 1)
+		p.txs.Add(now, 1)
+	}
+}
+
+// read records n bytes read at now.
+func (p *pacer) read(now time.Time, n int) {
+	if p.max > 0 {
+		p.bytes.Add(now, n)
 	}
 }
 
 // pace is the shortest time between two reads: none up to above
-// transactions/s, rising linearly to max at twice that rate.
+// transactions/s, rising linearly to max at twice that rate, and never so
+// long that more than paceBytes arrive meanwhile.
 func (p *pacer) pace(now time.Time) time.Duration {
 	if p.max <= 0 {
 		return 0
 	}
-	return time.Duration(rate.Ramp(p.w.Rate(now), p.above) * float64(p.max))
+	d := time.Duration(rate.Ramp(p.txs.Rate(now), p.above) * float64(p.max))
+	if b := p.bytes.Rate(now); b > 0 {
+		d = min(d, time.Duration(paceBytes/b*float64(time.Second)))
+	}
+	return d
 }
 
 // pacedConn is the stream's connection: a read that follows one that
@@ -45,21 +74,26 @@ func (p *pacer) pace(now time.Time) time.Duration {
 // heavy stream. Only the stream's goroutine reads.
 type pacedConn struct {
 	net.Conn
-	pace    func(now time.Time) time.Duration
+	p interface {
+		pace(now time.Time) time.Duration
+		read(now time.Time, n int)
+	}
 	last    time.Time // end of the last read that emptied the socket
 	drained bool      // the last read returned less than asked
 }
 
 func (c *pacedConn) Read(b []byte) (int, error) {
 	if c.drained {
-		if d := c.pace(time.Now()) - time.Since(c.last); d > 0 {
+		if d := c.p.pace(time.Now()) - time.Since(c.last); d > 0 {
 			time.Sleep(d)
 		}
 	}
 	n, err := c.Conn.Read(b)
+	now := time.Now()
+	c.p.read(now, n)
 	c.drained = n < len(b)
 	if c.drained {
-		c.last = time.Now()
+		c.last = now
 	}
 	return n, err
 }

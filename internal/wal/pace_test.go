@@ -5,14 +5,12 @@ import (
 	"net"
 	"testing"
 	"time"
-
-	"github.com/pgoutbox/outbox/internal/rate"
 )
 
 // The pace follows the transaction rate: none up to PaceAbove, the whole
 // Pace from twice that rate, none again once the stream stops.
 func TestPacerFollowsTransactionRate(t *testing.T) {
-	p := &pacer{max: 10 * time.Millisecond, above: 1000, w: rate.Window{Span: 100 * time.Millisecond}}
+	p := newPacer(10*time.Millisecond, 1000)
 	t0 := time.Unix(1000, 0)
 	at := func(ms float64) time.Time { return t0.Add(time.Duration(ms * float64(time.Millisecond))) }
 	feed := func(from, to, perMs float64) {
@@ -32,13 +30,28 @@ func TestPacerFollowsTransactionRate(t *testing.T) {
 	if got := p.pace(at(750)); got != 10*time.Millisecond {
 		t.Errorf("pace at 4,000 transactions/s = %s, want 10ms", got)
 	}
-	if got := p.pace(at(1500)); got != 0 {
+	// The same transactions carrying 64 MB/s: a pace would let 640 kB pile
+	// up in the socket; it shrinks to what keeps it under paceBytes.
+	for ms := 750.0; ms < 1000; ms += 0.25 {
+		p.commit(at(ms))
+		p.read(at(ms), 16000)
+	}
+	if got, want := p.pace(at(1000)), time.Duration(paceBytes/64e6*float64(time.Second)); got < want*9/10 || got > want*11/10 {
+		t.Errorf("pace at 64 MB/s = %s, want about %s", got, want)
+	}
+	if got := p.pace(at(1750)); got != 0 {
 		t.Errorf("pace after 750ms of silence = %s, want 0", got)
 	}
-	if got := (&pacer{}).pace(at(0)); got != 0 {
+	if got := newPacer(0, 1000).pace(at(0)); got != 0 {
 		t.Errorf("pace with Pace 0 = %s, want 0", got)
 	}
 }
+
+// fixedPace paces every read by d.
+type fixedPace time.Duration
+
+func (f fixedPace) pace(time.Time) time.Duration { return time.Duration(f) }
+func (fixedPace) read(time.Time, int)            {}
 
 // A read that follows one that emptied the socket waits for the pace; a
 // read that follows one that filled the buffer, or the first read, does
@@ -69,7 +82,7 @@ func TestPacedConnWaitsOnlyAfterEmptyingTheSocket(t *testing.T) {
 		t.Fatal("accept failed")
 	}
 	defer srv.Close()
-	c := &pacedConn{Conn: raw, pace: func(time.Time) time.Duration { return pace }}
+	c := &pacedConn{Conn: raw, p: fixedPace(pace)}
 
 	read := func(n int) (got int, took time.Duration) {
 		t.Helper()

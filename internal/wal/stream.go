@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
-	"github.com/pgoutbox/outbox/internal/rate"
 	"github.com/pgoutbox/outbox/outboxtype"
 )
 
@@ -165,14 +164,14 @@ func Open(ctx context.Context, cfg StreamConfig) (*Stream, error) {
 	pc.RuntimeParams["application_name"] = "pgoutbox relay " + cfg.Names.Slot
 	pc.RuntimeParams["wal_sender_timeout"] = strconv.FormatInt(cfg.SenderTimeout.Milliseconds(), 10)
 	pc.RuntimeParams["DateStyle"] = "ISO"
-	pace := &pacer{max: cfg.Pace, above: float64(cfg.PaceAbove), w: rate.Window{Span: 100 * time.Millisecond}}
+	pace := newPacer(cfg.Pace, cfg.PaceAbove)
 	if dial := pc.DialFunc; dial != nil && cfg.Pace > 0 {
 		pc.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
 			c, err := dial(ctx, network, addr)
 			if err != nil {
 				return nil, err
 			}
-			return &pacedConn{Conn: c, pace: pace.pace}, nil
+			return &pacedConn{Conn: c, p: pace}, nil
 		}
 	}
 	conn, err := pgconn.ConnectConfig(ctx, pc)
