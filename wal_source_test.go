@@ -533,9 +533,11 @@ func TestWALSourceRowGoneBeforeDelete(t *testing.T) {
 	}
 }
 
-// batchLog is a BatchPublisher that records the size of every batch.
+// batchLog is a BatchPublisher that records when each batch came and its
+// size.
 type batchLog struct {
 	mu    sync.Mutex
+	at    []time.Time
 	sizes []int
 	ids   map[uuid.UUID]bool
 }
@@ -547,6 +549,7 @@ func (b *batchLog) Publish(ctx context.Context, m *outbox.Message) error {
 func (b *batchLog) PublishBatch(_ context.Context, msgs []*outbox.Message) []error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.at = append(b.at, time.Now())
 	b.sizes = append(b.sizes, len(msgs))
 	for _, m := range msgs {
 		b.ids[uuid.UUID(m.ID)] = true
@@ -571,31 +574,40 @@ func TestWALSourcePacesAHeavyStream(t *testing.T) {
 	e.run(r)
 	waitStreaming(t, r, 30*time.Second)
 
-	const writers, each = 4, 150
-	var wg sync.WaitGroup
+	// The rate is taken over a second: write for 2.5s, judge the batches
+	// of the last second.
+	const writers = 4
+	start := time.Now()
+	var (
+		wg      sync.WaitGroup
+		written atomic.Int64
+	)
 	for range writers {
-		wg.Go(func() { e.write(each) })
+		wg.Go(func() {
+			for time.Since(start) < 2500*time.Millisecond {
+				e.write(1)
+				written.Add(1)
+			}
+		})
 	}
 	wg.Wait()
 	deadline := time.Now().Add(60 * time.Second)
-	for pub.distinct() < writers*each && time.Now().Before(deadline) {
+	for int64(pub.distinct()) < written.Load() && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	pub.mu.Lock()
 	defer pub.mu.Unlock()
-	if len(pub.ids) != writers*each {
-		t.Fatalf("%d of %d events published", len(pub.ids), writers*each)
+	if int64(len(pub.ids)) != written.Load() {
+		t.Fatalf("%d of %d events published", len(pub.ids), written.Load())
 	}
-	// The first 100ms set the rate; count the batches after them.
-	sizes, seen := []int{}, 0
-	for _, n := range pub.sizes {
-		if seen >= 100 {
-			sizes = append(sizes, n)
+	var sizes []int
+	for i, at := range pub.at {
+		if at.Sub(start) >= 1500*time.Millisecond && at.Sub(start) < 2500*time.Millisecond {
+			sizes = append(sizes, pub.sizes[i])
 		}
-		seen += n
 	}
 	slices.Sort(sizes)
 	if len(sizes) == 0 || sizes[len(sizes)/2] < 4 {
-		t.Errorf("batch sizes %v (after the first 100 events): want a median of at least 4 one-event transactions", sizes)
+		t.Errorf("%d events written; batch sizes %v (from 1.5s to 2.5s): want a median of at least 4 one-event transactions", written.Load(), sizes)
 	}
 }

@@ -40,6 +40,7 @@ type latVariant struct {
 	rate               int    // events/s
 	perTx              int    // events per writer transaction
 	window             time.Duration
+	delay              time.Duration // RelayConfig.BatchDelay (0: the default)
 }
 
 // latWarmup is how long the writers run before their events are timed.
@@ -73,6 +74,7 @@ func (h *harness) latencyOnce(ctx context.Context, f *latFigure, v latVariant) e
 	spec := h.spec(v.design, s, v.pub)
 	spec.Listen = !wal
 	spec.Source = v.source
+	spec.BatchDelay = v.delay
 	spec.Timed = true
 	if v.pub == pubNATS {
 		stream, err := h.newStream(ctx)

@@ -104,6 +104,17 @@ func (h *harness) walRun(ctx context.Context, r *results) error {
 				return fmt.Errorf("%s: %w", v.label, err)
 			}
 		}
+		if h.opt.Extra {
+			src := string(outbox.SourceWAL)
+			v := latVariant{label: walLatLabel(src, rate, perTx) + ", BatchDelay off", design: designOurs, pub: pubNATS, source: src,
+				rate: rate, perTx: perTx, window: h.opt.WALLatWindow, delay: -1}
+			if h.opt.Filter != "" && !strings.Contains(v.label, h.opt.Filter) {
+				continue
+			}
+			if err := h.latencyOnce(ctx, r.walLat(v.label), v); err != nil {
+				return fmt.Errorf("%s: %w", v.label, err)
+			}
+		}
 	}
 	return nil
 }

@@ -32,9 +32,12 @@ type pacer struct {
 // of tcp_rmem's 128 KiB default), so the server's sends never block on it.
 const paceBytes = 32 << 10
 
+// The transaction rate is taken over a second: a burst after a stall (a
+// slow commit, say) is not a heavy stream, and must not pace the reads
+// that catch up with it. The byte rate reacts within 100ms.
 func newPacer(max time.Duration, above int) *pacer {
 	return &pacer{max: max, above: float64(above),
-		txs: rate.Window{Span: 100 * time.Millisecond}, bytes: rate.Window{Span: 100 * time.Millisecond}}
+		txs: rate.Window{Span: time.Second}, bytes: rate.Window{Span: 100 * time.Millisecond}}
 }
 
 // commit records a transaction at now. The stream's goroutine only calls

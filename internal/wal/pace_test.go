@@ -7,8 +7,10 @@ import (
 	"time"
 )
 
-// The pace follows the transaction rate: none up to PaceAbove, the whole
-// Pace from twice that rate, none again once the stream stops.
+// The pace follows the transaction rate over a second: none up to
+// PaceAbove (a burst after a stall included), the whole Pace from twice
+// that rate, less when the bytes it would let pile up exceed paceBytes,
+// none again once the stream stops.
 func TestPacerFollowsTransactionRate(t *testing.T) {
 	p := newPacer(10*time.Millisecond, 1000)
 	t0 := time.Unix(1000, 0)
@@ -18,29 +20,36 @@ func TestPacerFollowsTransactionRate(t *testing.T) {
 			p.commit(at(ms))
 		}
 	}
-	feed(0, 250, 0.5) // 500/s
-	if got := p.pace(at(250)); got != 0 {
+	feed(0, 2500, 0.5) // 500/s
+	if got := p.pace(at(2500)); got != 0 {
 		t.Errorf("pace at 500 transactions/s = %s, want 0", got)
 	}
-	feed(250, 500, 1.5) // 1,500/s: half way up the ramp
-	if got := p.pace(at(500)); got < 4*time.Millisecond || got > 6*time.Millisecond {
+	// A burst of 300 after a stall, inside a second of 500/s: not a heavy
+	// stream.
+	feed(2500, 2550, 6)
+	feed(2550, 3600, 0.5)
+	if got := p.pace(at(3600)); got != 0 {
+		t.Errorf("pace after a burst in a second at 800 transactions/s = %s, want 0", got)
+	}
+	feed(3600, 6000, 1.5) // 1,500/s: half way up the ramp
+	if got := p.pace(at(6000)); got < 4*time.Millisecond || got > 6*time.Millisecond {
 		t.Errorf("pace at 1,500 transactions/s = %s, want about 5ms", got)
 	}
-	feed(500, 750, 4) // 4,000/s
-	if got := p.pace(at(750)); got != 10*time.Millisecond {
+	feed(6000, 8500, 4) // 4,000/s
+	if got := p.pace(at(8500)); got != 10*time.Millisecond {
 		t.Errorf("pace at 4,000 transactions/s = %s, want 10ms", got)
 	}
 	// The same transactions carrying 64 MB/s: a pace would let 640 kB pile
 	// up in the socket; it shrinks to what keeps it under paceBytes.
-	for ms := 750.0; ms < 1000; ms += 0.25 {
+	for ms := 8500.0; ms < 8750; ms += 0.25 {
 		p.commit(at(ms))
 		p.read(at(ms), 16000)
 	}
-	if got, want := p.pace(at(1000)), time.Duration(paceBytes/64e6*float64(time.Second)); got < want*9/10 || got > want*11/10 {
+	if got, want := p.pace(at(8750)), time.Duration(paceBytes/64e6*float64(time.Second)); got < want*9/10 || got > want*11/10 {
 		t.Errorf("pace at 64 MB/s = %s, want about %s", got, want)
 	}
-	if got := p.pace(at(1750)); got != 0 {
-		t.Errorf("pace after 750ms of silence = %s, want 0", got)
+	if got := p.pace(at(11000)); got != 0 {
+		t.Errorf("pace after 2s of silence = %s, want 0", got)
 	}
 	if got := newPacer(0, 1000).pace(at(0)); got != 0 {
 		t.Errorf("pace with Pace 0 = %s, want 0", got)
