@@ -77,12 +77,15 @@ func (p *pacer) pace(now time.Time) time.Duration {
 // heavy stream. Only the stream's goroutine reads.
 type pacedConn struct {
 	net.Conn
-	p interface {
-		pace(now time.Time) time.Duration
-		read(now time.Time, n int)
-	}
+	p       readPacer
 	last    time.Time // end of the last read that emptied the socket
 	drained bool      // the last read returned less than asked
+}
+
+// readPacer is what pacedConn needs of a pacer.
+type readPacer interface {
+	pace(now time.Time) time.Duration
+	read(now time.Time, n int)
 }
 
 func (c *pacedConn) Read(b []byte) (int, error) {

@@ -124,7 +124,7 @@ func TestPacedConnWaitsOnlyAfterEmptyingTheSocket(t *testing.T) {
 	// A read that fills the buffer leaves data behind: the next goes on.
 	write("0123456789")
 	time.Sleep(20 * time.Millisecond)
-	read(64) // paced, emptied the socket... so fill the buffer next:
+	read(64) // paced again, and empties the socket
 	write("0123456789")
 	time.Sleep(pace + 50*time.Millisecond)
 	if n, _ := read(4); n != 4 {
