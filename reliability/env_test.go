@@ -210,8 +210,12 @@ WHERE application_name LIKE $1 || '%' AND pid <> pg_backend_pid()`
 	return n
 }
 
-// resolveAmbiguous looks up the rows of the ambiguous events.
-func (e *env) resolveAmbiguous() {
+// resolveAmbiguous decides which ambiguous events committed: those whose
+// row is in the table, and those delivered. A relay only ever sees
+// committed rows (the table's by visibility, the WAL source's from commit
+// records), and the WAL source deletes the rows it delivered, so the table
+// alone would count a delivered ambiguous event as rolled back.
+func (e *env) resolveAmbiguous(delivered []Delivery) {
 	e.t.Helper()
 	ids := e.hist.Ambiguous()
 	if len(ids) == 0 {
@@ -225,6 +229,9 @@ func (e *env) resolveAmbiguous() {
 	var id string
 	if _, err := pgx.ForEachRow(rows, []any{&id}, func() error { in[id] = true; return nil }); err != nil {
 		e.t.Fatal(err)
+	}
+	for _, d := range delivered {
+		in[d.ID] = true
 	}
 	e.hist.Resolve(in)
 }
@@ -605,13 +612,13 @@ func (e *env) writeBacklog(n, perTx, aggregates, conns int) {
 // corrupted or (ordered) reordered events.
 func (e *env) finish(row Row) Result {
 	e.t.Helper()
-	e.resolveAmbiguous()
 	var all []Delivery
 	if e.broker != nil {
 		all = e.broker.read(e.t)
 	} else {
 		all = e.readStream(e.prefix)
 	}
+	e.resolveAmbiguous(all)
 	var ds []Delivery
 	for _, d := range all {
 		if !e.ignore[d.ID] {

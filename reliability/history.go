@@ -34,7 +34,8 @@ type Written struct {
 	N         int    // the aggregate's sequence number, in the writer's order
 	Outcome   Outcome
 	// Resolved is set for an ambiguous event once Resolve has looked it up:
-	// InTable says whether its row exists, i.e. whether the commit happened.
+	// InTable says whether the commit happened (its row exists, or it was
+	// delivered: a relay only sees committed rows).
 	Resolved bool
 	InTable  bool
 }
@@ -87,14 +88,15 @@ func (h *History) Ambiguous() []string {
 	return out
 }
 
-// Resolve records, for ambiguous events, whether their row is in the table.
-func (h *History) Resolve(inTable map[string]bool) {
+// Resolve records, for ambiguous events, whether they committed: their id
+// is in committed (rows found in the table, events delivered).
+func (h *History) Resolve(committed map[string]bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, id := range h.order {
 		if e := h.events[id]; e.Outcome == Ambiguous {
 			e.Resolved = true
-			e.InTable = inTable[id]
+			e.InTable = committed[id]
 		}
 	}
 }
