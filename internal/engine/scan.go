@@ -8,26 +8,33 @@ import (
 )
 
 // scanRows reads a claim's rows (a payload larger than
-// store.InlinePayloadMax as stored comes as nil, with its stored size): one allocation for all of them, ids as
-// [16]byte (pgx's native uuid decoding; uuid.UUID would go through
-// sql.Scanner and a text parse), headers decoded only when present. more
-// reports a claim that says it stopped at its limit (the last column).
+// store.InlinePayloadMax as stored comes as nil, with its stored size): a
+// few allocations for all of them, in chunks that double up to the claim's
+// limit, so a claim of two rows does not allocate (and clear, and collect)
+// room for a thousand; ids as [16]byte (pgx's native uuid decoding;
+// uuid.UUID would go through sql.Scanner and a text parse), headers decoded
+// only when present. more reports a claim that says it stopped at its limit
+// (the last column).
 func scanRows(rows pgx.Rows, limit int) (batch []*Row, more bool, err error) {
-	backing := make([]Row, 0, limit)
 	var (
+		chunk    []Row
 		id       [16]byte
 		headers  []byte
 		attempts int
 		full     bool
 	)
 	for rows.Next() {
-		backing = append(backing, Row{})
-		r := &backing[len(backing)-1]
+		if len(chunk) == cap(chunk) {
+			chunk = make([]Row, 0, max(min(2*cap(chunk), limit-len(batch)), 16))
+		}
+		chunk = append(chunk, Row{})
+		r := &chunk[len(chunk)-1]
 		if err := rows.Scan(&id, &r.Seq, &r.AggregateType, &r.AggregateID, &r.EventType,
 			&r.Payload, &r.stored, &headers, &r.CreatedAt, &attempts, &r.Failed, &r.Follower, &full); err != nil {
 			rows.Close()
 			return nil, false, err
 		}
+		batch = append(batch, r)
 		more = more || full
 		r.ID = id
 		r.Attempt = attempts + 1 // the table counts the attempts made; this is the next one
@@ -38,9 +45,5 @@ func scanRows(rows pgx.Rows, limit int) (batch []*Row, more bool, err error) {
 			}
 		}
 	}
-	out := make([]*Row, len(backing))
-	for i := range backing {
-		out[i] = &backing[i]
-	}
-	return out, more, rows.Err()
+	return batch, more, rows.Err()
 }
