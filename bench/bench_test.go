@@ -44,6 +44,13 @@ func TestRecorder(t *testing.T) {
 	if rec.doneAt.IsZero() || rec.times[1] == 0 {
 		t.Fatal("reaching the target must stamp doneAt and the event's time")
 	}
+	before := time.Now().UnixNano()
+	rec.hand(&outbox.Message{AggregateID: "1"}, &outbox.Message{AggregateID: "5"}, &outbox.Message{AggregateID: "x"})
+	first := rec.handed[1]
+	rec.hand(&outbox.Message{AggregateID: "1"})
+	if first < before || rec.handed[1] != first || rec.handed[5] == 0 {
+		t.Fatalf("hand must stamp each event's first hand-over and grow: %v", rec.handed)
+	}
 	rec.record("not-an-index")
 	if d = rec.delivery(3); d.OK() || d.Bad != 1 {
 		t.Fatalf("a foreign event must fail the check: %+v", d)

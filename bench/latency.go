@@ -155,7 +155,7 @@ func (h *harness) latencyOnce(ctx context.Context, f *latFigure, v latVariant) e
 	// takes the CPU from everything else for a few hundred milliseconds.
 	// Its events are checked for delivery, not timed.
 	warm := st.Start.Add(latWarmup).UnixNano()
-	var lat []float64
+	var lat, handed []float64
 	delivered := int64(0)
 	for k, c := range st.CommitNs {
 		if c == 0 || k >= len(res.Times) || res.Times[k] == 0 {
@@ -164,9 +164,13 @@ func (h *harness) latencyOnce(ctx context.Context, f *latFigure, v latVariant) e
 		delivered++
 		if c >= warm || v.window <= 2*latWarmup {
 			lat = append(lat, float64(res.Times[k]-c)/1e6)
+			if k < len(res.Handed) && res.Handed[k] != 0 {
+				handed = append(handed, float64(res.Handed[k]-c)/1e6)
+			}
 		}
 	}
 	sort.Float64s(lat)
+	sort.Float64s(handed)
 	ok := err == nil && res.Delivery.OK() && delivered == st.Committed && orders == st.Committed
 	f.OK = append(f.OK, ok)
 	f.Dups = append(f.Dups, res.Delivery.Dups())
@@ -176,13 +180,17 @@ func (h *harness) latencyOnce(ctx context.Context, f *latFigure, v latVariant) e
 		f.P99 = append(f.P99, percentile(lat, 99))
 		f.Max = append(f.Max, lat[len(lat)-1])
 	}
+	if len(handed) > 0 {
+		f.HandedP50 = append(f.HandedP50, percentile(handed, 50))
+		f.HandedP99 = append(f.HandedP99, percentile(handed, 99))
+	}
 	f.CommitP50 = append(f.CommitP50, percentile(st.CallMS, 50))
 	f.CommitP99 = append(f.CommitP99, percentile(st.CallMS, 99))
 	if res.MaxRSSKB > 0 {
 		f.RSSMB = append(f.RSSMB, float64(res.MaxRSSKB)/1024)
 	}
-	h.logf("latency: %s: writers %.0f ev/s, p50 %.2f ms, p99 %.2f ms, max %.1f ms, delivered %d/%d, dups %d, relay peak RSS %.0f MB",
-		v.label, f.Achieved[len(f.Achieved)-1], percentile(lat, 50), percentile(lat, 99), percentile(lat, 100),
+	h.logf("latency: %s: writers %.0f ev/s, p50 %.2f ms, p99 %.2f ms (to the publisher: %.2f / %.2f ms), max %.1f ms, delivered %d/%d, dups %d, relay peak RSS %.0f MB",
+		v.label, f.Achieved[len(f.Achieved)-1], percentile(lat, 50), percentile(lat, 99), percentile(handed, 50), percentile(handed, 99), percentile(lat, 100),
 		res.Delivery.Distinct, orders, res.Delivery.Dups(), float64(res.MaxRSSKB)/1024)
 	return nil
 }

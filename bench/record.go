@@ -23,14 +23,40 @@ type recorder struct {
 	doneAt   time.Time
 	timed    bool
 	times    []int64 // first confirmation (Unix ns) by index, when timed
+	handed   []int64 // timed: when the relay first handed the event to the publisher (Unix ns)
 }
 
 func newRecorder(expect int, timed bool) *recorder {
 	r := &recorder{seen: make([]uint64, expect/64+1), timed: timed, target: int64(expect)}
 	if timed {
 		r.times = make([]int64, expect)
+		r.handed = make([]int64, expect)
 	}
 	return r
+}
+
+// hand stamps the moment the relay handed msgs to the publisher, so a
+// latency splits into the relay's part (commit → handed) and the
+// broker's (handed → confirmed).
+func (r *recorder) hand(msgs ...*outbox.Message) {
+	if !r.timed {
+		return
+	}
+	now := time.Now().UnixNano()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, m := range msgs {
+		i, err := strconv.Atoi(m.AggregateID)
+		if err != nil || i < 0 {
+			continue
+		}
+		for i >= len(r.handed) {
+			r.handed = append(r.handed, make([]int64, len(r.handed)+1)...)
+		}
+		if r.handed[i] == 0 {
+			r.handed[i] = now
+		}
+	}
 }
 
 // setTarget makes doneAt the time the n-th distinct event was confirmed.
@@ -127,6 +153,7 @@ type recordingPublisher struct {
 var _ outbox.BatchPublisher = (*recordingPublisher)(nil)
 
 func (p *recordingPublisher) Publish(ctx context.Context, m *outbox.Message) error {
+	p.rec.hand(m)
 	if p.next != nil {
 		if err := p.next.Publish(ctx, m); err != nil {
 			return err
@@ -139,6 +166,7 @@ func (p *recordingPublisher) Publish(ctx context.Context, m *outbox.Message) err
 }
 
 func (p *recordingPublisher) PublishBatch(ctx context.Context, msgs []*outbox.Message) []error {
+	p.rec.hand(msgs...)
 	var errs []error
 	switch next := p.next.(type) {
 	case nil:

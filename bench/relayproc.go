@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -67,6 +68,7 @@ type relaySpec struct {
 	BaselineMode string        `json:"baseline_mode,omitempty"` // baseline: "listen" or "poll"
 	AppName      string        `json:"app_name"`
 	Timeout      time.Duration `json:"timeout"`
+	Profile      string        `json:"profile,omitempty"` // write a CPU profile of the relay, from go to stop, to this file
 }
 
 const (
@@ -95,6 +97,7 @@ type relayResult struct {
 	UserCPU  float64       `json:"user_cpu_s"`
 	SysCPU   float64       `json:"sys_cpu_s"`
 	Times    []int64       `json:"times,omitempty"`
+	Handed   []int64       `json:"handed,omitempty"` // timed: when each event reached the publisher
 	Err      string        `json:"err,omitempty"`
 }
 
@@ -318,6 +321,17 @@ func runChild(args []string, stdin io.Reader, stdout io.Writer) error {
 	if line, err := in.ReadString('\n'); err != nil || strings.TrimSpace(line) != "go" {
 		return fmt.Errorf("expected go, got %q (%v)", line, err)
 	}
+	if spec.Profile != "" {
+		f, err := os.Create(spec.Profile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile() // written out before the child exits
+	}
 	start := time.Now()
 	rr, err := startRelay(ctx, spec, pool, pub)
 	if err != nil {
@@ -379,6 +393,7 @@ func runChild(args []string, stdin io.Reader, stdout io.Writer) error {
 	res.Delivery = rec.delivery(expect) // duplicates sent while stopping count too
 	if spec.Timed {
 		res.Times = rec.times
+		res.Handed = rec.handed
 	}
 	res.MaxRSSKB = vmHWM()
 	var ru syscall.Rusage

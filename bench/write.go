@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -410,6 +411,9 @@ func (h *harness) writePhase(ctx context.Context, r *results, p writePhase) (flo
 		spec.Rescan = p.rescan
 		spec.Source = p.source
 		sessions["relay"] = spec.AppName
+		if h.opt.WriteProfile != "" {
+			spec.Profile = filepath.Join(h.opt.WriteProfile, fmt.Sprintf("%03d-relay-process.pprof", h.seq))
+		}
 		if p.source == string(outbox.SourceWAL) {
 			sessions["walsender"] = walsenderApp(s)
 		}
