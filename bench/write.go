@@ -538,7 +538,9 @@ func (h *harness) writePhase(ctx context.Context, r *results, p writePhase) (flo
 		f.Dups = append(f.Dups, res.Delivery.Dups())
 		msg = fmt.Sprintf(", delivered %d/%d, dups %d", res.Delivery.Distinct, orders, res.Delivery.Dups())
 	}
-	h.logf("write: %s: %.0f orders/s; per order %.0f B WAL, %.1f records, %.3f FPI, PostgreSQL CPU µs writers %.0f relay %.0f; %.0f claims/s, %.1f orders/claim%s; waits %v",
-		p.label, rate, pr.WALBytes, pr.WALRecs, pr.FPI, pr.BackendCPU["writers"], pr.BackendCPU["relay"], pr.ClaimsPS, pr.PerClaim, msg, pr.Waits)
+	// The relay's PostgreSQL CPU counts its walsender, as the table does.
+	h.logf("write: %s: %.0f orders/s; per order %.0f B WAL, %.1f records, %.3f FPI, CPU µs: writers' PostgreSQL %.0f, relay's PostgreSQL %.0f, relay process %.0f; %.0f claims/s, %.1f orders/claim%s; waits %v",
+		p.label, rate, pr.WALBytes, pr.WALRecs, pr.FPI, pr.BackendCPU["writers"], pr.BackendCPU["relay"]+pr.BackendCPU["walsender"], pr.RelayProcCPU,
+		pr.ClaimsPS, pr.PerClaim, msg, pr.Waits)
 	return rate, nil
 }
