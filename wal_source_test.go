@@ -600,14 +600,20 @@ func TestWALSourcePacesAHeavyStream(t *testing.T) {
 	if int64(len(pub.ids)) != written.Load() {
 		t.Fatalf("%d of %d events published", len(pub.ids), written.Load())
 	}
+	// Judged on events per batch over the window: batches are what cost
+	// the relay, and a stall of the writers (a loaded machine) leaves a few
+	// small ones that a median would weigh as much as the paced ones.
 	var sizes []int
+	events := 0
 	for i, at := range pub.at {
 		if at.Sub(start) >= 1500*time.Millisecond && at.Sub(start) < 2500*time.Millisecond {
 			sizes = append(sizes, pub.sizes[i])
+			events += pub.sizes[i]
 		}
 	}
 	slices.Sort(sizes)
-	if len(sizes) == 0 || sizes[len(sizes)/2] < 4 {
-		t.Errorf("%d events written; batch sizes %v (from 1.5s to 2.5s): want a median of at least 4 one-event transactions", written.Load(), sizes)
+	if len(sizes) == 0 || events < 4*len(sizes) {
+		t.Errorf("%d events written; %d events in %d batches from 1.5s to 2.5s, sizes %v: want at least 4 one-event transactions per batch", written.Load(), events, len(sizes), sizes)
 	}
+	t.Logf("%d events in %d batches from 1.5s to 2.5s", events, len(sizes))
 }
