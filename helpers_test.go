@@ -131,6 +131,27 @@ func (e *env) count(where string) int {
 	return n
 }
 
+// extraPool is a second pool on e's schema, with tracer (if not nil) and
+// params set on every session; closed when the test ends.
+func (e *env) extraPool(tracer pgx.QueryTracer, params map[string]string) *pgxpool.Pool {
+	e.t.Helper()
+	cfg, err := pgxpool.ParseConfig(testdb.URL())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	cfg.ConnConfig.Tracer = tracer
+	cfg.ConnConfig.RuntimeParams["search_path"] = e.schema
+	for k, v := range params {
+		cfg.ConnConfig.RuntimeParams[k] = v
+	}
+	pool, err := pgxpool.NewWithConfig(ctx(e.t), cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(pool.Close)
+	return pool
+}
+
 type countingTracer struct{ n *int }
 
 func (c *countingTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {

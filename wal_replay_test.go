@@ -166,13 +166,26 @@ func TestWALSourceRecordRetriedAfterDeadlock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Rollback(context.Background())
+	// PostgreSQL looks for a deadlock once, deadlock_timeout after a
+	// session starts waiting, and ends the session that looks. The record
+	// must look after the other transaction waits, and before it: the
+	// relay's sessions look after 5s, the other transaction's after a
+	// minute.
+	if _, err := other.Exec(ctx(t), `SET LOCAL deadlock_timeout = '60s'`); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := other.Exec(ctx(t), `SELECT 1 FROM `+table+` WHERE id = $1 FOR UPDATE`, ids[1]); err != nil {
 		t.Fatal(err)
 	}
 	logs := &lockedBuffer{}
 	cfg := walConfig(outbox.RelayConfig{Ordered: true, MaxAttempts: 1000, Logger: slog.New(slog.NewJSONHandler(logs, nil)),
 		RetryBackoff: outbox.Backoff{Base: time.Hour, Max: time.Hour}})
-	r := e.relay(pub, cfg)
+	cfg.Schema = e.schema
+	cfg.StatementTimeout = 30 * time.Second // the record waits for the lock until the deadlock check
+	r, err := outbox.NewRelay(e.extraPool(nil, map[string]string{"deadlock_timeout": "5s"}), pub, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	e.run(r)
 	waitStreaming(t, r, 30*time.Second)
 	// The record marked the failure, then waits for the successor's lock.
