@@ -77,9 +77,13 @@ type RelayConfig struct {
 	// between 1 and 256. Each claims disjoint rows (FOR UPDATE SKIP LOCKED),
 	// as do other processes. Defaults to DefaultWorkers (2).
 	Workers int
-	// PollInterval is how long an idle worker waits before claiming again. A
-	// worker whose batch came back full claims again at once. Defaults to
-	// DefaultPollInterval (100ms).
+	// PollInterval is how often an idle relay claims: the workers share one
+	// poll, due PollInterval after the last claim that came back short,
+	// whichever worker made it, so an idle relay claims about once per
+	// PollInterval whatever Workers, and a relay kept busy by wake-ups
+	// makes no extra claim for the poll. A worker whose batch came back
+	// full claims again at once, and the other workers join it at their
+	// next poll. Defaults to DefaultPollInterval (100ms).
 	PollInterval time.Duration
 	// MaxAttempts is how many failed publishes make a dead letter. The
 	// attempt of an event whose payload is over 1 MiB as stored is counted
@@ -210,7 +214,7 @@ type RelayConfig struct {
 	// claims at once. Above that the relay coalesces wake-ups: one claim per
 	// BatchDelay (rising to it between that rate and twice it), however many
 	// wake-ups arrive, so each claim carries more events. Only wake-ups are
-	// paced: without one, workers claim at their PollInterval.
+	// paced: without one, the relay claims at its PollInterval.
 	// A claim costs about the same for 3 events or 300, and on a busy
 	// database that cost is taken from the application's transactions. A
 	// backlog (full batches) is always claimed back to back. A negative

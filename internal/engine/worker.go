@@ -6,14 +6,16 @@ import (
 )
 
 // worker runs batches back to back while they come back full, waits for the
-// poll or a wake-up when they do not, and backs off while the database or
-// the broker is down.
+// relay's poll or a wake-up when they do not, and backs off while the
+// database or the broker is down.
 func (e *Engine) worker(ctx context.Context, id int) {
 	log := e.cfg.Logger.With("worker", id)
 	outages := 0
 	for ctx.Err() == nil {
+		start := time.Now()
 		res, err := e.Batch(ctx)
 		var wait time.Duration
+		poll := false
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return
@@ -37,12 +39,14 @@ func (e *Engine) worker(ctx context.Context, id int) {
 				"events", res.Unavailable, "err", res.UnavailableErr, "retry_in", wait)
 		case res.Full:
 			outages = 0
-			continue // a full batch: more is likely waiting
+			e.pollDue.Store(0) // a backlog: every worker whose poll comes due joins in
+			continue           // a full batch: more is likely waiting
 		default:
 			outages = 0
-			wait = e.cfg.PollInterval
+			e.polled(start)
+			wait, poll = e.cfg.PollInterval, true
 		}
-		if !e.waitForWork(ctx, wait, err == nil && res.Unavailable == 0) {
+		if !e.waitForWork(ctx, wait, err == nil && res.Unavailable == 0, poll) {
 			return
 		}
 	}
@@ -50,14 +54,27 @@ func (e *Engine) worker(ctx context.Context, id int) {
 
 // waitForWork waits d, or until a wake-up when wakeable; false when ctx is
 // done. A wake-up is paced under a heavy stream (wakeClaim): the relay then
-// claims once per BatchDelay however many wake-ups arrive, while the poll
-// keeps its own pace.
-func (e *Engine) waitForWork(ctx context.Context, d time.Duration, wakeable bool) bool {
+// claims once per BatchDelay however many wake-ups arrive. A poll (d is
+// PollInterval) is the relay's, not the worker's: when it comes due while
+// another worker claimed less than PollInterval ago, the worker waits for
+// the relay's next poll (takePoll).
+func (e *Engine) waitForWork(ctx context.Context, d time.Duration, wakeable, poll bool) bool {
 	deadline := time.Now().Add(d)
 	for {
 		woken, ok := e.wait(ctx, time.Until(deadline), wakeable)
-		if !ok || !woken {
-			return ok
+		if !ok {
+			return false
+		}
+		if !woken {
+			if !poll {
+				return true
+			}
+			due, now := e.takePoll(time.Now())
+			if now {
+				return true
+			}
+			deadline = due
+			continue
 		}
 		wait, claim, paced := e.wakeClaim(time.Now())
 		switch {
@@ -69,6 +86,39 @@ func (e *Engine) waitForWork(ctx context.Context, d time.Duration, wakeable bool
 		ok = e.sleep(ctx, wait, false)
 		e.wakeDone()
 		return ok
+	}
+}
+
+// The relay polls, not each worker: an idle relay claims about once per
+// PollInterval whatever its Workers, and under a stream whose wake-ups keep
+// it claiming, the workers' polls add no claim, each of which would cost
+// the writers as much as a woken one. Every claim that came back short
+// moves the next poll to PollInterval after its start: it saw what a poll
+// would have seen. A full claim makes the poll due at once, so that the
+// idle workers join a backlog.
+
+// takePoll is called when a worker's poll timer fires at now: it either
+// takes the relay's poll (claim now) or says when the poll is due.
+func (e *Engine) takePoll(now time.Time) (due time.Time, claim bool) {
+	for {
+		d := e.pollDue.Load()
+		if now.UnixNano() < d {
+			return time.Unix(0, d), false
+		}
+		if e.pollDue.CompareAndSwap(d, now.Add(e.cfg.PollInterval).UnixNano()) {
+			return time.Time{}, true
+		}
+	}
+}
+
+// polled records a claim that started at start and came back short.
+func (e *Engine) polled(start time.Time) {
+	next := start.Add(e.cfg.PollInterval).UnixNano()
+	for {
+		d := e.pollDue.Load()
+		if d >= next || e.pollDue.CompareAndSwap(d, next) {
+			return
+		}
 	}
 }
 

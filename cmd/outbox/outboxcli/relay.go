@@ -53,7 +53,7 @@ func (s *relaySettings) relayFlags() []setting {
 		bind("Workers", "workers", &c.Workers, outbox.DefaultWorkers, "concurrent claim loops in this process"),
 		bind("BatchSize", "batch-size", &c.BatchSize, outbox.DefaultBatchSize, "most events one worker claims at a time (1-10000)"),
 		bind("MaxBatchBytes", "max-batch-bytes", &c.MaxBatchBytes, outbox.DefaultMaxBatchBytes, "byte budget of one batch's payloads (at least one event per batch)"),
-		bind("PollInterval", "poll-interval", &c.PollInterval, outbox.DefaultPollInterval, "how long an idle worker waits before claiming again"),
+		bind("PollInterval", "poll-interval", &c.PollInterval, outbox.DefaultPollInterval, "how often an idle relay claims (its workers share the poll)"),
 		bind("MaxAttempts", "max-attempts", &c.MaxAttempts, outbox.DefaultMaxAttempts, "failed publishes that make an event a dead letter"),
 		bind("RetryBackoff.Base", "retry-base", &c.RetryBackoff.Base, outbox.DefaultRetryBase, "first retry delay of a failing event; doubles per attempt"),
 		bind("RetryBackoff.Max", "retry-max", &c.RetryBackoff.Max, outbox.DefaultRetryMax, "longest retry delay of a failing event"),
