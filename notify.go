@@ -159,7 +159,12 @@ func (n *Notifier) sendLocked() {
 		defer n.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if _, err := n.pool.Exec(ctx, `SELECT pg_notify($1, '')`, n.channel); err != nil {
+		// A NOTIFY is sent at commit and its transaction gets an xid, so
+		// with synchronous_commit on, the wake-up would wait for a WAL
+		// flush, one more on the latency path after the writer's own. A
+		// notification lost in a crash costs a poll; the setting is local
+		// to this statement's transaction.
+		if _, err := n.pool.Exec(ctx, `SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, '')`, n.channel); err != nil {
 			n.log.Debug("outbox notify failed; relays fall back to polling", "err", err)
 		}
 	}()
