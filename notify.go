@@ -32,9 +32,10 @@ type NotifierConfig struct {
 	// to DefaultNotifyInterval (2ms).
 	Interval time.Duration
 	// MaxInterval and SlowAbove space notifications out under a heavy
-	// stream: while Notify is called more than SlowAbove times a second,
-	// the spacing grows from Interval, reaching MaxInterval at twice that
-	// rate. Each notification is a statement on the database and a wake-up
+	// stream: once Notify is called more than SlowAbove times a second,
+	// notifications are MaxInterval apart, until the calls fall below three
+	// quarters of SlowAbove (writers slowed by the notifications and the
+	// claims they cause must not get them back). Each notification is a statement on the database and a wake-up
 	// of every listening relay, and under a heavy stream both are taken
 	// from the writers, while the relay then claims in bigger batches
 	// anyway (RelayConfig.BatchDelay). Set MaxInterval to Interval to keep
@@ -70,7 +71,6 @@ type Notifier struct {
 	channel     string
 	interval    time.Duration
 	maxInterval time.Duration
-	slowAbove   float64
 	log         *slog.Logger
 
 	mu      sync.Mutex
@@ -78,6 +78,7 @@ type Notifier struct {
 	pending bool        // a Notify arrived inside the interval
 	closed  bool
 	calls   rate.Window // Notify calls per second
+	heavy   rate.Gate   // Above: SlowAbove
 	wg      sync.WaitGroup
 }
 
@@ -112,7 +113,7 @@ func NewNotifier(pool *pgxpool.Pool, cfg NotifierConfig) (*Notifier, error) {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	return &Notifier{pool: pool, channel: n.Channel, interval: cfg.Interval, maxInterval: cfg.MaxInterval,
-		slowAbove: float64(cfg.SlowAbove), log: cfg.Logger, calls: rate.Window{Span: 100 * time.Millisecond}}, nil
+		log: cfg.Logger, calls: rate.Window{Span: 100 * time.Millisecond}, heavy: rate.Gate{Above: float64(cfg.SlowAbove)}}, nil
 }
 
 // Notify tells listening relays that events were committed. It never blocks
@@ -134,11 +135,13 @@ func (n *Notifier) Notify() {
 }
 
 // spacingLocked is the wait before the next notification may go out:
-// Interval, stretched towards MaxInterval under a heavy stream of Notify
-// calls.
+// Interval, or MaxInterval under a heavy stream of Notify calls (see
+// NotifierConfig.MaxInterval).
 func (n *Notifier) spacingLocked() time.Duration {
-	f := rate.Ramp(n.calls.Rate(time.Now()), n.slowAbove)
-	return n.interval + time.Duration(f*float64(n.maxInterval-n.interval))
+	if n.heavy.Heavy(n.calls.Rate(time.Now())) {
+		return n.maxInterval
+	}
+	return n.interval
 }
 
 func (n *Notifier) tick() {

@@ -212,17 +212,20 @@ type RelayConfig struct {
 	// throughput under a heavy stream. While events arrive at up to
 	// BatchDelayAbove per second, a worker woken by a notification or Wake
 	// claims at once. Above that the relay coalesces wake-ups: one claim per
-	// BatchDelay (rising to it between that rate and twice it), however many
-	// wake-ups arrive, so each claim carries more events. Only wake-ups are
-	// paced: without one, the relay claims at its PollInterval.
-	// A claim costs about the same for 3 events or 300, and on a busy
-	// database that cost is taken from the application's transactions. A
+	// BatchDelay, however many wake-ups arrive, so each claim carries more
+	// events, until the stream falls below three quarters of
+	// BatchDelayAbove. Only wake-ups are paced: without one, the relay
+	// claims at its PollInterval. A claim costs about the same for 3 events
+	// or 300, and on a busy database that cost is taken from the
+	// application's transactions; the margin keeps writers that the claims
+	// slow down from getting a claim per wake-up back, which would slow
+	// them down further. A
 	// backlog (full batches) is always claimed back to back. A negative
 	// BatchDelay never paces; BatchDelay must not exceed PublishTimeout.
 	// Defaults to DefaultBatchDelay (10ms).
 	//
-	// The WAL source paces its reads of the stream the same way, counting
-	// transactions rather than events: above BatchDelayAbove transactions a
+	// The WAL source paces its reads of the stream, counting transactions
+	// rather than events: above BatchDelayAbove transactions a
 	// second it reads at most once per BatchDelay (rising to it between that
 	// rate and twice it), so each read, and each batch it publishes, carries
 	// many transactions. Unpaced, it wakes up for every message the server

@@ -108,19 +108,21 @@ func (e *Engine) adaptSparse(batch []*Row) {
 // turns it into the pace of claims: under a light stream a woken worker
 // claims at once (latency first: each claim carries a handful of events and
 // the machine has room), under a heavy one the relay claims every
-// BatchDelay or so, whatever wakes it, so each claim carries many. A claim
-// costs the database and the relay about the same whether it returns 3
-// events or 300, and on a busy machine that cost is taken from the writers.
+// BatchDelay, whatever wakes it, so each claim carries many. A claim costs
+// the database and the relay about the same whether it returns 3 events or
+// 300, and on a busy machine that cost is taken from the writers. The
+// stream stays heavy until it falls well below BatchDelayAbove (rate.Gate):
+// writers slowed by the claims must not get a claim per wake-up back.
 type rateMeter struct {
 	delayMax time.Duration // BatchDelay
-	above    float64       // BatchDelayAbove, events/s: no delay at or below
 
-	mu sync.Mutex
-	w  rate.Window
+	mu   sync.Mutex
+	w    rate.Window
+	gate rate.Gate // Above: BatchDelayAbove, events/s
 }
 
 func newRateMeter(delayMax time.Duration, above int) *rateMeter {
-	return &rateMeter{delayMax: delayMax, above: float64(above), w: rate.Window{Span: 100 * time.Millisecond}}
+	return &rateMeter{delayMax: delayMax, w: rate.Window{Span: 100 * time.Millisecond}, gate: rate.Gate{Above: float64(above)}}
 }
 
 // observe records a claim that found n events at now.
@@ -134,16 +136,18 @@ func (m *rateMeter) observe(now time.Time, n int) {
 }
 
 // delay is the pace of claims under the current stream: none (follow
-// wake-ups) up to above events/s, rising linearly to delayMax at twice
-// that rate.
+// wake-ups) while it is light, delayMax while it is heavy.
 func (m *rateMeter) delay(now time.Time) time.Duration {
 	if m.delayMax <= 0 {
 		return 0
 	}
 	m.mu.Lock()
-	r := m.w.Rate(now)
+	heavy := m.gate.Heavy(m.w.Rate(now))
 	m.mu.Unlock()
-	return time.Duration(rate.Ramp(r, m.above) * float64(m.delayMax))
+	if heavy {
+		return m.delayMax
+	}
+	return 0
 }
 
 // wakeClaim decides what a worker woken at now by a notification or Wake

@@ -25,6 +25,22 @@ func TestClaimSpacing(t *testing.T) {
 	if d := m.delay(end); d != 10*time.Millisecond {
 		t.Errorf("5000 events/s: spacing %s, want 10ms", d)
 	}
+	// Just above the threshold the pace is whole: no ramp whose claims
+	// grow as the stream slows.
+	m = newRateMeter(10*time.Millisecond, 1500)
+	if d := m.delay(feed(m, 16, 10*time.Millisecond, 500*time.Millisecond)); d != 10*time.Millisecond {
+		t.Errorf("1600 events/s: spacing %s, want 10ms", d)
+	}
+	// Once heavy, a stream that slows to 1200 events/s stays paced; at
+	// 1000 it is light again.
+	t0 = t0.Add(time.Second)
+	if d := m.delay(feed(m, 12, 10*time.Millisecond, 500*time.Millisecond)); d != 10*time.Millisecond {
+		t.Errorf("slowed to 1200 events/s after 1600: spacing %s, want 10ms", d)
+	}
+	t0 = t0.Add(time.Second)
+	if d := m.delay(feed(m, 10, 10*time.Millisecond, 500*time.Millisecond)); d != 0 {
+		t.Errorf("slowed to 1000 events/s: spacing %s, want 0", d)
+	}
 	if d := m.delay(end.Add(time.Second)); d != 0 {
 		t.Errorf("after a second without claims: spacing %s, want 0", d)
 	}

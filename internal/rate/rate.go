@@ -39,6 +39,31 @@ func (w *Window) Rate(now time.Time) float64 {
 	return w.rate
 }
 
+// Gate tells a heavy stream from a light one, with hysteresis: heavy once
+// the rate passes Above, light again only once it falls below three
+// quarters of it. A pace that eases as the rate falls feeds back on the
+// rate when the pace itself costs the writers: a stream slowed by the
+// relay's claims would get more claims, and slow down further. It is not
+// safe for concurrent use.
+type Gate struct {
+	Above float64 // events/s; 0 or less: never heavy
+
+	heavy bool
+}
+
+// Heavy reports whether the stream is heavy at rate r.
+func (g *Gate) Heavy(r float64) bool {
+	switch {
+	case g.Above <= 0:
+		g.heavy = false
+	case r > g.Above:
+		g.heavy = true
+	case r < g.Above*3/4:
+		g.heavy = false
+	}
+	return g.heavy
+}
+
 // Ramp maps a rate to a fraction: 0 at or below
 // above, rising linearly to 1 at twice above.
 func Ramp(r, above float64) float64 {

@@ -24,6 +24,25 @@ func TestWindow(t *testing.T) {
 	}
 }
 
+func TestGate(t *testing.T) {
+	g := Gate{Above: 1000}
+	for _, c := range []struct {
+		r    float64
+		want bool
+	}{
+		{500, false}, {1000, false}, {1001, true}, {900, true}, {750, true}, {749, false},
+		{900, false}, {2000, true}, {0, false},
+	} {
+		if got := g.Heavy(c.r); got != c.want {
+			t.Errorf("Heavy(%v) = %v, want %v", c.r, got, c.want)
+		}
+	}
+	off := Gate{}
+	if off.Heavy(1e6) {
+		t.Error("a gate with Above 0 is never heavy")
+	}
+}
+
 func TestRamp(t *testing.T) {
 	for _, c := range []struct{ r, want float64 }{{1000, 0}, {1500, 0}, {2250, 0.5}, {3000, 1}, {9000, 1}} {
 		if got := Ramp(c.r, 1500); got != c.want {
