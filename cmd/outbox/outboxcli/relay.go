@@ -67,9 +67,9 @@ func (s *relaySettings) relayFlags() []setting {
 		bind("CleanupBatch", "cleanup-batch", &c.CleanupBatch, outbox.DefaultCleanupBatch, "rows deleted per cleanup statement"),
 		bind("StatsInterval", "stats-interval", &c.StatsInterval, outbox.DefaultStatsInterval, "how often the pending and dead-letter gauges are refreshed"),
 		bind("RescanInterval", "rescan-interval", &c.RescanInterval, outbox.DefaultRescanInterval, "how often one claim scans the pending events from the start (late commits, due retries)"),
-		bind("BatchDelay", "batch-delay", &c.BatchDelay, outbox.DefaultBatchDelay, "under a heavy stream, the longest spacing of claims triggered by wake-ups (0: claim on every wake-up)").
+		bind("BatchDelay", "batch-delay", &c.BatchDelay, outbox.DefaultBatchDelay, "under a heavy stream, the spacing of claims triggered by wake-ups (0: claim on every wake-up)").
 			zeroMeans("0 claims on every wake-up"),
-		bind("BatchDelayAbove", "batch-delay-above", &c.BatchDelayAbove, outbox.DefaultBatchDelayAbove, "events/s above which claims triggered by wake-ups are spaced out"),
+		bind("BatchDelayAbove", "batch-delay-above", &c.BatchDelayAbove, outbox.DefaultBatchDelayAbove, "events/s above which claims triggered by wake-ups are spaced out (until the stream falls below three quarters of it)"),
 		bind("DeleteOnPublish", "delete-on-publish", &c.DeleteOnPublish, false, "delete each event once the broker confirmed it, instead of setting processed_at"),
 		bind("Ordered", "ordered", &c.Ordered, false, "per-aggregate ordering: an aggregate's events are published in insertion order"),
 		bind("Listen", "listen", &c.Listen, false, "LISTEN for the application's commit notifications (outbox.Notifier) instead of waiting for the poll"),
