@@ -88,14 +88,14 @@ func buildCharts(f resultsFile) []barChart {
 		cs = append(cs, c)
 	}
 	if len(f.Writes) > 0 {
-		c := barChart{File: "write-cost.svg", Title: fmt.Sprintf("Write cost: writers' throughput with the relay running, / the same design without relay (%d writers)", f.Writers),
+		c := barChart{File: "write-cost.svg", Title: fmt.Sprintf("Write cost: %d writers' throughput with the relay, / without relay", f.Writers),
 			Series: []string{"ratio"}, Format: func(x float64) string { return fmt.Sprintf("%.2f", x) }, Max: 1, Footer: footer}
 		business := false
 		for _, w := range f.Writes {
 			business = business || (w.Check && len(w.VsBusiness) > 0)
 		}
 		if business {
-			c.Title = fmt.Sprintf("Write cost: writers' throughput with the relay running, / the same design without relay and / business row only (%d writers)", f.Writers)
+			c.Title = fmt.Sprintf("Write cost: %d writers' throughput with the relay, / without relay and / business row only", f.Writers)
 			c.Series = []string{"/ no relay", "/ business only (no outbox)"}
 		}
 		for _, w := range f.Writes {
