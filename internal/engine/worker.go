@@ -69,8 +69,8 @@ func (e *Engine) waitForWork(ctx context.Context, d time.Duration, wakeable, pol
 			if !poll {
 				return true
 			}
-			due, now := e.takePoll(time.Now())
-			if now {
+			due, claim := e.takePoll(time.Now())
+			if claim {
 				return true
 			}
 			deadline = due
