@@ -1,11 +1,15 @@
 package outboxcli
 
 import (
+	"context"
 	"net/url"
 	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/pgoutbox/outbox/internal/testdb"
 	"github.com/pgoutbox/outbox/internal/testnats"
@@ -81,6 +85,16 @@ func TestDemoExternalBrokerKeep(t *testing.T) {
 	t.Parallel()
 	schema := testdb.NewSchemaName("demo")
 	t.Cleanup(func() { testdb.Drop(t, schema) })
+	js, err := jetstream.New(testnats.Conn(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream := strings.ToUpper(schema) // the demo's stream, kept on the shared server
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = js.DeleteStream(ctx, stream)
+	})
 	r := run(t, dbEnv(), "demo", "--schema", schema, "--broker", testnats.URL(),
 		"--orders", "100", "--rate", "500", "--relay-down", "100ms", "--keep")
 	wantExit(t, r, ExitOK)
@@ -90,6 +104,9 @@ func TestDemoExternalBrokerKeep(t *testing.T) {
 	}
 	if !schemaExists(t, schema) {
 		t.Errorf("--keep: schema %s dropped", schema)
+	}
+	if _, err := js.Stream(testCtx(t), stream); err != nil {
+		t.Errorf("--keep: stream %s not kept: %v", stream, err)
 	}
 }
 
