@@ -35,10 +35,10 @@ type NotifierConfig struct {
 	// stream: once Notify is called more than SlowAbove times a second,
 	// notifications are MaxInterval apart, until the calls fall below three
 	// quarters of SlowAbove (writers slowed by the notifications and the
-	// claims they cause must not get them back). Each notification is a statement on the database and a wake-up
-	// of every listening relay, and under a heavy stream both are taken
-	// from the writers, while the relay then claims in bigger batches
-	// anyway (RelayConfig.BatchDelay). Set MaxInterval to Interval to keep
+	// claims they cause must not get them back). Each notification is a
+	// statement on the database and a wake-up of every listening relay,
+	// and under a heavy stream both are taken from the writers, while the
+	// relay then claims in bigger batches anyway (RelayConfig.BatchDelay). Set MaxInterval to Interval to keep
 	// a fixed spacing. Defaults to DefaultNotifyMaxInterval (20ms), or to
 	// Interval if that is longer.
 	MaxInterval time.Duration
