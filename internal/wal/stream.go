@@ -128,11 +128,16 @@ type Stream struct {
 	unreg func() bool
 
 	tx       *Tx           // the transaction being decoded
+	lastTx   int           // events of the last transaction handed out: the next one's first guess
+	cells    []cell        // the row being decoded, reused
 	inTx     bool          // between Begin and Commit
 	received pglogrepl.LSN // the furthest position the server has sent
 	// noFlushUntil: report no flush position until then (see sendStatus).
 	noFlushUntil time.Time
 }
+
+// maxTxGuess caps the events a transaction's slice is first made for.
+const maxTxGuess = 256
 
 // noFlushFor is how long the stream reports no flush position after the
 // server asked for a reply.
@@ -466,6 +471,10 @@ func (s *Stream) decode(x pglogrepl.XLogData) (*Tx, error) {
 	if len(x.WALData) == 0 {
 		return nil, nil
 	}
+	if x.WALData[0] == byte(pglogrepl.MessageTypeInsert) {
+		// Most messages: read in place (parseInsert), not through parse.
+		return nil, s.insert(x)
+	}
 	msg, err := parse(x.WALData)
 	if err != nil {
 		return nil, fmt.Errorf("WAL source: slot %s: message at %s: %w", s.cfg.Names.Slot, x.WALStart, err)
@@ -474,28 +483,7 @@ func (s *Stream) decode(x pglogrepl.XLogData) (*Tx, error) {
 	case *pglogrepl.RelationMessage:
 		s.rels[m.RelationID] = newRelation(m, s.cfg.Names)
 	case *pglogrepl.BeginMessage:
-		s.tx, s.inTx = &Tx{Xid: m.Xid}, true
-	case *pglogrepl.InsertMessage:
-		r, ok := s.rels[m.RelationID]
-		if !ok {
-			return nil, fmt.Errorf("WAL source: slot %s: insert at %s into relation %d before its relation message", s.cfg.Names.Slot, x.WALStart, m.RelationID)
-		}
-		if !r.outbox || s.tx == nil {
-			return nil, nil
-		}
-		ev, at, derr := s.dec.message(r, m.Tuple, x.WALStart)
-		switch {
-		case derr != nil:
-			s.tx.Errors = append(s.tx.Errors, derr)
-		case !at.IsZero() || s.tx.DeliverAt != nil:
-			if s.tx.DeliverAt == nil {
-				s.tx.DeliverAt = make([]time.Time, len(s.tx.Events), cap(s.tx.Events)+1)
-			}
-			s.tx.DeliverAt = append(s.tx.DeliverAt, at)
-			fallthrough
-		default:
-			s.tx.Events = append(s.tx.Events, ev)
-		}
+		s.tx, s.inTx = &Tx{Xid: m.Xid, Events: make([]outboxtype.Message, 0, min(s.lastTx, maxTxGuess))}, true
 	case *pglogrepl.CommitMessage:
 		tx := s.tx
 		s.tx, s.inTx = nil, false
@@ -508,10 +496,41 @@ func (s *Stream) decode(x pglogrepl.XLogData) (*Tx, error) {
 			s.prog.reached(tx.LSN)
 			return nil, nil
 		}
+		s.lastTx = len(tx.Events)
 		return tx, nil
 	}
 	// Updates, deletes, truncates, types and origins carry no new event.
 	return nil, nil
+}
+
+// insert decodes an Insert message into the transaction's events.
+func (s *Stream) insert(x pglogrepl.XLogData) error {
+	rel, cells, err := parseInsert(x.WALData, s.cells)
+	s.cells = cells
+	if err != nil {
+		return fmt.Errorf("WAL source: slot %s: message at %s: %w", s.cfg.Names.Slot, x.WALStart, err)
+	}
+	r, ok := s.rels[rel]
+	if !ok {
+		return fmt.Errorf("WAL source: slot %s: insert at %s into relation %d before its relation message", s.cfg.Names.Slot, x.WALStart, rel)
+	}
+	if !r.outbox || s.tx == nil {
+		return nil
+	}
+	ev, at, derr := s.dec.message(r, cells, x.WALStart)
+	switch {
+	case derr != nil:
+		s.tx.Errors = append(s.tx.Errors, derr)
+	case !at.IsZero() || s.tx.DeliverAt != nil:
+		if s.tx.DeliverAt == nil {
+			s.tx.DeliverAt = make([]time.Time, len(s.tx.Events), cap(s.tx.Events)+1)
+		}
+		s.tx.DeliverAt = append(s.tx.DeliverAt, at)
+		fallthrough
+	default:
+		s.tx.Events = append(s.tx.Events, ev)
+	}
+	return nil
 }
 
 // parse is pglogrepl.Parse, which indexes the message without bounds
