@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -121,6 +122,9 @@ func (h *harness) drainOnce(ctx context.Context, spec relaySpec, schema string, 
 		defer h.releaseDestination(ctx, dest)
 	}
 	spec.Expect = n
+	if h.opt.DrainProfile != "" {
+		spec.Profile = filepath.Join(h.opt.DrainProfile, spec.AppName+".pprof")
+	}
 	child, err := spawnRelay(ctx, spec)
 	if err != nil {
 		return relayResult{}, 0, err

@@ -112,6 +112,7 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 	fs.IntVar(&opt.WriteRate, "write-rate", 0, "write: pace the writers at this many orders/s in all instead of full speed (the per-order costs at a given rate; the ratio then only says whether the rate was held)")
 	fs.BoolVar(&opt.WriteWaits, "write-waits", false, "write: sample the writers' and the relay's sessions in pg_stat_activity every 10 ms (adds load)")
 	fs.StringVar(&opt.WriteProfile, "write-profile", "", "write: write a CPU profile of the harness process (writers, and the relay when in process) per phase into this directory")
+	fs.StringVar(&opt.DrainProfile, "drain-profile", "", "drain, wal: write a CPU profile of each drain's relay process into this directory")
 	fs.IntVar(&opt.WALTx, "wal-tx", 100, "wal, walsize: events per transaction of the backlogs")
 	fs.StringVar(&walRates, "wal-rates", "1000,10000", "wal: latency rates, events/s, comma-separated")
 	fs.IntVar(&opt.WALTxRate, "wal-tx-rate", 1000, "wal: latency writers commit at most this many transactions/s; a higher rate puts several events in each")
