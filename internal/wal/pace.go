@@ -16,6 +16,12 @@ import (
 // messages wait in the socket buffer and one read takes many transactions,
 // which the relay then publishes as one batch.
 //
+// A stream catching up with a backlog (transactions read more than
+// catchingUp after their commit) is paced whatever its transaction rate:
+// its events are late already, and a reader that keeps up with the
+// server's decoding wakes for every few messages, taking from the server
+// the CPU it decodes with.
+//
 // What waits in the socket during a pace is kept under paceBytes: past the
 // socket buffers the server would stop decoding until the relay reads, and
 // a backlog (large transactions, megabytes a second) would drain at the
@@ -25,7 +31,13 @@ type pacer struct {
 	above float64       // StreamConfig.PaceAbove, transactions/s
 	txs   rate.Window   // transactions decoded
 	bytes rate.Window   // bytes read
+	late  bool          // the last transaction was read catchingUp after its commit
 }
+
+// catchingUp is how long after its commit a transaction is read when the
+// stream is reading a backlog. Well above the clock skew between the relay
+// and the server, and the latency of a live stream.
+const catchingUp = time.Second
 
 // paceBytes bounds the bytes one pace lets pile up in the socket: well
 // inside the smallest receive window Linux starts a connection with (half
@@ -40,11 +52,12 @@ func newPacer(max time.Duration, above int) *pacer {
 		txs: rate.Window{Span: time.Second}, bytes: rate.Window{Span: 100 * time.Millisecond}}
 }
 
-// commit records a transaction at now. The stream's goroutine only calls
-// commit, read and pace.
-func (p *pacer) commit(now time.Time) {
+// commit records a transaction committed at committed and read at now.
+// The stream's goroutine only calls commit, read and pace.
+func (p *pacer) commit(now, committed time.Time) {
 	if p.max > 0 {
 		p.txs.Add(now, 1)
+		p.late = now.Sub(committed) > catchingUp
 	}
 }
 
@@ -56,13 +69,18 @@ func (p *pacer) read(now time.Time, n int) {
 }
 
 // pace is the shortest time between two reads: none up to above
-// transactions/s, rising linearly to max at twice that rate, and never so
-// long that more than paceBytes arrive meanwhile.
+// transactions/s, rising linearly to max at twice that rate, max while
+// catching up, and never so long that more than paceBytes arrive
+// meanwhile.
 func (p *pacer) pace(now time.Time) time.Duration {
 	if p.max <= 0 {
 		return 0
 	}
-	d := time.Duration(rate.Ramp(p.txs.Rate(now), p.above) * float64(p.max))
+	heavy := rate.Ramp(p.txs.Rate(now), p.above)
+	if p.late {
+		heavy = 1
+	}
+	d := time.Duration(heavy * float64(p.max))
 	if b := p.bytes.Rate(now); b > 0 {
 		d = min(d, time.Duration(paceBytes/b*float64(time.Second)))
 	}

@@ -17,7 +17,7 @@ func TestPacerFollowsTransactionRate(t *testing.T) {
 	at := func(ms float64) time.Time { return t0.Add(time.Duration(ms * float64(time.Millisecond))) }
 	feed := func(from, to, perMs float64) {
 		for ms := from; ms < to; ms += 1 / perMs {
-			p.commit(at(ms))
+			p.commit(at(ms), at(ms))
 		}
 	}
 	feed(0, 2500, 0.5) // 500/s
@@ -42,7 +42,7 @@ func TestPacerFollowsTransactionRate(t *testing.T) {
 	// The same transactions carrying 64 MB/s: a pace would let 640 kB pile
 	// up in the socket; it shrinks to what keeps it under paceBytes.
 	for ms := 8500.0; ms < 8750; ms += 0.25 {
-		p.commit(at(ms))
+		p.commit(at(ms), at(ms))
 		p.read(at(ms), 16000)
 	}
 	if got, want := p.pace(at(8750)), time.Duration(paceBytes/64e6*float64(time.Second)); got < want*9/10 || got > want*11/10 {
@@ -53,6 +53,36 @@ func TestPacerFollowsTransactionRate(t *testing.T) {
 	}
 	if got := newPacer(0, 1000).pace(at(0)); got != 0 {
 		t.Errorf("pace with Pace 0 = %s, want 0", got)
+	}
+}
+
+// A backlog (transactions read long after their commit) is paced whatever
+// its transaction rate, still under paceBytes; a transaction read as it
+// commits ends that.
+func TestPacerPacesABacklog(t *testing.T) {
+	p := newPacer(10*time.Millisecond, 1000)
+	t0 := time.Unix(1000, 0)
+	at := func(ms float64) time.Time { return t0.Add(time.Duration(ms * float64(time.Millisecond))) }
+	committed := t0.Add(-time.Minute)
+	for ms := 0.0; ms < 500; ms += 5 { // 200 transactions/s, 1 MB/s
+		p.commit(at(ms), committed)
+		p.read(at(ms), 5000)
+	}
+	if got := p.pace(at(500)); got != 10*time.Millisecond {
+		t.Errorf("pace of a backlog read at 1 MB/s = %s, want 10ms", got)
+	}
+	for ms := 500.0; ms < 1000; ms += 0.5 { // 20 MB/s in 100 transactions/s
+		if int(ms*2)%20 == 0 {
+			p.commit(at(ms), committed)
+		}
+		p.read(at(ms), 10000)
+	}
+	if got, want := p.pace(at(1000)), time.Duration(paceBytes/20e6*float64(time.Second)); got < want*9/10 || got > want*11/10 {
+		t.Errorf("pace of a backlog read at 20 MB/s = %s, want about %s", got, want)
+	}
+	p.commit(at(1000), at(999))
+	if got := p.pace(at(1000)); got != 0 {
+		t.Errorf("pace after a transaction read 1ms after its commit = %s, want 0", got)
 	}
 }
 

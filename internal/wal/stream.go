@@ -487,7 +487,7 @@ func (s *Stream) decode(x pglogrepl.XLogData) (*Tx, error) {
 	case *pglogrepl.CommitMessage:
 		tx := s.tx
 		s.tx, s.inTx = nil, false
-		s.pace.commit(time.Now())
+		s.pace.commit(time.Now(), m.CommitTime)
 		if tx == nil {
 			return nil, nil
 		}
