@@ -231,7 +231,10 @@ type RelayConfig struct {
 	// many transactions. Unpaced, it wakes up for every message the server
 	// sends (three per one-event transaction), and that costs it more CPU
 	// than the events themselves. Its cost is per transaction, whatever the
-	// transaction's size, hence the unit.
+	// transaction's size, hence the unit. It also paces its reads while it
+	// catches up with a backlog (transactions read over a second after
+	// their commit), whatever their rate: a reader that keeps up with the
+	// server's decoding takes the CPU the server decodes with.
 	BatchDelay time.Duration
 	// BatchDelayAbove is the rate, in events per second (WAL source:
 	// transactions per second), above which claims (reads) are paced (see

@@ -58,7 +58,9 @@ type StreamConfig struct {
 	// more than PaceAbove transactions a second arrive, the stream reads
 	// the connection at most once per Pace (rising to it between that rate
 	// and twice it), so each read, and each batch the relay publishes,
-	// carries many transactions. 0 (the default) never paces.
+	// carries many transactions; and so while it reads a backlog
+	// (transactions committed over a second before). 0 (the default) never
+	// paces.
 	Pace      time.Duration
 	PaceAbove int
 }
