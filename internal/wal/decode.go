@@ -66,8 +66,8 @@ type relation struct {
 	at     [numCols]int // position of each outbox column; -1 when absent
 	oid    [numCols]uint32
 	// plans are the type map's scan plans of the columns decoded through
-	// it, by format (text, binary) and column, made on first use.
-	plans [2][numCols]pgtype.ScanPlan
+	// it, made on first use.
+	plans [numCols]pgtype.ScanPlan
 }
 
 func newRelation(m *pglogrepl.RelationMessage, n Names) *relation {
@@ -255,7 +255,7 @@ func (d *decoder) scan(r *relation, k int, c cell, dst any) error {
 			return err
 		}
 	}
-	plan := &r.plans[pgtype.TextFormatCode][k]
+	plan := &r.plans[k]
 	if *plan == nil {
 		*plan = d.types.PlanScan(oid, pgtype.TextFormatCode, dst)
 	}

@@ -485,7 +485,7 @@ func (s *Stream) decode(x pglogrepl.XLogData) (*Tx, error) {
 	case *pglogrepl.RelationMessage:
 		s.rels[m.RelationID] = newRelation(m, s.cfg.Names)
 	case *pglogrepl.BeginMessage:
-		s.tx, s.inTx = &Tx{Xid: m.Xid, Events: make([]outboxtype.Message, 0, min(s.lastTx, maxTxGuess))}, true
+		s.tx, s.inTx = &Tx{Xid: m.Xid}, true
 	case *pglogrepl.CommitMessage:
 		tx := s.tx
 		s.tx, s.inTx = nil, false
@@ -520,6 +520,10 @@ func (s *Stream) insert(x pglogrepl.XLogData) error {
 		return nil
 	}
 	ev, at, derr := s.dec.message(r, cells, x.WALStart)
+	if s.tx.Events == nil {
+		// Sized as the last transaction was: most streams repeat one shape.
+		s.tx.Events = make([]outboxtype.Message, 0, max(1, min(s.lastTx, maxTxGuess)))
+	}
 	switch {
 	case derr != nil:
 		s.tx.Errors = append(s.tx.Errors, derr)
