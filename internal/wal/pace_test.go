@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"context"
 	"io"
 	"net"
 	"testing"
@@ -83,6 +84,27 @@ func TestPacerPacesABacklog(t *testing.T) {
 	p.commit(at(1000), at(999))
 	if got := p.pace(at(1000)); got != 0 {
 		t.Errorf("pace after a transaction read 1ms after its commit = %s, want 0", got)
+	}
+}
+
+// The stream gives its pacer each transaction's commit time: one read well
+// after its commit makes the stream a backlog's. (The opposite, a live
+// transaction, is left to TestPacerPacesABacklog: on a loaded server the
+// walsender may be seconds behind.)
+func TestStreamTellsThePacerOfABacklog(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.insert(t, "o1", "committed-before-the-stream")
+	time.Sleep(catchingUp + 200*time.Millisecond)
+	cfg := b.config()
+	cfg.Pace, cfg.PaceAbove = time.Millisecond, 1_000_000 // paced only as a backlog
+	s := b.open(t, cfg)
+	next(t, s)
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !s.pace.late { // read after Close: the stream's goroutine has ended
+		t.Fatal("a transaction read over a second after its commit did not make the pacer pace a backlog")
 	}
 }
 
