@@ -100,7 +100,8 @@ SELECT 'order', g::text, 'order.created', '{}' FROM generate_series(1, 20000) g`
 		var plan []map[string]any
 		err = tx.QueryRow(ctx(t), `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)
 SELECT id FROM outbox_events
-WHERE processed_at IS NULL AND dead_at IS NULL AND (retry_after IS NULL OR retry_after <= now()) AND seq > $1
+WHERE processed_at IS NULL AND dead_at IS NULL AND deliver_at IS NULL
+  AND (retry_after IS NULL OR retry_after <= now()) AND seq > $1
 ORDER BY seq LIMIT 100 FOR UPDATE SKIP LOCKED`, floor).Scan(&plan)
 		if err != nil {
 			t.Fatal(err)

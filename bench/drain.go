@@ -30,7 +30,7 @@ type drainFigure struct {
 // table is empty. Each row read is checked off, as a relay's would be.
 const rawSQLFloor = `DELETE FROM outbox_events WHERE id IN (
     SELECT id FROM outbox_events
-    WHERE processed_at IS NULL AND dead_at IS NULL
+    WHERE processed_at IS NULL AND dead_at IS NULL AND deliver_at IS NULL
     ORDER BY seq LIMIT 1000
     FOR UPDATE SKIP LOCKED)
 RETURNING id, aggregate_type, aggregate_id, event_type, payload`
@@ -40,7 +40,7 @@ RETURNING id, aggregate_type, aggregate_id, event_type, payload`
 // version and two index entries per row where the DELETE writes none.
 const rawMarkFloor = `UPDATE outbox_events SET processed_at = now() WHERE id IN (
     SELECT id FROM outbox_events
-    WHERE processed_at IS NULL AND dead_at IS NULL
+    WHERE processed_at IS NULL AND dead_at IS NULL AND deliver_at IS NULL
     ORDER BY seq LIMIT 1000
     FOR UPDATE SKIP LOCKED)
 RETURNING id, aggregate_type, aggregate_id, event_type, payload`

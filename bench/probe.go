@@ -15,7 +15,7 @@ import (
 // writeProbe reads, around a write phase's window, what the phase cost the
 // database: WAL (pg_stat_wal; server-wide, so other work on the server
 // counts too, though the writers' WAL dominates it), the relay's claims
-// (scans of the pending index, which the writers only insert into) and, with
+// (scans of the ready index, which the writers only insert into) and, with
 // --write-waits, what the writers' and the relay's sessions waited for; with
 // --write-profile, a CPU profile of this process (the writers, and the relay
 // when it runs in process).

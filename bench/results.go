@@ -318,7 +318,7 @@ func (r *results) print(w io.Writer, m machine, opt options, cmdline string, sta
 		}
 		notes(w, r.writes, func(f *writeFigure) (string, []string) { return f.Label, f.Notes })
 		fmt.Fprintln(w)
-		fmt.Fprintf(w, "What each phase cost the database, per committed order (medians): WAL from pg_stat_wal (server-wide), claims = scans of the pending index.\n\n")
+		fmt.Fprintf(w, "What each phase cost the database, per committed order (medians): WAL from pg_stat_wal (server-wide), claims = scans of the ready index.\n\n")
 		fmt.Fprintf(w, "| phase | WAL bytes | WAL records | full-page images per 1000 | claims/s | orders per claim | writers' PostgreSQL CPU µs | relay's PostgreSQL CPU µs | relay process CPU µs |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, f := range r.writes {
 			proc := "–"

@@ -152,7 +152,8 @@ func (e *env) explainClaim() string {
 	}
 	rows, err := tx.Query(ctx, `EXPLAIN (ANALYZE, BUFFERS) SELECT id, seq, aggregate_type, aggregate_id, event_type, payload, headers, created_at, attempts
 FROM `+e.table+`
-WHERE processed_at IS NULL AND dead_at IS NULL AND (retry_after IS NULL OR retry_after <= now())
+WHERE processed_at IS NULL AND dead_at IS NULL AND deliver_at IS NULL
+  AND (retry_after IS NULL OR retry_after <= now())
 ORDER BY seq LIMIT 500 FOR UPDATE SKIP LOCKED`)
 	if err != nil {
 		e.t.Fatal(err)

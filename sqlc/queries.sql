@@ -3,7 +3,8 @@
 -- the relay relies on:
 --   - write events in the same transaction as the business change
 --     (outboxdb.New(tx)), never in a transaction of their own;
---   - an event is pending while processed_at and dead_at are NULL; the relay
+--   - an event is pending while processed_at, dead_at and deliver_at are
+--     NULL (deliver_at holds a scheduled event until it is due); the relay
 --     claims pending events in seq order;
 --   - a dead letter has dead_at set and held_by NULL; an event with held_by
 --     set is parked behind an earlier failing event of its aggregate
@@ -31,13 +32,13 @@ SELECT * FROM outbox_events WHERE id = @id;
 -- name: CountPending :one
 -- What outbox_events_pending reports.
 SELECT count(*) FROM outbox_events
-WHERE processed_at IS NULL AND dead_at IS NULL;
+WHERE processed_at IS NULL AND dead_at IS NULL AND deliver_at IS NULL;
 
 -- name: OldestPendingCreatedAt :one
 -- created_at of the first pending event in claim order (what
 -- outbox_oldest_pending_age_seconds measures); no row when none is pending.
 SELECT created_at FROM outbox_events
-WHERE processed_at IS NULL AND dead_at IS NULL
+WHERE processed_at IS NULL AND dead_at IS NULL AND deliver_at IS NULL
 ORDER BY seq
 LIMIT 1;
 
@@ -45,7 +46,7 @@ LIMIT 1;
 -- Pending events per type, with the oldest's created_at: which type is late.
 SELECT event_type, count(*) AS pending, min(created_at)::timestamptz AS oldest
 FROM outbox_events
-WHERE processed_at IS NULL AND dead_at IS NULL
+WHERE processed_at IS NULL AND dead_at IS NULL AND deliver_at IS NULL
 GROUP BY event_type
 ORDER BY oldest;
 

@@ -175,7 +175,7 @@ WHERE i.indrelid = $1::regclass ORDER BY 1`, rel)
 
 func mb(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/(1<<20)) }
 
-// claimP50 times the unordered claim from the start of the pending index
+// claimP50 times the unordered claim from the start of the ready index
 // (the relay's rescan, the worst case) 200 times, each rolled back.
 func (b *bench) claimP50(ctx context.Context, t *table) (time.Duration, error) {
 	var ds []time.Duration
@@ -376,7 +376,7 @@ func (b *bench) run(ctx context.Context, rows, pending, remove, batch, rounds in
 	fmt.Println("|---|---|---|---|")
 	fmt.Printf("| table (heap) | %s | %s | |\n", mb(esz.table), mb(fsz.table))
 	fmt.Printf("| indexes | %s | %s | |\n", mb(esz.indexes), mb(fsz.indexes))
-	fmt.Printf("| claim p50, 100 rows from the start of the pending index (%d pending), last round | %s | %s | %.2f |\n",
+	fmt.Printf("| claim p50, 100 rows from the start of the ready index (%d pending), last round | %s | %s | %.2f |\n",
 		pending, last[0].claim.Round(time.Microsecond), last[1].claim.Round(time.Microsecond), median(claimR))
 	fmt.Printf("| drain, unordered (%d events), last round | %.0f ev/s | %.0f ev/s | %.2f |\n", pending, last[0].drain, last[1].drain, median(drainR))
 	fmt.Printf("| drain, ordered (%d events), last round | %.0f ev/s | %.0f ev/s | %.2f |\n", pending, last[0].drainOrdered, last[1].drainOrdered, median(orderedR))

@@ -31,7 +31,7 @@ type Config struct {
 	// deadline.go); housekeeping statements get at least StatsInterval.
 	StatementTimeout time.Duration
 	StatsInterval    time.Duration // 0: no gauges and no held-event housekeeping
-	RescanInterval   time.Duration // how often a claim scans the pending index from its start
+	RescanInterval   time.Duration // how often a claim scans the ready index from its start
 	BatchDelay       time.Duration // claim (WAL source: read) pace under a heavy stream (0: always follow wake-ups)
 	BatchDelayAbove  int           // events/s (WAL source: transactions/s) above which claims (reads) are paced
 

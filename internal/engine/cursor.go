@@ -6,10 +6,10 @@ import (
 	"time"
 )
 
-// cursor keeps the claim's index scan off the dead head of the pending index.
+// cursor keeps the claim's index scan off the dead head of the ready index.
 //
 // Every row the relay marks (or deletes) leaves its entry in the partial
-// pending index until VACUUM removes it, and a claim that scans the index
+// ready index until VACUUM removes it, and a claim that scans the index
 // from its start steps over all of them: after a long drain, each claim
 // walks every dead entry the drain left, and the drain slows as it goes.
 // So claims scan from a floor, `seq > floor`, below which no claimable row

@@ -27,7 +27,7 @@ type Queries struct {
 	// for later (deliver_at IS NULL: the ready index's predicate).
 	// Every claim returns a row's payload as claimPayload's two columns.
 	// SKIP LOCKED lets several relays claim disjoint batches; the predicate
-	// matches the partial pending index, so processed rows are never read,
+	// matches the partial ready index, so processed rows are never read,
 	// and the floor $2 starts the index scan past the entries of rows
 	// processed since the last VACUUM (see engine's cursor).
 	Claim string
@@ -79,7 +79,7 @@ type Queries struct {
 	// MarkOrdered is MarkOutcomes for ordered mode, with $7 uuid[]: the
 	// published events that had failed before. Each failed event parks the
 	// unprocessed later events of its aggregate (held_by = its id, dead_at
-	// set: out of the pending index, so claims never step over them), and
+	// set: out of the ready index, so claims never step over them), and
 	// each event of $6 releases the events it held.
 	MarkOrdered string
 	// ParkLate parks events that arrived behind a failing event after it

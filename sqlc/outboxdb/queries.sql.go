@@ -26,7 +26,7 @@ func (q *Queries) CountDeadLetters(ctx context.Context) (int64, error) {
 
 const countPending = `-- name: CountPending :one
 SELECT count(*) FROM outbox_events
-WHERE processed_at IS NULL AND dead_at IS NULL
+WHERE processed_at IS NULL AND dead_at IS NULL AND deliver_at IS NULL
 `
 
 // What outbox_events_pending reports.
@@ -117,7 +117,8 @@ type InsertEventRow struct {
 // the relay relies on:
 //   - write events in the same transaction as the business change
 //     (outboxdb.New(tx)), never in a transaction of their own;
-//   - an event is pending while processed_at and dead_at are NULL; the relay
+//   - an event is pending while processed_at, dead_at and deliver_at are
+//     NULL (deliver_at holds a scheduled event until it is due); the relay
 //     claims pending events in seq order;
 //   - a dead letter has dead_at set and held_by NULL; an event with held_by
 //     set is parked behind an earlier failing event of its aggregate
@@ -201,7 +202,7 @@ func (q *Queries) ListDeadLetters(ctx context.Context, maxRows int32) ([]ListDea
 
 const oldestPendingCreatedAt = `-- name: OldestPendingCreatedAt :one
 SELECT created_at FROM outbox_events
-WHERE processed_at IS NULL AND dead_at IS NULL
+WHERE processed_at IS NULL AND dead_at IS NULL AND deliver_at IS NULL
 ORDER BY seq
 LIMIT 1
 `
@@ -218,7 +219,7 @@ func (q *Queries) OldestPendingCreatedAt(ctx context.Context) (pgtype.Timestampt
 const pendingByEventType = `-- name: PendingByEventType :many
 SELECT event_type, count(*) AS pending, min(created_at)::timestamptz AS oldest
 FROM outbox_events
-WHERE processed_at IS NULL AND dead_at IS NULL
+WHERE processed_at IS NULL AND dead_at IS NULL AND deliver_at IS NULL
 GROUP BY event_type
 ORDER BY oldest
 `
