@@ -28,7 +28,7 @@ type Names struct {
 	QTable          string // "schema"."table"
 	QDeadLetterView string // "schema"."<base>_dead_letters"
 	QMigrations     string // "schema"."pgoutbox_migrations"
-	PendingIndex    string // "<table>_pending_idx" (unqualified: an index lives in its table's schema)
+	PendingIndex    string // "<table>_pending_idx" (unqualified: an index lives in its table's schema); migration 8 drops it
 	ProcessedIndex  string // "<table>_processed_idx"
 	DeadIndex       string // "<table>_dead_idx"
 	AggregateIndex  string // "<table>_aggregate_idx"
