@@ -139,12 +139,15 @@ type ReplicationInfo struct {
 	Created bool
 }
 
-// SetupReplication prepares the WAL source for the configured table: it
+// SetupReplication sets the configured table up for the WAL source: it
 // checks the prerequisites (an error matching ErrReplicationPrerequisite
-// names the missing one), then creates the publication and the slot unless
-// they exist. The slot keeps WAL from now on until a relay confirms it:
-// run it when a WAL relay will follow, and see docs/WAL.md for
-// max_slot_wal_keep_size.
+// names the missing one), creates the publication and the slot unless they
+// exist, then drops the two indexes only a table source reads (its claims
+// on rows as written), which a WAL relay does without: each event then
+// costs its writer two index entries fewer. A table source refuses the
+// table until DropReplication sets it up for the table source again. The
+// slot keeps WAL from now on until a relay confirms it: run it when a WAL
+// relay will follow, and see docs/WAL.md for max_slot_wal_keep_size.
 func SetupReplication(ctx context.Context, pool *pgxpool.Pool, cfg MigrateConfig) (ReplicationInfo, error) {
 	in, err := ident.New(cfg.Schema, cfg.Table)
 	if err != nil {
@@ -158,18 +161,27 @@ func SetupReplication(ctx context.Context, pool *pgxpool.Pool, cfg MigrateConfig
 	if info.Created, err = wal.Create(ctx, pool, n); err != nil {
 		return info, fmt.Errorf("outbox: %w", err)
 	}
+	if err := wal.DropTableSourceIndexes(ctx, pool, n); err != nil {
+		return info, fmt.Errorf("outbox: %w", err)
+	}
 	return info, nil
 }
 
 // DropReplication removes the WAL source's slot and publication for the
-// configured table, ending the stream of a relay reading it. Events the
-// slot had not confirmed are still in the table.
+// configured table, ending the stream of a relay reading it, and sets the
+// table up for the table source again (recreating, without blocking
+// writers, the indexes SetupReplication dropped). Events the slot had not
+// confirmed are still in the table.
 func DropReplication(ctx context.Context, pool *pgxpool.Pool, cfg MigrateConfig) error {
 	in, err := ident.New(cfg.Schema, cfg.Table)
 	if err != nil {
 		return configErr("MigrateConfig", err)
 	}
-	if err := wal.Drop(ctx, pool, wal.NamesFor(in)); err != nil {
+	n := wal.NamesFor(in)
+	if err := wal.Drop(ctx, pool, n); err != nil {
+		return fmt.Errorf("outbox: %w", err)
+	}
+	if err := wal.CreateTableSourceIndexes(ctx, pool, n); err != nil {
 		return fmt.Errorf("outbox: %w", err)
 	}
 	return nil

@@ -25,4 +25,6 @@ func ExampleReplicationSQL() {
 	// UPDATE "outbox_events" SET retry_after = now() WHERE processed_at IS NULL AND retry_after IS NULL;
 	// CREATE INDEX IF NOT EXISTS "outbox_events_handoff_idx" ON "outbox_events" (seq) WHERE processed_at IS NULL AND dead_at IS NULL AND deliver_at IS NULL AND retry_after IS NOT NULL;
 	// CREATE INDEX IF NOT EXISTS "outbox_events_handoff_agg_idx" ON "outbox_events" (aggregate_type, aggregate_id, seq) WHERE processed_at IS NULL AND (retry_after IS NOT NULL OR dead_at IS NOT NULL);
+	// DROP INDEX CONCURRENTLY IF EXISTS "outbox_events_ready_idx";
+	// DROP INDEX CONCURRENTLY IF EXISTS "outbox_events_aggregate_idx";
 }

@@ -23,6 +23,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,6 +33,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox/internal/store"
+	"github.com/pgoutbox/outbox/internal/wal"
 )
 
 // Engine runs the relay.
@@ -118,9 +120,10 @@ func (e *Engine) Wake() {
 func (e *Engine) BrokerDown() bool { return e.brokerDown.Load() }
 
 // claimQueries are the statements the table workers claim with: only the
-// rows handed to the table path when a WAL source streams the rest.
+// rows handed to the table path when a WAL source streams the rest, or
+// hands them all over (walSource.fallBack).
 func (e *Engine) claimQueries() *store.Queries {
-	if e.qh != nil && !e.fallback.Load() {
+	if e.qh != nil && (!e.fallback.Load() || e.ws.handing.Load()) {
 		return e.qh
 	}
 	return e.q
@@ -128,6 +131,10 @@ func (e *Engine) claimQueries() *store.Queries {
 
 // ErrMissingIndex reports a table from before the latest migration.
 var ErrMissingIndex = errors.New("index missing")
+
+// ErrWALTable reports a table set up for the WAL source (without the
+// indexes only a table source reads) under a table source.
+var ErrWALTable = errors.New("set up for the WAL source")
 
 // CheckSchema verifies that the table exists with every column and index this
 // version needs.
@@ -144,8 +151,10 @@ func (e *Engine) CheckSchema(ctx context.Context) error {
 	}
 	// The indexes of migrations that add no column: without them the relay
 	// works, but its statements read every row they should have skipped.
+	// A WAL source reads neither the ready nor the aggregate index (see
+	// wal.DropTableSourceIndexes); a table source needs both.
 	n := e.cfg.Names
-	want := []string{n.AggregateIndex}
+	var want []string
 	for _, name := range []func() (string, error){n.HeldIndex, n.RetryIndex, n.DeadLetterIndex} {
 		idx, err := name()
 		if err != nil {
@@ -158,7 +167,13 @@ func (e *Engine) CheckSchema(ctx context.Context) error {
 			want[i] = n.QSchema + "." + want[i]
 		}
 	}
-	rows, err = e.pool.Query(ctx, `SELECT i FROM unnest($1::text[]) AS i WHERE to_regclass(i) IS NULL`, want)
+	var tableOnly []string
+	if e.ws == nil {
+		if tableOnly, err = wal.NamesFor(n).TableSourceIndexes(); err != nil {
+			return err
+		}
+	}
+	rows, err = e.pool.Query(ctx, `SELECT i FROM unnest($1::text[]) AS i WHERE to_regclass(i) IS NULL`, append(want, tableOnly...))
 	if err != nil {
 		return err
 	}
@@ -166,10 +181,28 @@ func (e *Engine) CheckSchema(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if len(missing) > 0 {
-		return fmt.Errorf("%w: %s", ErrMissingIndex, strings.Join(missing, ", "))
+	if len(missing) == 0 {
+		return nil
 	}
-	return nil
+	if e.ws == nil && !slices.ContainsFunc(missing, func(m string) bool { return !slices.Contains(tableOnly, m) }) {
+		// Only the table source's own indexes are gone: outbox migrate
+		// --source wal dropped them, which the handoff index shows.
+		handoff, err := n.HandoffIndex()
+		if err != nil {
+			return err
+		}
+		if n.QSchema != "" {
+			handoff = n.QSchema + "." + handoff
+		}
+		var wal bool
+		if err := e.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, handoff).Scan(&wal); err != nil {
+			return err
+		}
+		if wal {
+			return fmt.Errorf("%w: %s missing", ErrWALTable, strings.Join(missing, ", "))
+		}
+	}
+	return fmt.Errorf("%w: %s", ErrMissingIndex, strings.Join(missing, ", "))
 }
 
 // IsUndefined reports whether err says a table or column is missing.

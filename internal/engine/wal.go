@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -59,6 +60,9 @@ type walSource struct {
 
 	mu    sync.Mutex
 	state SourceState
+	// handing: the slot is lost and the table has no index of the rows as
+	// written, so the pending rows are handed over (see fallBack).
+	handing atomic.Bool
 
 	// Per stream; reset when a stream opens (it redelivers every
 	// transaction it was not told about).
@@ -176,13 +180,22 @@ func (s *walSource) run(ctx context.Context) {
 
 // fallBack relays from the table while the slot is gone: the table workers
 // claim every pending row, as a table source does, until a fresh slot
-// exists and the rows pending before it are handed to the table path.
+// exists and the rows pending before it are handed to the table path. A
+// table set up for the WAL source has no index of the rows as written to
+// claim them through: there the pending rows are handed to the table path
+// every handEvery instead (one UPDATE, as when a slot is created), and the
+// workers go on claiming the handed-over rows.
 func (s *walSource) fallBack(ctx context.Context, log interface {
 	Error(string, ...any)
 	Info(string, ...any)
 }, cause error) {
 	e := s.e
 	log.Error("outbox WAL source: the replication slot is lost; relaying from the table until a fresh slot streams (no event is lost: every unconfirmed event is still in the table)", "err", cause)
+	cctx, cancel := context.WithTimeout(ctx, e.cfg.StatementTimeout)
+	full, err := wal.HasTableSourceIndexes(cctx, e.pool, s.names)
+	cancel()
+	// Not knowing, hand over: that works on any table.
+	s.handing.Store(err != nil || !full)
 	e.fallback.Store(true)
 	e.cur.reset()
 	if m := e.cfg.Metrics; m != nil {
@@ -200,16 +213,52 @@ func (s *walSource) fallBack(ctx context.Context, log interface {
 		wait := e.cfg.OutageBackoff.Delay(attempt)
 		log.Error("outbox WAL source: cannot create a fresh slot; still relaying from the table", "err", err, "retry_in", wait)
 		s.setState(func(st *SourceState) { st.Err = err })
-		if !e.sleep(ctx, wait, false) {
+		if !s.handOver(ctx, wait) {
 			return
 		}
 	}
 	e.fallback.Store(false)
+	s.handing.Store(false)
 	if m := e.cfg.Metrics; m != nil {
 		m.Source.WithLabelValues("wal").Set(1)
 		m.Source.WithLabelValues("table").Set(0)
 	}
 	log.Info("outbox WAL source: fresh slot created; streaming again")
+}
+
+// handEvery is how often a fallback without the table source's indexes
+// hands the pending rows to the table path: the latency of the events
+// written while no slot streams.
+const handEvery = time.Second
+
+// handOver waits d, handing the pending rows to the table path every
+// handEvery meanwhile when the fallback does so; false when ctx ended.
+func (s *walSource) handOver(ctx context.Context, d time.Duration) bool {
+	e := s.e
+	if !s.handing.Load() {
+		return e.sleep(ctx, d, false)
+	}
+	end := time.Now().Add(d)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, e.cfg.StatementTimeout)
+		tag, err := e.pool.Exec(cctx, s.names.MarkBacklogSQL())
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return false
+		case err != nil:
+			e.cfg.Logger.Warn("outbox WAL source: cannot hand the pending rows to the table path", "err", err)
+		case tag.RowsAffected() > 0:
+			e.Wake()
+		}
+		left := time.Until(end)
+		if left <= 0 {
+			return true
+		}
+		if !e.sleep(ctx, min(left, handEvery), false) {
+			return false
+		}
+	}
 }
 
 // replaceSlot creates a fresh slot, dropping the old one first if it was

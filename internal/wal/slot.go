@@ -23,10 +23,24 @@ func Create(ctx context.Context, db DB, n Names) (created bool, err error) {
 	if err != nil {
 		return false, fmt.Errorf("WAL source: %w", err)
 	}
+	names, err := n.handoffIndexNames()
+	if err != nil {
+		return false, fmt.Errorf("WAL source: %w", err)
+	}
 	// A table without the relay's columns (the article's minimal table,
-	// streamed by hand) has no handoff: nothing to index or mark.
+	// streamed by hand) has no handoff: nothing to index or mark. An index
+	// that exists is not created again: CREATE INDEX IF NOT EXISTS needs
+	// the table's owner even then, and a relay replacing a lost slot may be
+	// no owner.
 	relayColumns := true
-	for _, s := range idx {
+	for i, s := range idx {
+		var exists bool
+		if err := db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, names[i]).Scan(&exists); err != nil {
+			return false, fmt.Errorf("WAL source: look up index %s: %w", names[i], err)
+		}
+		if exists {
+			continue
+		}
 		if _, err := db.Exec(ctx, s); isCode(err, "42703") { // undefined_column
 			relayColumns = false
 			break

@@ -104,9 +104,24 @@ func (n Names) Script() string {
 			b.WriteString(";\n")
 		}
 	}
+	if drop, err := n.DropTableSourceIndexesSQL(); err == nil {
+		b.WriteString("-- The indexes only a table source reads (its claims): a WAL relay does without\n")
+		b.WriteString("-- them, and each event then costs its writer two index entries fewer.\n")
+		b.WriteString("-- Run outside a transaction block (CONCURRENTLY):\n")
+		for _, s := range drop {
+			b.WriteString(s)
+			b.WriteString(";\n")
+		}
+	}
 	b.WriteString("-- To remove them (stop the relays first; an active slot cannot be dropped):\n")
 	b.WriteString("-- " + n.DropSlotSQL() + ";\n")
 	b.WriteString("-- " + n.DropPublicationSQL() + ";\n")
+	if create, err := n.CreateTableSourceIndexesSQL(); err == nil {
+		b.WriteString("-- and set the table up for the table source again:\n")
+		for _, s := range create {
+			b.WriteString("-- " + s + ";\n")
+		}
+	}
 	return b.String()
 }
 

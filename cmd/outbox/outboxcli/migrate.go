@@ -35,12 +35,16 @@ advisory lock: replicas may run it at once, and running it again is a no-op.
                           (same as outbox migrate --print)
   outbox migrate drop-wal remove the WAL source's replication slot and
                           publication (ends the stream of a relay reading it;
-                          unconfirmed events are still in the table)
+                          unconfirmed events are still in the table) and set
+                          the table up for the table source again
 
 With --source wal, migrate (up) also checks the logical replication
-prerequisites and creates the WAL source's publication and slot, exiting 2
-with one line naming a missing setting (wal_level, REPLICATION, free slots);
-migrate sql also prints their SQL, for DBAs who create them by hand.`)
+prerequisites, exiting 2 with one line naming a missing setting (wal_level,
+REPLICATION, free slots), then sets the table up for the WAL source: its
+publication and slot, and without the two indexes only a table source reads
+(each event then costs its writer two index entries fewer; a table source
+refuses the table until drop-wal). migrate sql also prints that SQL, for
+DBAs who run it by hand.`)
 	d.register(o)
 	o.fs.BoolVar(&print, "print", false, "print the SQL instead of applying it (same as migrate sql)")
 	o.fs.BoolVar(&asJS, "json", false, "migrate and migrate status: print JSON")
@@ -169,7 +173,7 @@ func migrateDropWAL(ctx context.Context, c *cli, pool *pgxpool.Pool, mc outbox.M
 	if err := outbox.DropReplication(ctx, pool, mc); err != nil {
 		return err
 	}
-	fmt.Fprintln(c.stdout, "WAL source: replication slot and publication dropped (if they existed)")
+	fmt.Fprintln(c.stdout, "WAL source: replication slot and publication dropped (if they existed); the table is set up for the table source")
 	return nil
 }
 
