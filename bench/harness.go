@@ -289,6 +289,21 @@ func (h *harness) setupWAL(ctx context.Context, what string) (string, error) {
 	return s, nil
 }
 
+// setupLean is setupOurs with the table set up for the WAL source as
+// `outbox migrate --source wal` leaves it, less the publication and slot:
+// the writers' side of the WAL source with no relay.
+func (h *harness) setupLean(ctx context.Context, what string) (string, error) {
+	s, err := h.setupOurs(ctx, what)
+	if err != nil {
+		return s, err
+	}
+	n, err := ident.New(s, "")
+	if err != nil {
+		return s, err
+	}
+	return s, wal.DropTableSourceIndexes(ctx, h.pool, wal.NamesFor(n))
+}
+
 // setupBusiness creates a schema with the orders table alone: the business
 // row without any outbox.
 func (h *harness) setupBusiness(ctx context.Context, what string) (string, error) {

@@ -108,7 +108,7 @@ func (r *results) printTargets(w io.Writer, opt options) {
 	if f := write(walWriteLabel); f != nil {
 		ts = append(ts, target{"WAL source: writers' throughput with the relay / the same writers, business row only (no outbox)", "≥ 0.90",
 			fmtRatio(f.VsBusiness), yes(median(f.VsBusiness) >= 0.9 && allOK(f.OK))})
-		ts = append(ts, target{"WAL source: writers' throughput with the relay / writers with the outbox, no relay", "≥ 0.97",
+		ts = append(ts, target{"WAL source: writers' throughput with the relay / the same writers and table, no relay", "≥ 0.97",
 			fmtRatio(f.Ratio), yes(median(f.Ratio) >= 0.97 && allOK(f.OK))})
 	}
 	for _, pub := range []string{pubMemory, pubNATS} {

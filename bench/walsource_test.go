@@ -209,7 +209,7 @@ func TestWALResultsRoundTrip(t *testing.T) {
 		"### 7. WAL source: latency", "WAL source → NATS JetStream, 10k ev/s (10 per transaction)",
 		"### 8. WAL source: table size",
 		"| WAL source: writers' throughput with the relay / the same writers, business row only (no outbox) | ≥ 0.90 | 0.62 | ❌ no |",
-		"| WAL source: writers' throughput with the relay / writers with the outbox, no relay | ≥ 0.97 | 0.98 | ✅ yes |",
+		"| WAL source: writers' throughput with the relay / the same writers and table, no relay | ≥ 0.97 | 0.98 | ✅ yes |",
 		"| WAL source: commit → broker latency, 10k ev/s (10 per transaction) | p99 ≤ 5 ms |",
 		"drain of a 1k backlog already in the WAL → in-memory | ≥ 150.0k ev/s | 120.0k | ❌ no |",
 	} {

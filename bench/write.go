@@ -154,6 +154,7 @@ type writePhase struct {
 	app      bool          // writers through pgxpool (pgx.BeginFunc + Writer.Write), as an application would; else database/sql, the baseline's CreateOrder
 	business bool          // writers insert the order row only: no outbox at all (the physical limit of every design)
 	source   string        // RelayConfig.Source of the relay ("" the table; "wal" needs the publication and slot, which the phase creates)
+	lean     bool          // the table set up for the WAL source (outbox migrate --source wal) without its slot: a WAL phase's no-relay writers
 	async    bool          // relay sessions with synchronous_commit=off
 	del      bool          // RelayConfig.DeleteOnPublish
 	delay    time.Duration // RelayConfig.BatchDelay
@@ -212,7 +213,10 @@ func sqlCreateBusiness(ctx context.Context, db *sql.DB, o Order) error {
 	return tx.Commit()
 }
 
-const walWriteLabel = "pgoutbox: WAL source, relay process (--source wal)"
+const (
+	walWriteLabel = "pgoutbox: WAL source, relay process (--source wal)"
+	walBaseLabel  = "pgoutbox, table set up for the WAL source: no relay"
+)
 
 // writePhases are the write figure's phases, in sets: each relay phase runs
 // between two no-relay phases of its set, and each set starts and ends with
@@ -228,12 +232,17 @@ func (h *harness) writePhases() []writeSet {
 		{label: app + "relay polling, DeleteOnPublish", design: designOurs, relay: "inproc", app: true, del: true},
 		{label: app + "relay process with Listen, writers call a shared Notifier", design: designOurs, relay: "child", wakeup: "notify", app: true},
 	}}
-	if h.walErr == nil {
-		// No wake-up: the stream is its own.
-		ours.phases = append(ours.phases, writePhase{label: walWriteLabel, design: designOurs, relay: "child", app: true, source: string(outbox.SourceWAL)})
+	// The WAL source's own set: its table is set up for it (without the
+	// indexes only a table source reads), so its no-relay phase is that
+	// table too. No wake-up: the stream is its own.
+	walSet := writeSet{business: businessPhase(true), base: writePhase{label: walBaseLabel, design: designOurs, app: true, lean: true}, phases: []writePhase{
+		{label: walWriteLabel, design: designOurs, relay: "child", app: true, source: string(outbox.SourceWAL)},
+	}}
+	if h.opt.Extra {
+		walSet.phases = append(walSet.phases, writePhase{label: app + "WAL source, relay process, BatchDelay off (a read per server message)", design: designOurs, relay: "child", app: true, source: string(outbox.SourceWAL), delay: -1})
 	}
-	if h.walErr == nil && h.opt.Extra {
-		ours.phases = append(ours.phases, writePhase{label: app + "WAL source, relay process, BatchDelay off (a read per server message)", design: designOurs, relay: "child", app: true, source: string(outbox.SourceWAL), delay: -1})
+	if h.walErr != nil {
+		walSet.phases = nil
 	}
 	sql := writeSet{business: businessPhase(false), base: writePhase{label: "pgoutbox, database/sql writers: no relay", design: designOurs}}
 	if h.opt.Extra {
@@ -252,7 +261,7 @@ func (h *harness) writePhases() []writeSet {
 			{label: "pgoutbox, database/sql writers: relay process with Listen + Notifier", design: designOurs, relay: "child", wakeup: "notify"},
 		}
 	}
-	sets := []writeSet{ours, sql,
+	sets := []writeSet{ours, walSet, sql,
 		{business: businessPhase(false), base: writePhase{label: "baseline: no trigger, no relay", design: designBaseline}, phases: []writePhase{
 			{label: "baseline: NOTIFY trigger + its LISTEN relay", design: designBaseline, relay: "child"},
 		}},
@@ -358,6 +367,8 @@ func (h *harness) writePhase(ctx context.Context, r *results, p writePhase) (flo
 		s, err = h.setupBusiness(ctx, "write")
 	case p.source == string(outbox.SourceWAL):
 		s, err = h.setupWAL(ctx, "write")
+	case p.lean:
+		s, err = h.setupLean(ctx, "write")
 	case p.design == designOurs:
 		s, err = h.setupOurs(ctx, "write")
 	default:
