@@ -12,7 +12,7 @@ import (
 // through the handoff indexes, which hold the handed-over rows alone. So
 // each event costs its writer two index entries fewer, and the walsender
 // two WAL records fewer to decode. The definitions below are those of
-// migrations 3 and 6; TestTableSourceIndexesRestored compares them with a
+// migrations 3 and 6; TestSetupReplicationSetsTableUp compares them with a
 // migrated table's.
 
 // tableSourceIndex is one of those indexes: its quoted, unqualified name
