@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pgoutbox/outbox/internal/engine"
 	"github.com/pgoutbox/outbox/internal/ident"
 	"github.com/pgoutbox/outbox/outboxtype"
 )
@@ -25,6 +26,12 @@ var (
 	// ErrNotMigrated is returned when the outbox table is missing or older than
 	// this version of pgoutbox: run `outbox migrate` (or Migrate).
 	ErrNotMigrated = errors.New("outbox table not migrated")
+	// ErrTableSetUpForWAL is returned, with ErrNotMigrated, by a relay with
+	// the table source on a table set up for the WAL source: SetupReplication
+	// (`outbox migrate --source wal`) dropped the indexes only a table
+	// source reads. Relay it with SourceWAL, or set it up for the table
+	// source again with DropReplication (`outbox migrate drop-wal`).
+	ErrTableSetUpForWAL = engine.ErrWALTable
 )
 
 type classified struct {

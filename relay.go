@@ -450,7 +450,7 @@ func (r *Relay) CheckSchema(ctx context.Context) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, engine.ErrWALTable):
-		return fmt.Errorf("outbox: table %s: %w: it is set up for the WAL source (%v); relay it with Source: SourceWAL (outbox relay --source wal), or set it up for the table source again with `outbox migrate drop-wal` or outbox.DropReplication", r.names.QTable, ErrNotMigrated, err)
+		return fmt.Errorf("outbox: table %s: %w: it is %w; relay it with Source: SourceWAL (outbox relay --source wal), or set it up for the table source again with `outbox migrate drop-wal` or outbox.DropReplication", r.names.QTable, ErrNotMigrated, err)
 	case engine.IsUndefined(err), errors.Is(err, engine.ErrMissingIndex):
 		return fmt.Errorf("outbox: table %s: %w (run `outbox migrate` or outbox.Migrate): %v", r.names.QTable, ErrNotMigrated, err)
 	default:

@@ -60,8 +60,8 @@ func TestSetupReplicationSetsTableUp(t *testing.T) {
 
 	table := e.relay(memory.New(), outbox.RelayConfig{})
 	err := table.CheckSchema(ctx(t))
-	if !errors.Is(err, outbox.ErrNotMigrated) || !strings.Contains(err.Error(), "set up for the WAL source") || !strings.Contains(err.Error(), "drop-wal") {
-		t.Errorf("table source on a table set up for the WAL source: CheckSchema = %v, want ErrNotMigrated naming the WAL setup and drop-wal", err)
+	if !errors.Is(err, outbox.ErrNotMigrated) || !errors.Is(err, outbox.ErrTableSetUpForWAL) || !strings.Contains(err.Error(), "set up for the WAL source") || !strings.Contains(err.Error(), "drop-wal") {
+		t.Errorf("table source on a table set up for the WAL source: CheckSchema = %v, want ErrNotMigrated and ErrTableSetUpForWAL naming the WAL setup and drop-wal", err)
 	}
 	if err := e.relay(memory.New(), walConfig(outbox.RelayConfig{})).CheckSchema(ctx(t)); err != nil {
 		t.Errorf("WAL source: CheckSchema = %v", err)

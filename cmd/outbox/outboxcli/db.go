@@ -116,12 +116,15 @@ func notMigratedHint(table string, d *dbOptions, extra string, err error) error 
 	if !errors.Is(err, outbox.ErrNotMigrated) {
 		return err
 	}
-	hint := "run outbox migrate" + extra
+	var flags string
 	if d.Schema != "" {
-		hint += " --schema " + d.Schema
+		flags += " --schema " + d.Schema
 	}
 	if d.Table != "" && d.Table != outbox.DefaultTable {
-		hint += " --table " + d.Table
+		flags += " --table " + d.Table
 	}
-	return &exitError{code: ExitNotMigrated, err: fmt.Errorf("table %s is missing or not migrated: %s", table, hint)}
+	if errors.Is(err, outbox.ErrTableSetUpForWAL) {
+		return &exitError{code: ExitNotMigrated, err: fmt.Errorf("table %s is set up for the WAL source (outbox migrate --source wal): run the relay with --source wal, or set the table up for the table source again with outbox migrate drop-wal%s", table, flags)}
+	}
+	return &exitError{code: ExitNotMigrated, err: fmt.Errorf("table %s is missing or not migrated: run outbox migrate%s%s", table, extra, flags)}
 }

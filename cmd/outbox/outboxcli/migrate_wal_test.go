@@ -64,6 +64,18 @@ func TestMigrateSourceWAL(t *testing.T) {
 	if !strings.Contains(r.stdout, "replication slot "+n.Slot+" (exists)") {
 		t.Errorf("second migrate --source wal:\n%s", r)
 	}
+	// The table is set up for the WAL source: a table source refuses it,
+	// naming both ways out.
+	if full, err := wal.HasTableSourceIndexes(context.Background(), pool, n); err != nil || full {
+		t.Errorf("table source's indexes after migrate --source wal: %v, %v", full, err)
+	}
+	r = run(t, dbEnv(), "relay", "--broker", "stdout:", "--schema", schema)
+	wantExit(t, r, ExitNotMigrated)
+	for _, want := range []string{"set up for the WAL source", "--source wal", "outbox migrate drop-wal"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("table relay on a table set up for the WAL source: stderr lacks %q:\n%s", want, r.stderr)
+		}
+	}
 
 	// A role without REPLICATION, allowed everything else on the table.
 	ctx := context.Background()
@@ -87,5 +99,8 @@ func TestMigrateSourceWAL(t *testing.T) {
 	wantExit(t, r, ExitOK)
 	if st, err := wal.Inspect(ctx, pool, n); err != nil || st.Exists {
 		t.Fatalf("slot after drop-wal: %+v, %v", st, err)
+	}
+	if full, err := wal.HasTableSourceIndexes(ctx, pool, n); err != nil || !full {
+		t.Errorf("table source's indexes after drop-wal: %v, %v", full, err)
 	}
 }
