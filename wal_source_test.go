@@ -414,33 +414,8 @@ func TestWALSourceTakeover(t *testing.T) {
 // error naming the missing privilege and its fix, not a hang.
 func TestWALSourcePrerequisiteMissing(t *testing.T) {
 	e := setup(t)
-	role := "norepl_" + e.schema
-	admin := testdb.Pool(t, e.schema)
+	pool := rolePool(t, e.schema, "norepl_"+e.schema, "NOREPLICATION")
 	c := ctx(t)
-	if _, err := admin.Exec(c, "CREATE ROLE "+pgx.Identifier{role}.Sanitize()+" LOGIN NOREPLICATION"); err != nil {
-		t.Fatal(err)
-	}
-	q := pgx.Identifier{role}.Sanitize()
-	for _, grant := range []string{"GRANT USAGE ON SCHEMA " + pgx.Identifier{e.schema}.Sanitize() + " TO " + q,
-		"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA " + pgx.Identifier{e.schema}.Sanitize() + " TO " + q} {
-		if _, err := admin.Exec(c, grant); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() {
-		_, _ = admin.Exec(context.Background(), "DROP OWNED BY "+pgx.Identifier{role}.Sanitize())
-		_, _ = admin.Exec(context.Background(), "DROP ROLE IF EXISTS "+pgx.Identifier{role}.Sanitize())
-	})
-	cfg, err := pgxpool.ParseConfig(testdb.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.User = role
-	pool, err := pgxpool.NewWithConfig(c, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
 	r, err := outbox.NewRelay(pool, memory.New(), walConfig(outbox.RelayConfig{Schema: e.schema}))
 	if err != nil {
 		t.Fatal(err)

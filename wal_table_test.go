@@ -105,30 +105,7 @@ func TestWALSourceFallbackHandsOver(t *testing.T) {
 	e, n := setupWAL(t)
 	admin := testdb.Pool(t, e.schema)
 	c := ctx(t)
-	role := "walrelay_" + e.schema
-	q := pgx.Identifier{role}.Sanitize()
-	s := pgx.Identifier{e.schema}.Sanitize()
-	t.Cleanup(func() {
-		_, _ = admin.Exec(context.Background(), "DROP OWNED BY "+q)
-		_, _ = admin.Exec(context.Background(), "DROP ROLE IF EXISTS "+q)
-	})
-	for _, stmt := range []string{"CREATE ROLE " + q + " LOGIN REPLICATION",
-		"GRANT USAGE ON SCHEMA " + s + " TO " + q,
-		"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA " + s + " TO " + q} {
-		if _, err := admin.Exec(c, stmt); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cfg, err := pgxpool.ParseConfig(testdb.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.User = role
-	pool, err := pgxpool.NewWithConfig(c, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := rolePool(t, e.schema, "walrelay_"+e.schema, "REPLICATION")
 	mem := memory.New()
 	r, err := outbox.NewRelay(pool, mem, walConfig(outbox.RelayConfig{Schema: e.schema,
 		OutageBackoff: outbox.Backoff{Base: 100 * time.Millisecond, Max: 500 * time.Millisecond}}))
@@ -197,4 +174,35 @@ func TestWALSourceFallbackHandsOver(t *testing.T) {
 	if err := admin.QueryRow(c, `SELECT to_regclass($1) IS NULL`, pgx.Identifier{e.schema, "outbox_events_ready_idx"}.Sanitize()).Scan(&handed); err != nil || !handed {
 		t.Errorf("the ready index exists (%v): the test did not run on a table set up for the WAL source", err)
 	}
+}
+
+// rolePool creates a login role with attrs (REPLICATION or NOREPLICATION)
+// that may read and write the tables of schema and owns nothing, and
+// returns a pool connecting as it. Cleanup drops both.
+func rolePool(t *testing.T, schema, role, attrs string) *pgxpool.Pool {
+	t.Helper()
+	admin := testdb.Pool(t, schema)
+	q, s := pgx.Identifier{role}.Sanitize(), pgx.Identifier{schema}.Sanitize()
+	t.Cleanup(func() {
+		_, _ = admin.Exec(context.Background(), "DROP OWNED BY "+q)
+		_, _ = admin.Exec(context.Background(), "DROP ROLE IF EXISTS "+q)
+	})
+	for _, stmt := range []string{"CREATE ROLE " + q + " LOGIN " + attrs,
+		"GRANT USAGE ON SCHEMA " + s + " TO " + q,
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA " + s + " TO " + q} {
+		if _, err := admin.Exec(ctx(t), stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg, err := pgxpool.ParseConfig(testdb.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.User = role
+	pool, err := pgxpool.NewWithConfig(ctx(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
 }
