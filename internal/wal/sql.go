@@ -50,11 +50,7 @@ const HandoffPredicate = "retry_after IS NOT NULL"
 // probe however many events of it wait. A row as its writer inserted it is
 // in neither: the writers pay nothing for them.
 func (n Names) HandoffIndexSQL() ([]string, error) {
-	idx, err := n.Table.HandoffIndex()
-	if err != nil {
-		return nil, err
-	}
-	agg, err := n.Table.HandoffOrderIndex()
+	idx, agg, err := n.handoffIndexes()
 	if err != nil {
 		return nil, err
 	}
@@ -64,6 +60,15 @@ func (n Names) HandoffIndexSQL() ([]string, error) {
 		"CREATE INDEX IF NOT EXISTS " + agg + " ON " + n.Table.QTable +
 			" (aggregate_type, aggregate_id, seq) WHERE processed_at IS NULL AND (" + HandoffPredicate + " OR dead_at IS NOT NULL)",
 	}, nil
+}
+
+// handoffIndexes are the unqualified names of HandoffIndexSQL's indexes.
+func (n Names) handoffIndexes() (idx, agg string, err error) {
+	if idx, err = n.Table.HandoffIndex(); err != nil {
+		return "", "", err
+	}
+	agg, err = n.Table.HandoffOrderIndex()
+	return idx, agg, err
 }
 
 // MarkBacklogSQL hands the pending rows the slot will not stream (committed

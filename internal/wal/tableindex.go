@@ -141,11 +141,7 @@ func HasTableSourceIndexes(ctx context.Context, db DB, n Names) (bool, error) {
 // handoffIndexNames are the qualified names of HandoffIndexSQL's indexes,
 // in its order.
 func (n Names) handoffIndexNames() ([]string, error) {
-	idx, err := n.Table.HandoffIndex()
-	if err != nil {
-		return nil, err
-	}
-	agg, err := n.Table.HandoffOrderIndex()
+	idx, agg, err := n.handoffIndexes()
 	if err != nil {
 		return nil, err
 	}
