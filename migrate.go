@@ -158,10 +158,13 @@ func SetupReplication(ctx context.Context, pool *pgxpool.Pool, cfg MigrateConfig
 	if err := wal.Check(ctx, pool, n); err != nil {
 		return info, fmt.Errorf("outbox: %w", err)
 	}
-	if info.Created, err = wal.Create(ctx, pool, n); err != nil {
-		return info, fmt.Errorf("outbox: %w", err)
-	}
-	if err := wal.DropTableSourceIndexes(ctx, pool, n); err != nil {
+	err = wal.WithSetupLock(ctx, pool, n, func(db wal.DB) error {
+		if info.Created, err = wal.Create(ctx, db, n); err != nil {
+			return err
+		}
+		return wal.DropTableSourceIndexes(ctx, db, n)
+	})
+	if err != nil {
 		return info, fmt.Errorf("outbox: %w", err)
 	}
 	return info, nil
@@ -178,10 +181,13 @@ func DropReplication(ctx context.Context, pool *pgxpool.Pool, cfg MigrateConfig)
 		return configErr("MigrateConfig", err)
 	}
 	n := wal.NamesFor(in)
-	if err := wal.Drop(ctx, pool, n); err != nil {
-		return fmt.Errorf("outbox: %w", err)
-	}
-	if err := wal.CreateTableSourceIndexes(ctx, pool, n); err != nil {
+	err = wal.WithSetupLock(ctx, pool, n, func(db wal.DB) error {
+		if err := wal.Drop(ctx, db, n); err != nil {
+			return err
+		}
+		return wal.CreateTableSourceIndexes(ctx, db, n)
+	})
+	if err != nil {
 		return fmt.Errorf("outbox: %w", err)
 	}
 	return nil

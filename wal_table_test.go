@@ -12,7 +12,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/ident"
 	"github.com/pgoutbox/outbox/internal/testdb"
+	"github.com/pgoutbox/outbox/internal/wal"
 	"github.com/pgoutbox/outbox/memory"
 )
 
@@ -173,6 +175,53 @@ func TestWALSourceFallbackHandsOver(t *testing.T) {
 	var handed bool
 	if err := admin.QueryRow(c, `SELECT to_regclass($1) IS NULL`, pgx.Identifier{e.schema, "outbox_events_ready_idx"}.Sanitize()).Scan(&handed); err != nil || !handed {
 		t.Errorf("the ready index exists (%v): the test did not run on a table set up for the WAL source", err)
+	}
+}
+
+// TestReplicationSetupConcurrent: replicas running migrate --source wal at
+// once, then drop-wal at once, all succeed and leave the table set up, then
+// set up again for the table source with valid indexes.
+func TestReplicationSetupConcurrent(t *testing.T) {
+	e := setup(t)
+	in, err := ident.New(e.schema, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := wal.NamesFor(in)
+	testdb.ReplicationObjects(t, n.Slot, n.Publication)
+	t.Cleanup(func() { _ = wal.Drop(context.Background(), e.pool, n) })
+	// Rows, so that each index build takes a while.
+	if _, err := e.pool.Exec(ctx(t), `INSERT INTO `+pgx.Identifier{e.schema, "outbox_events"}.Sanitize()+
+		` (aggregate_type, aggregate_id, event_type, payload) SELECT 'order', g::text, 'order.created', '{}' FROM generate_series(1, 50000) g`); err != nil {
+		t.Fatal(err)
+	}
+	cfg := outbox.MigrateConfig{Schema: e.schema}
+	all := func(name string, f func() error) {
+		t.Helper()
+		errs := make(chan error, 3)
+		for range 3 {
+			go func() { errs <- f() }()
+		}
+		for range 3 {
+			if err := <-errs; err != nil {
+				t.Errorf("%s, three at once: %v", name, err)
+			}
+		}
+	}
+	all("SetupReplication", func() error { _, err := outbox.SetupReplication(ctx(t), e.pool, cfg); return err })
+	for idx, def := range indexDefs(t, e.pool, e.schema) {
+		if def != "" {
+			t.Errorf("after SetupReplication: %s still exists: %s", idx, def)
+		}
+	}
+	if st, err := wal.Inspect(ctx(t), e.pool, n); err != nil || !st.Exists {
+		t.Fatalf("slot after SetupReplication: %+v, %v", st, err)
+	}
+	all("DropReplication", func() error { return outbox.DropReplication(ctx(t), e.pool, cfg) })
+	for idx, def := range indexDefs(t, e.pool, e.schema) {
+		if def == "" || strings.Contains(def, "INVALID") {
+			t.Errorf("after DropReplication: %s is %q", idx, def)
+		}
 	}
 }
 

@@ -44,7 +44,7 @@ func Create(ctx context.Context, db DB, n Names) (created bool, err error) {
 		if _, err := db.Exec(ctx, s); isCode(err, "42703") { // undefined_column
 			relayColumns = false
 			break
-		} else if err != nil {
+		} else if err != nil && !createdMeanwhile(err) {
 			return false, fmt.Errorf("WAL source: create the handoff indexes of %s: %w", n.Table.QTable, err)
 		}
 	}
@@ -53,7 +53,7 @@ func Create(ctx context.Context, db DB, n Names) (created bool, err error) {
 		return false, fmt.Errorf("WAL source: look up publication %s: %w", n.Publication, err)
 	}
 	if !exists {
-		if _, err := db.Exec(ctx, n.CreatePublicationSQL()); err != nil && !isCode(err, "42710") { // duplicate_object
+		if _, err := db.Exec(ctx, n.CreatePublicationSQL()); err != nil && !isCode(err, "42710") && !createdMeanwhile(err) { // duplicate_object
 			return false, fmt.Errorf("WAL source: create publication %s: %w", n.Publication, err)
 		}
 	}
@@ -229,6 +229,13 @@ FROM pg_replication_slots WHERE slot_name = $1`, n.Slot).Scan(&s.Active, &pid, &
 		s.BehindBytes = max(*behind, 0)
 	}
 	return s, nil
+}
+
+// createdMeanwhile reports whether a CREATE ... IF NOT EXISTS lost a race
+// with another session creating the same object: IF NOT EXISTS checks
+// before the catalog insert that collides.
+func createdMeanwhile(err error) bool {
+	return isCode(err, "23505") || isCode(err, "42P07") // unique_violation, duplicate_table
 }
 
 func isCode(err error, code string) bool {

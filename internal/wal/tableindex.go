@@ -120,6 +120,9 @@ func CreateTableSourceIndexes(ctx context.Context, db DB, n Names) error {
 			if isCode(err, "42703") { // undefined_column: no relay columns
 				return nil
 			}
+			if createdMeanwhile(err) {
+				continue
+			}
 			return fmt.Errorf("WAL source: create index %s: %w", q, err)
 		}
 	}
