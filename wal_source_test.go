@@ -26,12 +26,7 @@ import (
 func setupWAL(t *testing.T) (*env, wal.Names) {
 	t.Helper()
 	e := setup(t)
-	in, err := ident.New(e.schema, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := wal.NamesFor(in)
-	testdb.ReplicationObjects(t, n.Slot, n.Publication)
+	n := walNames(t, e)
 	if _, err := outbox.SetupReplication(ctx(t), e.pool, outbox.MigrateConfig{Schema: e.schema}); err != nil {
 		t.Fatalf("SetupReplication: %v", err)
 	}
@@ -43,6 +38,19 @@ func setupWAL(t *testing.T) (*env, wal.Names) {
 		}
 	})
 	return e, n
+}
+
+// walNames are the WAL source's names for e's table, whose slot and
+// publication the test must leave behind dropped.
+func walNames(t *testing.T, e *env) wal.Names {
+	t.Helper()
+	in, err := ident.New(e.schema, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := wal.NamesFor(in)
+	testdb.ReplicationObjects(t, n.Slot, n.Publication)
+	return n
 }
 
 func walConfig(cfg outbox.RelayConfig) outbox.RelayConfig {

@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox"
-	"github.com/pgoutbox/outbox/internal/ident"
 	"github.com/pgoutbox/outbox/internal/testdb"
 	"github.com/pgoutbox/outbox/internal/wal"
 	"github.com/pgoutbox/outbox/memory"
@@ -183,12 +182,7 @@ func TestWALSourceFallbackHandsOver(t *testing.T) {
 // set up again for the table source with valid indexes.
 func TestReplicationSetupConcurrent(t *testing.T) {
 	e := setup(t)
-	in, err := ident.New(e.schema, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := wal.NamesFor(in)
-	testdb.ReplicationObjects(t, n.Slot, n.Publication)
+	n := walNames(t, e)
 	t.Cleanup(func() { _ = wal.Drop(context.Background(), e.pool, n) })
 	// Rows, so that each index build takes a while.
 	if _, err := e.pool.Exec(ctx(t), `INSERT INTO `+pgx.Identifier{e.schema, "outbox_events"}.Sanitize()+
