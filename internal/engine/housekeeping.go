@@ -95,7 +95,9 @@ func (e *Engine) refreshGauges(ctx context.Context) error {
 		return nil
 	})
 	if e.cfg.Ordered {
-		b.Queue(e.q.BlockedAggregates).QueryRow(func(r pgx.Row) error { return r.Scan(&blocked) })
+		// A WAL relay's: on a table set up for it, the table path's rows
+		// are the only ones with an index by aggregate.
+		b.Queue(e.claimQueries().BlockedAggregates).QueryRow(func(r pgx.Row) error { return r.Scan(&blocked) })
 	}
 	if err := e.pool.SendBatch(ctx, b).Close(); err != nil {
 		return err

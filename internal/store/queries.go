@@ -132,6 +132,8 @@ type Queries struct {
 	// CheckColumns fails when the table is missing or lacks a column this
 	// version needs.
 	CheckColumns string
+
+	table string // the quoted table, for HandoffOnly
 }
 
 // New builds the statements for n. With deleteProcessed, published rows are
@@ -139,6 +141,7 @@ type Queries struct {
 func New(n ident.Names, deleteProcessed bool) *Queries {
 	t := n.QTable
 	return &Queries{
+		table: t,
 		Claim: `SELECT id, seq, aggregate_type, aggregate_id, event_type, ` + claimPayload + `, headers, created_at, attempts, last_error IS NOT NULL, false, false
 FROM ` + t + `
 WHERE processed_at IS NULL AND dead_at IS NULL AND deliver_at IS NULL
@@ -147,8 +150,8 @@ WHERE processed_at IS NULL AND dead_at IS NULL AND deliver_at IS NULL
 ORDER BY seq
 LIMIT $1
 FOR UPDATE SKIP LOCKED`,
-		ClaimOrdered:       claimOrdered(t, false),
-		ClaimOrderedSparse: claimOrdered(t, true),
+		ClaimOrdered:       claimOrdered(t, false, false),
+		ClaimOrderedSparse: claimOrdered(t, true, false),
 		Payloads:           `SELECT id, payload FROM ` + t + ` WHERE id = ANY($1::uuid[])`,
 		CountAttempt:       `UPDATE ` + t + ` SET attempts = attempts + 1 WHERE id = ANY($1::uuid[])`,
 		Relock: `SELECT id FROM ` + t + `
@@ -158,20 +161,10 @@ FOR UPDATE SKIP LOCKED`,
 		LowWater: `SELECT min(seq) FROM ` + t + `
 WHERE processed_at IS NULL AND dead_at IS NULL AND deliver_at IS NULL
   AND (retry_after IS NULL OR retry_after <= now())`,
-		// A probe per dead letter (LATERAL, LIMIT 1): as a semi-join the
-		// planner may hash every pending row first, even with no dead letter.
-		BlockedAggregates: `SELECT count(*) FROM (
-    SELECT DISTINCT d.aggregate_type, d.aggregate_id
-    FROM ` + t + ` AS d
-    CROSS JOIN LATERAL (
-        SELECT 1 FROM ` + t + ` AS s
-        WHERE s.aggregate_type = d.aggregate_type AND s.aggregate_id = d.aggregate_id
-          AND s.processed_at IS NULL AND s.seq > d.seq
-        LIMIT 1) AS later
-    WHERE d.dead_at IS NOT NULL AND d.processed_at IS NULL AND d.held_by IS NULL) AS b`,
-		MarkPublished: markPublished(t, deleteProcessed),
-		MarkOutcomes:  markOutcomes(t, deleteProcessed),
-		MarkOrdered:   markOrdered(t, deleteProcessed),
+		BlockedAggregates: blockedAggregates(t, false),
+		MarkPublished:     markPublished(t, deleteProcessed),
+		MarkOutcomes:      markOutcomes(t, deleteProcessed),
+		MarkOrdered:       markOrdered(t, deleteProcessed),
 		ParkLate: `WITH failing AS (
     SELECT id, aggregate_type, aggregate_id, seq FROM ` + t + `
     WHERE processed_at IS NULL
@@ -283,17 +276,54 @@ FROM unnest($2::uuid[], $3::text[], $4::bigint[], $5::bool[], $6::bool[]) AS f(i
 WHERE o.id = f.id`
 }
 
-func claimOrdered(t string, sparse bool) string {
+// blockedAggregates is BlockedAggregates; with handed, only later events on
+// a WAL relay's table path count (see HandoffOnly).
+func blockedAggregates(t string, handed bool) string {
+	// A probe per dead letter (LATERAL, LIMIT 1): as a semi-join the
+	// planner may hash every pending row first, even with no dead letter.
+	return `SELECT count(*) FROM (
+    SELECT DISTINCT d.aggregate_type, d.aggregate_id
+    FROM ` + t + ` AS d
+    CROSS JOIN LATERAL (
+        SELECT 1 FROM ` + t + ` AS s
+        WHERE s.aggregate_type = d.aggregate_type AND s.aggregate_id = d.aggregate_id
+          AND s.processed_at IS NULL AND s.seq > d.seq` + onPath(handed, "s") + `
+        LIMIT 1) AS later
+    WHERE d.dead_at IS NOT NULL AND d.processed_at IS NULL AND d.held_by IS NULL) AS b`
+}
+
+// onPath is, with handed, the condition that alias's row is on a WAL
+// relay's table path: handed over (retry_after set) or held (dead_at set),
+// the predicate of the handoff aggregate index, which a table set up for
+// the WAL source has instead of the aggregate index.
+func onPath(handed bool, alias string) string {
+	if !handed {
+		return ""
+	}
+	return ` AND (` + alias + `.retry_after IS NOT NULL OR ` + alias + `.dead_at IS NOT NULL)`
+}
+
+func claimOrdered(t string, sparse, handed bool) string {
 	const cols = `id, seq, aggregate_type, aggregate_id, event_type, ` + claimPayload + `, headers, created_at, attempts, failed`
 	const headCols = `o.id, o.seq, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, o.headers,
          o.created_at, o.attempts, o.last_error IS NOT NULL AS failed`
 	// A head: no earlier unprocessed event of its aggregate. The probe is
 	// an index lookup (about 2 µs): the claims are built to probe rows they
 	// can take, never rows other relays hold.
+	//
+	// With handed (a WAL relay's table workers), the probes, the sparse
+	// window and the runs read only rows on the table path, through the
+	// handoff indexes: a table set up for the WAL source has no index of
+	// the rows as written, and the stream owns those. Leaving them out
+	// changes no order. A row the stream owns committed after every
+	// table-path row of its aggregate (the stream hands rows over in
+	// commit order, and a handover UPDATE takes every row committed before
+	// it), and when the stream reads it, it parks it behind its
+	// aggregate's first table-path event (checkOrder) with a later seq.
 	isHead := `NOT EXISTS (
       SELECT 1 FROM ` + t + ` AS p
       WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id
-        AND p.processed_at IS NULL AND p.seq < o.seq)`
+        AND p.processed_at IS NULL AND p.seq < o.seq` + onPath(handed, "p") + `)`
 	// Dense: heads are most pending rows (many aggregates). Lock the first
 	// $1 claimable rows exactly as the unordered claim does (rows held by
 	// other relays are skipped at the cost of a lock attempt, not a probe),
@@ -317,6 +347,10 @@ heads AS (
 scan AS (SELECT count(*) >= $1 AS more FROM locked),
 `
 	if sparse {
+		window := ""
+		if handed {
+			window = " AND w.retry_after IS NOT NULL" // the handoff index's predicate
+		}
 		// Sparse: few aggregates hold the queue. Read (without locking) the
 		// first $3 pending rows past the floor, probe only the first row of
 		// each aggregate among them, and lock the heads found.
@@ -324,7 +358,7 @@ scan AS (SELECT count(*) >= $1 AS more FROM locked),
   SELECT w.id, w.seq, w.aggregate_type, w.aggregate_id,
          (w.retry_after IS NULL OR w.retry_after <= now()) AS due
   FROM ` + t + ` AS w
-  WHERE w.processed_at IS NULL AND w.dead_at IS NULL AND w.deliver_at IS NULL AND w.seq > $2
+  WHERE w.processed_at IS NULL AND w.dead_at IS NULL AND w.deliver_at IS NULL AND w.seq > $2` + window + `
   ORDER BY w.seq
   LIMIT $3
 ),
@@ -365,7 +399,7 @@ SELECT ` + cols + `, true, false FROM (
     FROM ` + t + ` AS f
     WHERE share.k > 1
       AND f.aggregate_type = h.aggregate_type AND f.aggregate_id = h.aggregate_id
-      AND f.processed_at IS NULL AND f.seq > h.seq
+      AND f.processed_at IS NULL AND f.seq > h.seq` + onPath(handed, "f") + `
     ORDER BY f.seq
     LIMIT share.k - 1) AS f
   LEFT JOIN LATERAL (
@@ -438,8 +472,9 @@ SELECT count(*) FROM released`
 
 // HandoffOnly returns q with claims that take only the rows handed over to
 // the table path (retry_after set), as a WAL relay's table workers claim
-// them while the stream carries the rest; the claims read the handoff
-// index.
+// them while the stream carries the rest. Its ordered claims, parking and
+// blocked-aggregate count read only table-path rows, through the handoff
+// indexes, never the rows the stream owns.
 func (q *Queries) HandoffOnly() *Queries {
 	h := *q
 	// IS NOT NULL spelled out: a NULL comparison would make the ordered
@@ -453,15 +488,19 @@ func (q *Queries) HandoffOnly() *Queries {
 		"l.deliver_at IS NULL\n    FOR UPDATE", "l.deliver_at IS NULL AND l.retry_after IS NOT NULL\n    FOR UPDATE",
 	)
 	h.Claim = due.Replace(q.Claim)
-	h.ClaimOrdered = due.Replace(q.ClaimOrdered)
-	h.ClaimOrderedSparse = due.Replace(q.ClaimOrderedSparse)
+	h.ClaimOrdered = due.Replace(claimOrdered(q.table, false, true))
+	h.ClaimOrderedSparse = due.Replace(claimOrdered(q.table, true, true))
 	h.LowWater = due.Replace(q.LowWater)
+	// A later event the stream still owns will be parked behind the dead
+	// letter when the stream reads it; until then it is left out, with the
+	// claims' reasons (see claimOrdered).
+	h.BlockedAggregates = blockedAggregates(q.table, true)
 	// Parking behind a failing event takes only its successors on the table
 	// path: those the stream has not reached are parked by the stream itself
 	// when it does (its order check), and parking them here would cost an
 	// update each, read through every pending row of the aggregate.
-	onPath := strings.NewReplacer(successors, successors+" AND s."+handedPredicate)
-	h.ParkLate = onPath.Replace(q.ParkLate)
-	h.MarkOrdered = onPath.Replace(q.MarkOrdered)
+	parkOnPath := strings.NewReplacer(successors, successors+" AND s."+handedPredicate)
+	h.ParkLate = parkOnPath.Replace(q.ParkLate)
+	h.MarkOrdered = parkOnPath.Replace(q.MarkOrdered)
 	return &h
 }

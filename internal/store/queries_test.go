@@ -8,7 +8,8 @@ import (
 )
 
 // TestHandoffOnly: every claim of the handoff variant requires retry_after
-// to be set, including the ordered claim's followers and their lock.
+// to be set, including the ordered claim's followers and their lock, and
+// its order probes read only the table path's rows.
 func TestHandoffOnly(t *testing.T) {
 	n, err := ident.New("s", "t")
 	if err != nil {
@@ -30,6 +31,12 @@ func TestHandoffOnly(t *testing.T) {
 	for name, sql := range map[string]string{"ParkLate": q.ParkLate, "MarkOrdered": q.MarkOrdered} {
 		if !strings.Contains(sql, successors+" AND s.retry_after IS NOT NULL") {
 			t.Errorf("%s still parks events the stream owns:\n%s", name, sql)
+		}
+	}
+	for name, sql := range map[string]string{"ClaimOrdered": q.ClaimOrdered, "ClaimOrderedSparse": q.ClaimOrderedSparse,
+		"BlockedAggregates": q.BlockedAggregates} {
+		if !strings.Contains(sql, onPath(true, "p")) && !strings.Contains(sql, onPath(true, "s")) {
+			t.Errorf("%s reads rows the stream owns:\n%s", name, sql)
 		}
 	}
 	if base := New(n, false); strings.Contains(base.ParkLate, "s.retry_after") || strings.Contains(base.MarkOrdered, "s.retry_after") {
