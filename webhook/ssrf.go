@@ -78,7 +78,7 @@ func (p *Publisher) control(network, address string, _ syscall.RawConn) error {
 	}
 	if !p.allowPrivate {
 		if why := blockedReason(ap.Addr()); why != "" {
-			return fmt.Errorf("%w: %s is %s (set AllowPrivateNetworks to allow it)", ErrBlockedAddress, ap.Addr(), why)
+			return fmt.Errorf("%w: %s is %s (allow it with Config.AllowPrivateNetworks, or outbox_allow_private_networks=true in the relay's broker URL)", ErrBlockedAddress, ap.Addr(), why)
 		}
 	}
 	if p.dialGuard != nil {

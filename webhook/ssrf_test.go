@@ -75,6 +75,10 @@ func TestDefaultRefusesNonPublicTargets(t *testing.T) {
 		if !errors.Is(err, ErrBlockedAddress) || outbox.Classify(err) != outbox.ClassPermanent {
 			t.Errorf("%s: err = %v (%s), want a permanent ErrBlockedAddress", target, err, outbox.Classify(err))
 		}
+		// The way out for a library user and for the outbox command's.
+		if err != nil && (!strings.Contains(err.Error(), "Config.AllowPrivateNetworks") || !strings.Contains(err.Error(), "outbox_allow_private_networks=true")) {
+			t.Errorf("%s: err = %v, want it to name Config.AllowPrivateNetworks and the URL option", target, err)
+		}
 	}
 	if n := hits.Load(); n != 0 {
 		t.Errorf("the loopback server received %d requests", n)

@@ -71,7 +71,7 @@ func (s *relaySettings) relayFlags() []setting {
 			zeroMeans("0 claims on every wake-up"),
 		bind("BatchDelayAbove", "batch-delay-above", &c.BatchDelayAbove, outbox.DefaultBatchDelayAbove, "events/s above which claims triggered by wake-ups are spaced out (until the stream falls below three quarters of it)"),
 		bind("DeleteOnPublish", "delete-on-publish", &c.DeleteOnPublish, false, "delete each event once the broker confirmed it, instead of setting processed_at"),
-		bind("Ordered", "ordered", &c.Ordered, false, "per-aggregate ordering: an aggregate's events are published in insertion order"),
+		bind("Ordered", "ordered", &c.Ordered, false, "per-aggregate ordering: an aggregate's events are published in insertion order (commit order with --source wal)"),
 		bind("Listen", "listen", &c.Listen, false, "LISTEN for the application's commit notifications (outbox.Notifier) instead of waiting for the poll"),
 		bind("", "drain-timeout", &s.drainTimeout, DefaultDrainTimeout, "after SIGINT/SIGTERM, how long the batches in flight may take before exit code 5"),
 	}
