@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -256,4 +257,108 @@ func (s *walSource) send(ctx context.Context, b *pgx.Batch) error {
 		rcancel()
 	}
 	return inPhase("record", err)
+}
+
+// record writes a stream batch's outcomes in one transaction: published
+// rows deleted, failures marked (the table path retries them), parked and
+// handed-over rows, dead-lettered undecodable rows.
+func (s *walSource) record(ctx context.Context, p *walPlan, sets *settlement) error {
+	e := s.e
+	xids := map[uint32]bool{}
+	for _, rs := range [][]*Row{p.send, p.handoff} {
+		for _, r := range rs {
+			xids[r.xid] = true
+		}
+	}
+	for _, h := range p.holds {
+		xids[h.row.xid] = true
+	}
+	s.lmu.Lock()
+	for _, d := range p.bad {
+		xids[s.xids[d.LSN]] = true
+	}
+	s.lmu.Unlock()
+	if err := s.waitVisible(ctx, xids); err != nil {
+		return err
+	}
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(`SELECT ` + customPlans)
+	opening := b.Len()
+	if sets != nil {
+		a := e.markArgsOf(p.send, sets)
+		switch {
+		case len(a.failIDs) > 0:
+			b.Queue(s.qd.MarkOutcomes, a.okIDs, a.failIDs, a.failErrs, a.failDelays, a.failDead, a.failCount)
+		case len(a.okIDs) > 0:
+			b.Queue(s.qd.MarkPublished, a.okIDs)
+		}
+	}
+	t := e.cfg.Names.QTable
+	for _, h := range p.holds {
+		// retry_after IS NULL: an event the table path owns already keeps
+		// its place (see checkOrder).
+		b.Queue(`UPDATE `+t+` SET held_by = $2, dead_at = now(), retry_after = now(), seq = DEFAULT
+WHERE id = $1 AND processed_at IS NULL AND retry_after IS NULL`, h.row.ID, h.holder)
+	}
+	if len(p.handoff) > 0 {
+		ids := make([][16]byte, len(p.handoff))
+		for i, r := range p.handoff {
+			ids[i] = r.ID
+		}
+		b.Queue(`UPDATE `+t+` SET retry_after = COALESCE(retry_after, now()) WHERE id = ANY($1::uuid[]) AND processed_at IS NULL`, ids)
+	}
+	for _, d := range p.bad {
+		if [16]byte(d.ID) == [16]byte{} {
+			e.cfg.Logger.Error("outbox WAL source: an outbox row cannot be decoded and has no readable id; it stays in the table, unrelayed: fix or delete it by hand",
+				"lsn", d.LSN.String(), "err", d.Err)
+			continue
+		}
+		b.Queue(`UPDATE `+t+` SET dead_at = now(), retry_after = COALESCE(retry_after, now()), last_error = $2
+WHERE id = $1 AND processed_at IS NULL`, [16]byte(d.ID), truncate("cannot decode the row from the WAL: "+d.Err.Error(), lastErrorMax))
+		e.cfg.Logger.Error("outbox WAL source: an outbox row cannot be decoded; dead-lettered", "event_id", d.ID, "err", d.Err)
+	}
+	if b.Len() == opening {
+		return nil // nothing to write
+	}
+	b.Queue("COMMIT")
+	// The record updates rows one statement at a time, in commit order, while
+	// the table workers and the housekeeping update rows of the same
+	// aggregates: PostgreSQL may end one of them as a deadlock. The record
+	// is rolled back whole, so sending it again is safe, and cheaper than
+	// reopening the stream, which would offer the batch again.
+	var err error
+	for try := 1; try <= recordTries; try++ {
+		if err = s.send(ctx, copyBatch(b)); err == nil || !isDeadlock(err) {
+			break
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if len(p.holds) > 0 || len(p.handoff) > 0 {
+		e.cur.reset()
+	}
+	return nil
+}
+
+// recordTries is how many times a stream batch's record is sent when
+// PostgreSQL ends it as a deadlock.
+const recordTries = 3
+
+// isDeadlock reports whether err is PostgreSQL's deadlock_detected.
+func isDeadlock(err error) bool {
+	var pgErr interface{ SQLState() string }
+	return errors.As(err, &pgErr) && pgErr.SQLState() == "40P01"
+}
+
+// copyBatch returns a fresh batch of b's statements: pgx keeps in a sent
+// batch what it learnt of each statement on the connection it used, and a
+// resend may get another connection.
+func copyBatch(b *pgx.Batch) *pgx.Batch {
+	c := &pgx.Batch{}
+	for _, q := range b.QueuedQueries {
+		c.Queue(q.SQL, q.Arguments...)
+	}
+	return c
 }

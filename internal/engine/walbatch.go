@@ -1,0 +1,222 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/pgoutbox/outbox/internal/wal"
+)
+
+// gather returns the next batch: the rows to offer again if the last batch
+// met a destination that was down, else up to the batch size (and byte
+// budget) of events, waiting for the first transaction and taking whatever
+// else is decoded already. A transaction may span batches.
+func (s *walSource) gather(ctx context.Context, st *wal.Stream) ([]*Row, error) {
+	if len(s.again) > 0 {
+		rows := s.again
+		s.again = nil
+		return rows, nil
+	}
+	if len(s.carry) == 0 && len(s.bad) == 0 {
+		select {
+		case <-st.Done():
+			return nil, st.Err()
+		default:
+		}
+		tx, err := st.Next(ctx)
+		if err != nil {
+			return nil, err
+		}
+		s.add(tx)
+	}
+	limit, budget := int(s.e.limit.Load()), s.e.cfg.MaxBatchBytes
+	var rows []*Row
+	bytes := 0
+	for {
+		for len(s.carry) > 0 && len(rows) < limit && (len(rows) == 0 || bytes+len(s.carry[0].Payload) <= budget) {
+			r := s.carry[0]
+			s.carry = s.carry[1:]
+			rows = append(rows, r)
+			bytes += len(r.Payload)
+		}
+		if len(rows) >= limit || len(s.carry) > 0 {
+			break
+		}
+		tx, ok := st.TryNext()
+		if !ok {
+			break
+		}
+		s.add(tx)
+	}
+	if len(s.carry) == 0 {
+		s.carry = nil // let the backing array go
+	}
+	return rows, nil
+}
+
+// add queues a transaction's events as rows.
+func (s *walSource) add(tx *wal.Tx) {
+	s.lmu.Lock()
+	s.left[tx.LSN] = len(tx.Events) + len(tx.Errors)
+	s.xids[tx.LSN] = tx.Xid
+	s.lmu.Unlock()
+	backing := make([]Row, len(tx.Events))
+	for i, ev := range tx.Events {
+		r := &backing[i]
+		r.Message, r.stored, r.lsn, r.xid = ev, len(ev.Payload), tx.LSN, tx.Xid
+		if tx.DeliverAt != nil {
+			r.deliverAt = tx.DeliverAt[i]
+		}
+		s.carry = append(s.carry, r)
+	}
+	s.bad = append(s.bad, tx.Errors...)
+}
+
+// walPlan is what one stream batch does besides publishing.
+type walPlan struct {
+	send    []*Row             // to publish
+	skip    []*Row             // already the table path's: settled without a publish
+	handoff []*Row             // scheduled for later: handed to the table path unpublished
+	holds   []hold             // ordered: parked behind an earlier event of their aggregate
+	bad     []*wal.DecodeError // dead-lettered by id
+}
+
+type aggKey struct{ typ, id string }
+
+type hold struct {
+	row    *Row
+	holder [16]byte
+}
+
+// batch publishes one batch from the stream and settles it: published rows
+// deleted, failures marked and handed to the table path, rows of a
+// destination that is down kept to be offered again; then the transactions
+// whose every event is settled are acknowledged.
+func (s *walSource) batch(ctx context.Context, st *wal.Stream, rows []*Row) (Result, error) {
+	e := s.e
+	start := time.Now()
+	bg := context.WithoutCancel(ctx)
+	p := walPlan{}
+	p.bad, s.bad = s.bad, nil
+	now := time.Now()
+	for _, r := range rows {
+		if !r.deliverAt.IsZero() && r.deliverAt.After(now) {
+			p.handoff = append(p.handoff, r)
+			continue
+		}
+		p.send = append(p.send, r)
+	}
+	if e.cfg.Ordered && len(p.send) > 0 {
+		if err := s.checkOrder(bg, &p); err != nil {
+			return Result{}, err
+		}
+	}
+	res := Result{Claimed: len(rows)}
+	var (
+		sets    *settlement
+		ackedAt time.Time
+	)
+	if len(p.send) > 0 {
+		attempts := e.publishBatch(bg, p.send)
+		ackedAt = time.Now()
+		e.adaptLimit(int(e.limit.Load()), len(p.send), ackedAt.Sub(start))
+		sets = e.settle(p.send, attempts)
+		e.report(p.send, sets)
+		res.Retried, res.DeadLettered = sets.retried, sets.dead
+		res.Unavailable, res.UnavailableErr, res.UnavailableWait = sets.unavailable, sets.unavailableErr, sets.unavailableWait
+		s.afterPublish(&p, sets)
+	}
+	// Every row of the batch but those offered again is settled once the
+	// record commits.
+	again := map[*Row]bool{}
+	for _, r := range s.again {
+		again[r] = true
+	}
+	lsns := make([]pglogrepl.LSN, 0, len(rows)+len(p.bad))
+	for _, r := range rows {
+		if !again[r] {
+			lsns = append(lsns, r.lsn)
+		}
+	}
+	for _, d := range p.bad {
+		lsns = append(lsns, d.LSN)
+	}
+	if sets != nil {
+		res.Published = sets.published
+		e.observe(ctx, &claim{rows: p.send, start: start}, sets, ackedAt)
+	}
+	if len(p.holds) == 0 && len(p.handoff) == 0 && len(p.bad) == 0 && (sets == nil || sets.retried+sets.dead == 0) {
+		// Only deletes: in the background, merged with the next batches'.
+		j := &deletion{lsns: lsns}
+		if sets != nil {
+			for i, r := range p.send {
+				if sets.outcomes[i].verdict == published {
+					j.ids = append(j.ids, r.ID)
+					j.xids = append(j.xids, r.xid)
+				}
+			}
+		}
+		return res, s.del.add(bg, st, j)
+	}
+	// Records that hand rows to the table run after every deletion queued
+	// before them, and before the next batch's order check, which reads
+	// what they write.
+	if err := s.del.barrier(); err != nil {
+		return res, err
+	}
+	if err := s.record(bg, &p, sets); err != nil {
+		return res, err
+	}
+	for _, l := range lsns {
+		if err := s.settled(st, l); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// settled counts one event of the transaction at lsn as settled and
+// acknowledges the transaction once all are.
+func (s *walSource) settled(st *wal.Stream, lsn pglogrepl.LSN) error {
+	s.lmu.Lock()
+	defer s.lmu.Unlock()
+	n, ok := s.left[lsn]
+	if !ok {
+		return fmt.Errorf("WAL source: settle an event of an unknown transaction ending at %s", lsn)
+	}
+	if n > 1 {
+		s.left[lsn] = n - 1
+		return nil
+	}
+	delete(s.left, lsn)
+	delete(s.xids, lsn)
+	return st.Ack(lsn)
+}
+
+// afterPublish sorts the rows left behind by the publish: an ordered run
+// stopped at a failure is parked behind the failed event (which the table
+// path now owns); rows of a destination that is down are offered again.
+func (s *walSource) afterPublish(p *walPlan, sets *settlement) {
+	failed := map[aggKey][16]byte{}
+	down := map[aggKey]bool{}
+	for i, r := range p.send {
+		k := aggKey{r.AggregateType, r.AggregateID}
+		switch sets.outcomes[i].verdict {
+		case retry, dead:
+			failed[k] = r.ID
+		case unavailable:
+			down[k] = true
+			s.again = append(s.again, r)
+		case untouched:
+			if id, ok := failed[k]; ok && !down[k] {
+				p.holds = append(p.holds, hold{row: r, holder: id})
+			} else {
+				down[k] = true
+				s.again = append(s.again, r)
+			}
+		}
+	}
+}
