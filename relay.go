@@ -68,6 +68,8 @@ type RelayConfig struct {
 	// claim keeps rows, in insertion order, until their payloads pass it,
 	// and always at least one row, so a relay's memory is bounded by about
 	// Workers × MaxBatchBytes plus the largest payload, whatever BatchSize.
+	// With SourceWAL it also bounds what the stream decodes ahead of the
+	// batches (a larger transaction passes alone).
 	// A claim learns a large payload's size (as PostgreSQL stores it,
 	// compressed) before reading it, and never reads the payloads of the
 	// rows it leaves out; the worker claims again at once. At least 1.

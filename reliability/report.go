@@ -147,13 +147,14 @@ How the faults are injected (` + "`reliability/`" + `):
   that lets a test SIGKILL the relay at an exact point: its first publish held, its publish
   just forwarded, the broker's PubAck held, or its mark+COMMIT on the way to PostgreSQL;
   the writers' proxy cuts COMMITs before or after PostgreSQL applies them (ambiguous commits);
-- the WAL source (rows 15a-15h: relays run with ` + "`--source wal`" + ` on a table prepared with
+- the WAL source (rows 15a-15i: relays run with ` + "`--source wal`" + ` on a table prepared with
   ` + "`outbox migrate --source wal`" + `, a replication slot per scenario, dropped at the end): the crash,
   broker-outage and network scenarios again; the relay streaming the slot SIGKILLed beside a
   standby; PostgreSQL restarted mid-stream; the slot dropped under the relay (its walsender
   terminated), and invalidated by ` + "`max_slot_wal_keep_size`" + ` on a private cluster; ordered mode with
   a publisher failing on purpose (` + "`reliability/internal/flakyrelay`" + `, the library's relay), so
-  events move between the stream and the table path; ` + "`wal_level`" + ` not ` + "`logical`" + `.
+  events move between the stream and the table path; 30 MB events streamed while the broker is
+  down, under a memory limit; ` + "`wal_level`" + ` not ` + "`logical`" + `.
 
 Run it (from the repository root; each command rewrites its own section below):
 

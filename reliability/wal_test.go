@@ -20,7 +20,7 @@ import (
 	"github.com/pgoutbox/outbox/internal/wal"
 )
 
-// The WAL source's scenarios (rows 15a-15h) run the same relay processes
+// The WAL source's scenarios (rows 15a-15i) run the same relay processes
 // with --source wal on a table prepared as an operator would, with
 // `outbox migrate --source wal`. Each scenario has a schema of its own,
 // hence a slot of its own (pgoutbox_<schema>_outbox_events_<hash>), dropped

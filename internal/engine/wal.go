@@ -279,7 +279,9 @@ func (s *walSource) stream(ctx context.Context) error {
 	e := s.e
 	st, err := wal.Open(ctx, wal.StreamConfig{ConnConfig: &e.pool.Config().ConnConfig.Config, Names: s.names,
 		Timeout: max(wal.DefaultTimeout, 3*e.cfg.StatementTimeout),
-		Pace:    e.cfg.BatchDelay, PaceAbove: e.cfg.BatchDelayAbove})
+		// What waits for the next batch, bounded as one batch is.
+		BufferBytes: e.cfg.MaxBatchBytes,
+		Pace:        e.cfg.BatchDelay, PaceAbove: e.cfg.BatchDelayAbove})
 	if err != nil {
 		return err
 	}

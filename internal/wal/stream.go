@@ -8,6 +8,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -31,6 +32,8 @@ const (
 	DefaultSenderTimeout = 10 * time.Second
 	// DefaultBuffer is how many decoded transactions wait for Next.
 	DefaultBuffer = 16
+	// DefaultBufferBytes bounds their payloads (StreamConfig.BufferBytes).
+	DefaultBufferBytes = 16 << 20
 )
 
 // StreamConfig configures a Stream.
@@ -54,6 +57,12 @@ type StreamConfig struct {
 	SenderTimeout time.Duration
 	// Buffer defaults to DefaultBuffer.
 	Buffer int
+	// BufferBytes bounds the payload bytes of the transactions decoded
+	// ahead of Next: past it the stream reads no further until Next takes
+	// one, so large events do not pile up in memory. A transaction larger
+	// than BufferBytes still passes, alone. Defaults to DefaultBufferBytes
+	// (16 MiB).
+	BufferBytes int
 	// Pace and PaceAbove trade latency for CPU under a heavy stream: while
 	// more than PaceAbove transactions a second arrive, the stream reads
 	// the connection at most once per Pace (rising to it between that rate
@@ -78,11 +87,14 @@ func (c *StreamConfig) fill() error {
 	if c.Buffer == 0 {
 		c.Buffer = DefaultBuffer
 	}
+	if c.BufferBytes == 0 {
+		c.BufferBytes = DefaultBufferBytes
+	}
 	switch {
 	case !validSlotName(c.Names.Slot):
 		return fmt.Errorf("WAL source: slot name %q: want 1 to 63 characters of [a-z0-9_]", c.Names.Slot)
-	case c.StatusInterval < 0 || c.Timeout < 0 || c.SenderTimeout < 0 || c.Buffer < 0 || c.Pace < 0 || c.PaceAbove < 0:
-		return errors.New("WAL source: StatusInterval, Timeout, SenderTimeout, Buffer, Pace and PaceAbove must not be negative")
+	case c.StatusInterval < 0 || c.Timeout < 0 || c.SenderTimeout < 0 || c.Buffer < 0 || c.BufferBytes < 0 || c.Pace < 0 || c.PaceAbove < 0:
+		return errors.New("WAL source: StatusInterval, Timeout, SenderTimeout, Buffer, BufferBytes, Pace and PaceAbove must not be negative")
 	case c.Pace > 0 && c.PaceAbove == 0:
 		return fmt.Errorf("WAL source: Pace %s needs PaceAbove, the transactions per second above which it applies", c.Pace)
 	case c.Timeout <= c.StatusInterval:
@@ -107,11 +119,13 @@ type Tx struct {
 	// Errors are rows of the outbox table the stream could not decode;
 	// they are still in the table.
 	Errors []*DecodeError
+
+	size int64 // its payloads' bytes, counted against BufferBytes
 }
 
 // Stream reads the committed outbox events of one slot, a transaction at a
 // time in commit order. One goroutine owns the connection: it decodes ahead
-// of Next up to Buffer transactions, answers the server's keepalives and
+// of Next up to Buffer transactions and BufferBytes of payloads, answers the server's keepalives and
 // reports the confirmed position, so a caller busy publishing never makes
 // the server drop the stream. Next and Ack may be called from different
 // goroutines.
@@ -128,6 +142,11 @@ type Stream struct {
 	once  sync.Once
 	err   error // why the stream ended; read after done is closed
 	unreg func() bool
+
+	// buffered is the payload bytes in out; room is signalled when Next
+	// takes a transaction from it.
+	buffered atomic.Int64
+	room     chan struct{}
 
 	tx       *Tx           // the transaction being decoded
 	lastTx   int           // events of the last transaction handed out: the next one's first guess
@@ -207,6 +226,7 @@ func Open(ctx context.Context, cfg StreamConfig) (*Stream, error) {
 		dec:  newDecoder(),
 		rels: map[uint32]*relation{},
 		out:  make(chan *Tx, cfg.Buffer),
+		room: make(chan struct{}, 1),
 		stop: make(chan struct{}),
 		done: make(chan struct{}),
 	}
@@ -248,6 +268,7 @@ func (s *Stream) Next(ctx context.Context) (*Tx, error) {
 		if !ok {
 			return nil, s.err
 		}
+		s.took(tx)
 		return tx, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
@@ -260,9 +281,21 @@ func (s *Stream) Next(ctx context.Context) (*Tx, error) {
 func (s *Stream) TryNext() (tx *Tx, ok bool) {
 	select {
 	case tx, ok := <-s.out:
+		if ok {
+			s.took(tx)
+		}
 		return tx, ok
 	default:
 		return nil, false
+	}
+}
+
+// took releases tx's bytes from the buffer's budget.
+func (s *Stream) took(tx *Tx) {
+	s.buffered.Add(-tx.size)
+	select {
+	case s.room <- struct{}{}:
+	default:
 	}
 }
 
@@ -410,10 +443,23 @@ func (s *Stream) loop() error {
 	}
 }
 
-// deliver hands tx to Next, reporting the position on schedule while the
-// caller is busy so the server does not take the wait for a dead relay.
+// deliver hands tx to Next once the buffer has room for it (BufferBytes),
+// reporting the position on schedule while the caller is busy so the
+// server does not take the wait for a dead relay.
 func (s *Stream) deliver(tx *Tx, nextStatus *time.Time) error {
 	s.prog.add(tx.LSN)
+	for _, ev := range tx.Events {
+		tx.size += int64(len(ev.Payload))
+	}
+	for {
+		if b := s.buffered.Load(); b == 0 || b+tx.size <= int64(s.cfg.BufferBytes) {
+			break
+		}
+		if err := s.await(s.room, nextStatus); err != nil {
+			return err
+		}
+	}
+	s.buffered.Add(tx.size)
 	select { // most often the caller is waiting: no timer needed
 	case s.out <- tx:
 		return nil
@@ -429,12 +475,34 @@ func (s *Stream) deliver(tx *Tx, nextStatus *time.Time) error {
 			t.Stop()
 			return ErrClosed
 		case <-t.C:
-			if err := s.sendStatus(false); err != nil {
+			if err := s.statusDue(nextStatus); err != nil {
 				return err
 			}
-			*nextStatus = time.Now().Add(s.cfg.StatusInterval)
 		}
 	}
+}
+
+// await waits for ready, reporting the position on schedule meanwhile.
+func (s *Stream) await(ready <-chan struct{}, nextStatus *time.Time) error {
+	t := time.NewTimer(time.Until(*nextStatus))
+	defer t.Stop()
+	select {
+	case <-ready:
+		return nil
+	case <-s.stop:
+		return ErrClosed
+	case <-t.C:
+		return s.statusDue(nextStatus)
+	}
+}
+
+// statusDue reports the position and schedules the next report.
+func (s *Stream) statusDue(nextStatus *time.Time) error {
+	if err := s.sendStatus(false); err != nil {
+		return err
+	}
+	*nextStatus = time.Now().Add(s.cfg.StatusInterval)
+	return nil
 }
 
 // handle processes one CopyData message and returns a completed

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -419,4 +421,49 @@ func contains(s, sub string) bool {
 		}
 	}
 	return false
+}
+
+// TestStreamBufferBytes: the transactions decoded ahead of Next hold at
+// most BufferBytes of payloads (a larger one passes alone), and every
+// transaction still arrives, in order.
+func TestStreamBufferBytes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	insert := func(n, size int) {
+		t.Helper()
+		pad := strings.Repeat("x", size)
+		if _, err := b.pool.Exec(ctx, `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)
+VALUES ('order', 'o1', $1, jsonb_build_object('pad', $2::text))`, fmt.Sprint("e", n), pad); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const size = 100 << 10
+	for i := range 6 {
+		insert(i, size)
+	}
+	insert(6, 3*size) // larger than the budget
+	cfg := b.config()
+	cfg.BufferBytes = 2*size + size/2
+	s := b.open(t, cfg)
+	deadline := time.Now().Add(30 * time.Second)
+	for len(s.out) < 2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond) // time to decode the rest, were it not bounded
+	if n, got := len(s.out), s.buffered.Load(); n != 2 || got > int64(cfg.BufferBytes) {
+		t.Fatalf("%d transactions and %d bytes decoded ahead, want 2 within %d bytes", n, got, cfg.BufferBytes)
+	}
+	for i := range 7 {
+		tx := next(t, s)
+		if got := eventTypes(tx); len(got) != 1 || got[0] != fmt.Sprint("e", i) {
+			t.Fatalf("transaction %d: events %v, want [e%d]", i, got, i)
+		}
+		if err := s.Ack(tx.LSN); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := s.buffered.Load(); got != 0 {
+		t.Errorf("%d bytes still counted as buffered after every transaction was taken", got)
+	}
 }
