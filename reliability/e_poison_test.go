@@ -68,20 +68,7 @@ func largePayloadEnv(t *testing.T, big, bigSize, small int) *env {
 // record false leaves them out of the history (the test judges them).
 func largePayloadEnvIDs(t *testing.T, big, bigSize, small int, record bool) (*env, []string) {
 	e := newEnv(t, envOpts{nats: natsOpts{maxPayload: 40 << 20}})
-	ctx := ctxT(t, 5*time.Minute)
-	var rec []Written
-	for i := range big {
-		id := uuid.Must(uuid.NewV7())
-		agg := fmt.Sprintf("big-%d", i)
-		pad := make([]byte, (bigSize-100)/2)
-		rand.Read(pad)
-		body := fmt.Sprintf(`{"n":0,"agg":%q,"pad":%q}`, agg, hex.EncodeToString(pad))
-		if _, err := e.pool.Exec(ctx, `INSERT INTO `+e.table+` (id, aggregate_type, aggregate_id, event_type, payload) VALUES ($1, 'acct', $2, 'ev', $3::jsonb)`,
-			id, agg, body); err != nil {
-			t.Fatal(err)
-		}
-		rec = append(rec, Written{ID: id.String(), Aggregate: agg, N: 0})
-	}
+	rec := e.writeBig(big, bigSize)
 	if record {
 		e.hist.Record(Committed, rec...)
 	}
@@ -91,6 +78,28 @@ func largePayloadEnvIDs(t *testing.T, big, bigSize, small int, record bool) (*en
 		ids[i] = w.ID
 	}
 	return e, ids
+}
+
+// writeBig commits n events of about size bytes of incompressible payload,
+// each in its own transaction (inserted directly: the payload size is the
+// point), on aggregates big-0, big-1, ..., and returns them unrecorded.
+func (e *env) writeBig(n, size int) []Written {
+	e.t.Helper()
+	ctx := ctxT(e.t, 5*time.Minute)
+	var rec []Written
+	for i := range n {
+		id := uuid.Must(uuid.NewV7())
+		agg := fmt.Sprintf("big-%d", i)
+		pad := make([]byte, (size-100)/2)
+		rand.Read(pad)
+		body := fmt.Sprintf(`{"n":0,"agg":%q,"pad":%q}`, agg, hex.EncodeToString(pad))
+		if _, err := e.pool.Exec(ctx, `INSERT INTO `+e.table+` (id, aggregate_type, aggregate_id, event_type, payload) VALUES ($1, 'acct', $2, 'ev', $3::jsonb)`,
+			id, agg, body); err != nil {
+			e.t.Fatal(err)
+		}
+		rec = append(rec, Written{ID: id.String(), Aggregate: agg, N: 0})
+	}
+	return rec
 }
 
 // runWatched runs a relay in slot r until nothing is pending, polling its

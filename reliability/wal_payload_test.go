@@ -1,14 +1,10 @@
 package reliability
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"strconv"
 	"testing"
 	"time"
-
-	"github.com/google/uuid"
 )
 
 // TestWALLargePayloadsBrokerDown (row 15i): a WAL relay streams while its
@@ -38,20 +34,7 @@ func TestWALLargePayloadsBrokerDown(t *testing.T) {
 			}
 		}
 		e.nats.stop(false)
-		ctx := ctxT(t, 5*time.Minute)
-		var rec []Written
-		for i := range big {
-			id := uuid.Must(uuid.NewV7())
-			agg := fmt.Sprintf("big-%d", i)
-			pad := make([]byte, (bigSize-100)/2)
-			rand.Read(pad)
-			body := fmt.Sprintf(`{"n":0,"agg":%q,"pad":%q}`, agg, hex.EncodeToString(pad))
-			if _, err := e.pool.Exec(ctx, `INSERT INTO `+e.table+` (id, aggregate_type, aggregate_id, event_type, payload) VALUES ($1, 'acct', $2, 'ev', $3::jsonb)`,
-				id, agg, body); err != nil {
-				t.Fatal(err)
-			}
-			rec = append(rec, Written{ID: id.String(), Aggregate: agg, N: 0})
-		}
+		rec := e.writeBig(big, bigSize)
 		e.hist.Record(Committed, rec...)
 		// The stream decodes while the broker is down: time for all of it.
 		for start := time.Now(); time.Since(start) < 10*time.Second; time.Sleep(20 * time.Millisecond) {
