@@ -67,17 +67,22 @@ func startClusterConf(t *testing.T, extraConf string) *pgCluster {
 		}
 	}
 	c.run("initdb", "-D", c.dir, "-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8")
-	conf := fmt.Sprintf("port = %d\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '%s'\nfsync = off\nmax_connections = 100\nshared_buffers = 16MB\n%s", c.port, root, extraConf)
-	f, err := os.OpenFile(filepath.Join(c.dir, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
+	c.appendConf(fmt.Sprintf("listen_addresses = '127.0.0.1'\nunix_socket_directories = '%s'\nfsync = off\nmax_connections = 100\nshared_buffers = 16MB\n%s", root, extraConf))
+	// The free port may be taken between freePort and the server's bind
+	// (any process's outgoing connection can get it): then another one.
+	for attempt := 1; ; attempt++ {
+		c.appendConf(fmt.Sprintf("port = %d\n", c.port)) // the last setting wins
+		out, err := c.command("pg_ctl", "-D", c.dir, "start", "-w", "-t", "60", "-l", c.log).CombinedOutput()
+		if err == nil {
+			break
+		}
+		log, _ := os.ReadFile(c.log)
+		if attempt < 3 && strings.Contains(string(log), "could not bind") {
+			c.port = freePort(t)
+			continue
+		}
+		t.Fatalf("pg_ctl start (port %d): %v\n%s\nserver log:\n%s", c.port, err, out, log)
 	}
-	_, err = f.WriteString(conf)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.pgctl("start", "-w", "-t", "60", "-l", c.log)
 	t.Cleanup(func() { c.pgctlNoFail("stop", "-m", "immediate", "-w", "-t", "30") })
 	conn, err := pgx.Connect(context.Background(), fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", c.port))
 	if err != nil {
@@ -125,6 +130,22 @@ func (c *pgCluster) run(name string, args ...string) {
 	out, err := c.command(name, args...).CombinedOutput()
 	if err != nil {
 		c.t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+}
+
+// appendConf appends lines to the cluster's postgresql.conf.
+func (c *pgCluster) appendConf(lines string) {
+	c.t.Helper()
+	f, err := os.OpenFile(filepath.Join(c.dir, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	_, err = f.WriteString(lines)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		c.t.Fatal(err)
 	}
 }
 
