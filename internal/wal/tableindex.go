@@ -38,46 +38,40 @@ func (n Names) qualify(idx string) string {
 	return idx
 }
 
-// TableSourceIndexes are the qualified names of the indexes that only a
-// table source reads, as to_regclass takes them.
-func (n Names) TableSourceIndexes() ([]string, error) {
+// eachTableSourceIndex maps the indexes only a table source reads to f's
+// strings.
+func (n Names) eachTableSourceIndex(f func(tableSourceIndex) string) ([]string, error) {
 	idx, err := n.tableSourceIndexes()
 	if err != nil {
 		return nil, err
 	}
 	out := make([]string, len(idx))
 	for i, x := range idx {
-		out[i] = n.qualify(x.name)
+		out[i] = f(x)
 	}
 	return out, nil
+}
+
+// TableSourceIndexes are the qualified names of the indexes that only a
+// table source reads, as to_regclass takes them.
+func (n Names) TableSourceIndexes() ([]string, error) {
+	return n.eachTableSourceIndex(func(x tableSourceIndex) string { return n.qualify(x.name) })
 }
 
 // DropTableSourceIndexesSQL are the statements SetupReplication runs once
 // the slot exists. CONCURRENTLY: writers are not blocked meanwhile.
 func (n Names) DropTableSourceIndexesSQL() ([]string, error) {
-	idx, err := n.tableSourceIndexes()
-	if err != nil {
-		return nil, err
-	}
-	out := make([]string, len(idx))
-	for i, x := range idx {
-		out[i] = "DROP INDEX CONCURRENTLY IF EXISTS " + n.qualify(x.name)
-	}
-	return out, nil
+	return n.eachTableSourceIndex(func(x tableSourceIndex) string {
+		return "DROP INDEX CONCURRENTLY IF EXISTS " + n.qualify(x.name)
+	})
 }
 
 // CreateTableSourceIndexesSQL are the statements that set the table up for
 // the table source again (DropReplication runs them).
 func (n Names) CreateTableSourceIndexesSQL() ([]string, error) {
-	idx, err := n.tableSourceIndexes()
-	if err != nil {
-		return nil, err
-	}
-	out := make([]string, len(idx))
-	for i, x := range idx {
-		out[i] = "CREATE INDEX CONCURRENTLY IF NOT EXISTS " + x.name + x.def
-	}
-	return out, nil
+	return n.eachTableSourceIndex(func(x tableSourceIndex) string {
+		return "CREATE INDEX CONCURRENTLY IF NOT EXISTS " + x.name + x.def
+	})
 }
 
 // DropTableSourceIndexes drops the indexes only a table source reads. Each
