@@ -16,7 +16,19 @@ import (
 type MigrateConfig struct {
 	Schema string
 	Table  string
+	// Partitioned creates the table partitioned by seq ranges, for the WAL
+	// source: its relay then drops delivered events a partition at a time,
+	// so the table stays small without vacuum (docs/WAL.md, "A partitioned
+	// table"). It applies only when the table does not exist yet:
+	// migrating an existing unpartitioned table with it set is an error
+	// matching ErrNotPartitioned. A table created partitioned stays so
+	// whatever later migrations say. Default false.
+	Partitioned bool
 }
+
+// ErrNotPartitioned is what errors.Is finds in Migrate's error when
+// MigrateConfig.Partitioned is set and the table exists unpartitioned.
+var ErrNotPartitioned = migrate.ErrNotPartitioned
 
 // MigrationInfo describes one versioned migration.
 type MigrationInfo struct {
@@ -36,7 +48,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, cfg MigrateConfig) ([]Migr
 	if err != nil {
 		return nil, configErr("MigrateConfig", err)
 	}
-	ms, err := migrate.Up(ctx, pool, n)
+	ms, err := migrate.Up(ctx, pool, n, cfg.Partitioned)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: %w", err)
 	}
@@ -75,7 +87,7 @@ func MigrationSQL(cfg MigrateConfig) (string, error) {
 	if err != nil {
 		return "", configErr("MigrateConfig", err)
 	}
-	return migrate.Script(n)
+	return migrate.ScriptFor(n, cfg.Partitioned)
 }
 
 // Migrations returns each migration rendered for the configured table.
@@ -84,9 +96,9 @@ func Migrations(cfg MigrateConfig) ([]MigrationInfo, error) {
 	if err != nil {
 		return nil, configErr("MigrateConfig", err)
 	}
-	ms, err := migrate.All(n)
+	ms, err := migrate.AllFor(n, cfg.Partitioned)
 	if err != nil {
-		return nil, err
+		return nil, configErr("MigrateConfig", err)
 	}
 	out := make([]MigrationInfo, len(ms))
 	for i, m := range ms {

@@ -384,7 +384,7 @@ func TestMigrationSQLRejectsControlCharacters(t *testing.T) {
 			}
 			var exists bool
 			_ = pool.QueryRow(ctx(t), "SELECT to_regclass('canary') IS NOT NULL").Scan(&exists)
-			t.Errorf("MigrationSQL(%+q) accepted the name; applying its script left the canary table existing=%v", cfg, exists)
+			t.Errorf("MigrationSQL(%+v) accepted the name; applying its script left the canary table existing=%v", cfg, exists)
 			continue
 		}
 		want := "MigrateConfig.Table"
@@ -392,10 +392,10 @@ func TestMigrationSQLRejectsControlCharacters(t *testing.T) {
 			want = "MigrateConfig.Schema"
 		}
 		if !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "control character") {
-			t.Errorf("MigrationSQL(%+q) error = %q, want it to name %s and the control character", cfg, err, want)
+			t.Errorf("MigrationSQL(%+v) error = %q, want it to name %s and the control character", cfg, err, want)
 		}
 		if _, err := outbox.Migrate(ctx(t), pool, cfg); err == nil {
-			t.Errorf("Migrate(%+q) accepted the name", cfg)
+			t.Errorf("Migrate(%+v) accepted the name", cfg)
 		}
 	}
 }

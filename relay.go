@@ -38,6 +38,8 @@ const (
 	DefaultBatchDelayAbove  = 1500                   // RelayConfig.BatchDelayAbove
 	DefaultStatementTimeout = 5 * time.Second        // RelayConfig.StatementTimeout
 	DefaultMaxBatchBytes    = 16 << 20               // RelayConfig.MaxBatchBytes
+	DefaultRotateEvents     = 1_000_000              // RelayConfig.RotateEvents
+	DefaultRotateInterval   = 5 * time.Minute        // RelayConfig.RotateInterval
 )
 
 // Backoff is an exponential backoff: the n-th wait is Base·2^(n-1), capped at
@@ -134,6 +136,20 @@ type RelayConfig struct {
 	// ErrReplicationPrerequisite naming the missing one. Defaults to
 	// SourceTable.
 	Source Source
+
+	// RotateEvents and RotateInterval pace the partitions of a partitioned
+	// outbox table (MigrateConfig.Partitioned) relayed with SourceWAL. The
+	// relay streaming the slot moves new events to a new partition once the
+	// current one has taken RotateEvents events, or has taken any and has
+	// been current for RotateInterval; it drops an old partition once every
+	// event in it was delivered, with no vacuum (docs/WAL.md, "A partitioned
+	// table"). Smaller partitions leave less behind between drops and
+	// rotate more often (each rotation is two quick DDL statements, neither
+	// blocking writers). Both are ignored for an unpartitioned table and
+	// for SourceTable. Default DefaultRotateEvents (1,000,000) and
+	// DefaultRotateInterval (5m).
+	RotateEvents   int
+	RotateInterval time.Duration
 
 	// DeleteOnPublish deletes a row once the broker confirmed it, instead of
 	// setting processed_at. (With SourceWAL, streamed events are always
@@ -264,6 +280,8 @@ func (cfg RelayConfig) withDefaults() RelayConfig {
 	orDefault(&cfg.BatchDelayAbove, DefaultBatchDelayAbove)
 	orDefault(&cfg.CleanupInterval, DefaultCleanupInterval)
 	orDefault(&cfg.CleanupBatch, DefaultCleanupBatch)
+	orDefault(&cfg.RotateEvents, DefaultRotateEvents)
+	orDefault(&cfg.RotateInterval, DefaultRotateInterval)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -320,6 +338,10 @@ func (cfg RelayConfig) validate(raw RelayConfig) error {
 		return bad("CleanupInterval", "%s: must be positive", raw.CleanupInterval)
 	case cfg.CleanupBatch < 1:
 		return bad("CleanupBatch", "%d: must be at least 1", raw.CleanupBatch)
+	case cfg.RotateEvents < 1:
+		return bad("RotateEvents", "%d: must be at least 1", raw.RotateEvents)
+	case cfg.RotateInterval < time.Second:
+		return bad("RotateInterval", "%s: must be at least 1s", raw.RotateInterval)
 	}
 	return nil
 }
@@ -357,6 +379,8 @@ func (cfg RelayConfig) engineConfig() (engine.Config, error) {
 		Ordered:          c.Ordered,
 		Listen:           c.Listen,
 		WAL:              c.Source == SourceWAL,
+		RotateEvents:     int64(c.RotateEvents),
+		RotateInterval:   c.RotateInterval,
 		Logger:           c.Logger,
 	}, nil
 }

@@ -53,6 +53,11 @@ type Config struct {
 	// (wal.go); the table workers then claim only the rows the stream
 	// handed over (retry_after set), unless the stream fell back.
 	WAL bool
+	// RotateEvents and RotateInterval: when the relay streaming a
+	// partitioned table moves new events to a new partition
+	// (walpartition.go).
+	RotateEvents   int64
+	RotateInterval time.Duration
 
 	Logger  *slog.Logger
 	Metrics *metrics.Metrics // nil: no metrics

@@ -292,6 +292,17 @@ func (s *walSource) stream(ctx context.Context) error {
 		_ = st.Close(cctx)
 		cancel()
 	}()
+	// The partitions rotate while this relay streams, and stop with it.
+	rctx, rstop := context.WithCancel(ctx)
+	rdone := make(chan struct{})
+	go func() {
+		defer close(rdone)
+		s.rotatePartitions(rctx)
+	}()
+	defer func() {
+		rstop()
+		<-rdone
+	}()
 	s.carry, s.bad, s.again = nil, nil, nil
 	s.left = map[pglogrepl.LSN]int{}
 	s.xids = map[pglogrepl.LSN]uint32{}

@@ -35,6 +35,10 @@ type Metrics struct {
 	ReplicationLag       prometheus.Gauge
 	ReplicationRetained  prometheus.Gauge
 	ReplicationSlotState *prometheus.GaugeVec
+	// A partitioned table's partitions (WAL source; set by the relay
+	// streaming the slot, which rotates them).
+	Partitions        prometheus.Gauge
+	PartitionsDropped prometheus.Counter
 
 	wal bool
 }
@@ -135,6 +139,14 @@ func New(reg prometheus.Registerer, constLabels prometheus.Labels, wal bool) (*M
 			Name: "outbox_replication_slot_state", ConstLabels: constLabels,
 			Help: "1 for the slot's current wal_status (reserved, extended, unreserved, lost) or missing, else 0.",
 		}, []string{"state"}),
+		Partitions: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "outbox_partitions", ConstLabels: constLabels,
+			Help: "Partitions of a partitioned outbox table, as the relay streaming its slot last read them (0 for an unpartitioned table).",
+		}),
+		PartitionsDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "outbox_partitions_dropped_total", ConstLabels: constLabels,
+			Help: "Partitions of delivered events this relay detached and dropped.",
+		}),
 	}
 	if reg != nil {
 		for _, c := range m.collectors() {
@@ -151,7 +163,8 @@ func (m *Metrics) collectors() []prometheus.Collector {
 		m.DeadLettered, m.PublishLag, m.BrokerUnavailable, m.DBErrors, m.LastPublish, m.BlockedAggregates, m.HeldEvents, m.OldestPendingAge,
 		m.Scheduled, m.NextDue, m.Source}
 	if m.wal {
-		cs = append(cs, m.Streaming, m.Fallbacks, m.ReplicationLag, m.ReplicationRetained, m.ReplicationSlotState)
+		cs = append(cs, m.Streaming, m.Fallbacks, m.ReplicationLag, m.ReplicationRetained, m.ReplicationSlotState,
+			m.Partitions, m.PartitionsDropped)
 	}
 	return cs
 }

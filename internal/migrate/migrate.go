@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
@@ -37,7 +38,26 @@ type Migration struct {
 }
 
 // All returns every migration rendered for n, in version order.
-func All(n ident.Names) ([]Migration, error) { return Render(files, "sql", n) }
+func All(n ident.Names) ([]Migration, error) { return AllFor(n, false) }
+
+// Data is what the outbox table's migrations are rendered with.
+type Data struct {
+	ident.Names
+	// Partitioned: the table is (or is to be created) partitioned by seq,
+	// for the WAL source's partition rotation (see docs/WAL.md).
+	Partitioned bool
+}
+
+// AllFor returns every migration rendered for n, for a partitioned table
+// when partitioned is set.
+func AllFor(n ident.Names, partitioned bool) ([]Migration, error) {
+	if partitioned {
+		if err := n.CheckPartitionable(); err != nil {
+			return nil, err
+		}
+	}
+	return Render(files, "sql", Data{Names: n, Partitioned: partitioned})
+}
 
 // Render reads the numbered templates NNN_description.sql in dir of fsys and
 // renders each with data, in version order. The inbox's migrations use it too.
@@ -87,8 +107,11 @@ func Latest() int {
 // Script renders every migration as one plain SQL script, for teams that
 // apply migrations with their own tool. It creates the schema if one is set
 // and does not touch pgoutbox's own bookkeeping table.
-func Script(n ident.Names) (string, error) {
-	ms, err := All(n)
+func Script(n ident.Names) (string, error) { return ScriptFor(n, false) }
+
+// ScriptFor is Script for a partitioned table when partitioned is set.
+func ScriptFor(n ident.Names, partitioned bool) (string, error) {
+	ms, err := AllFor(n, partitioned)
 	if err != nil {
 		return "", err
 	}
@@ -169,9 +192,22 @@ func ensureBookkeeping(ctx context.Context, tx dbtx.Querier, t Target) error {
 	return nil
 }
 
-// Up applies the outbox table's pending migrations; see Run.
-func Up(ctx context.Context, pool *pgxpool.Pool, n ident.Names) ([]Migration, error) {
-	ms, err := All(n)
+// Up applies the outbox table's pending migrations; see Run. With
+// partitioned set, a table that does not exist yet is created partitioned
+// (see Data); a table that exists keeps its shape, and an unpartitioned one
+// is an error (ErrNotPartitioned).
+func Up(ctx context.Context, pool *pgxpool.Pool, n ident.Names, partitioned bool) ([]Migration, error) {
+	kind, err := TableKind(ctx, dbtx.Pgx(pool), n)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case kind == KindPartitioned:
+		partitioned = true
+	case partitioned && kind == KindTable:
+		return nil, fmt.Errorf("migrate: %w: %s exists and is not partitioned; a partitioned outbox is created as a new table (see docs/WAL.md, \"A partitioned table\")", ErrNotPartitioned, n.QTable)
+	}
+	ms, err := AllFor(n, partitioned)
 	if err != nil {
 		return nil, err
 	}
@@ -180,6 +216,34 @@ func Up(ctx context.Context, pool *pgxpool.Pool, n ident.Names) ([]Migration, er
 		return nil, fmt.Errorf("migrate: begin: %w", err)
 	}
 	return Run(ctx, dbtx.PgxTx(tx), OutboxTarget(n), ms)
+}
+
+// ErrNotPartitioned: a partitioned table was asked for and the table exists
+// unpartitioned.
+var ErrNotPartitioned = errors.New("the outbox table is not partitioned")
+
+// Table kinds, as TableKind reports them.
+const (
+	KindMissing     = ""
+	KindTable       = "r"
+	KindPartitioned = "p"
+)
+
+// TableKind reads the outbox table's relkind: KindMissing when it does not
+// exist.
+func TableKind(ctx context.Context, q dbtx.Querier, n ident.Names) (string, error) {
+	rows, err := q.Query(ctx, `SELECT relkind::text FROM pg_class WHERE oid = to_regclass($1)`, n.QTable)
+	if err != nil {
+		return "", fmt.Errorf("migrate: read the table's kind: %w", err)
+	}
+	defer rows.Close()
+	kind := KindMissing
+	if rows.Next() {
+		if err := rows.Scan(&kind); err != nil {
+			return "", fmt.Errorf("migrate: read the table's kind: %w", err)
+		}
+	}
+	return kind, rows.Err()
 }
 
 // Run applies the migrations of ms not yet recorded for t, in tx, under an
@@ -241,7 +305,11 @@ func appliedVersions(ctx context.Context, q dbtx.Querier, t Target) (map[int]tim
 // Status lists every migration with when it was applied. A database that was
 // never migrated by pgoutbox reports every migration as pending.
 func Status(ctx context.Context, pool *pgxpool.Pool, n ident.Names) ([]Applied, error) {
-	ms, err := All(n)
+	kind, err := TableKind(ctx, dbtx.Pgx(pool), n)
+	if err != nil {
+		return nil, err
+	}
+	ms, err := AllFor(n, kind == KindPartitioned)
 	if err != nil {
 		return nil, err
 	}

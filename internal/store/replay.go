@@ -130,8 +130,9 @@ SELECT b.new_id, s.aggregate_type, s.aggregate_id, s.event_type, s.payload,
 FROM unnest($1::uuid[], $2::uuid[]) AS b(id, new_id)
 JOIN (` + source("id, seq, aggregate_type, aggregate_id, event_type, payload, headers, created_at", "id = ANY($1::uuid[])") + `) AS s
   ON s.id = b.id
+WHERE NOT EXISTS (SELECT 1 FROM ` + t + ` AS o WHERE o.id = b.new_id)
 ORDER BY s.seq
-ON CONFLICT (id) DO NOTHING`,
+ON CONFLICT DO NOTHING`,
 		Create:   `INSERT INTO ` + reps + ` (id, mode, selector, selected, state) VALUES ($1, $2, $3, $4, 'queuing')`,
 		State:    `SELECT state FROM ` + reps + ` WHERE id = $1 FOR UPDATE`,
 		Progress: `UPDATE ` + reps + ` SET queued = queued + $2, skipped = skipped + $3 WHERE id = $1`,

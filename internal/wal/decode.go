@@ -65,6 +65,9 @@ type relation struct {
 	width  int          // columns in each row
 	at     [numCols]int // position of each outbox column; -1 when absent
 	oid    [numCols]uint32
+	// handed are the positions of retry_after, dead_at and processed_at
+	// (absent ones left out): see handedOver.
+	handed []int
 	// plans are the type map's scan plans of the columns decoded through
 	// it, made on first use.
 	plans [numCols]pgtype.ScanPlan
@@ -77,6 +80,10 @@ func newRelation(m *pglogrepl.RelationMessage, n Names) *relation {
 		r.at[k] = -1
 	}
 	for i, c := range m.Columns {
+		switch c.Name {
+		case "retry_after", "dead_at", "processed_at":
+			r.handed = append(r.handed, i)
+		}
 		for k, name := range colNames {
 			if c.Name == name {
 				r.at[k], r.oid[k] = i, c.DataType
@@ -95,6 +102,21 @@ type cell struct {
 }
 
 func (c cell) null() bool { return c.kind == pglogrepl.TupleDataTypeNull }
+
+// handedOver reports whether a row was inserted already on the table path
+// (retry_after or dead_at set) or already delivered (processed_at set).
+// Such a row is not the stream's to deliver: it is a row a relay moved
+// (a parked event whose new seq took it to another partition, the
+// undelivered events of a partition being dropped), or one inserted for
+// the table workers, which claim it through the handoff index.
+func (r *relation) handedOver(cells []cell) bool {
+	for _, i := range r.handed {
+		if i < len(cells) && !cells[i].null() {
+			return true
+		}
+	}
+	return false
+}
 
 // parseInsert reads a pgoutput Insert message ('I', the relation's id, 'N',
 // the new row) into cells, reusing their backing array. Nothing is copied:

@@ -35,7 +35,7 @@ func setup(t *testing.T) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := migrate.Up(ctx, pool, in); err != nil {
+	if _, err := migrate.Up(ctx, pool, in, false); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
 	return withSlot(t, pool, schema, "outbox_events")

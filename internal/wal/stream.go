@@ -584,7 +584,7 @@ func (s *Stream) insert(x pglogrepl.XLogData) error {
 	if !ok {
 		return fmt.Errorf("WAL source: slot %s: insert at %s into relation %d before its relation message", s.cfg.Names.Slot, x.WALStart, rel)
 	}
-	if !r.outbox || s.tx == nil {
+	if !r.outbox || s.tx == nil || r.handedOver(cells) {
 		return nil
 	}
 	ev, at, derr := s.dec.message(r, cells, x.WALStart)

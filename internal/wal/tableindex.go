@@ -3,6 +3,7 @@ package wal
 import (
 	"context"
 	"fmt"
+	"strings"
 )
 
 // A table set up for the WAL source does without the two indexes that only
@@ -82,7 +83,16 @@ func DropTableSourceIndexes(ctx context.Context, db DB, n Names) error {
 	if err != nil {
 		return fmt.Errorf("WAL source: %w", err)
 	}
+	part, err := isPartitioned(ctx, db, n)
+	if err != nil {
+		return err
+	}
 	for _, s := range stmts {
+		if part {
+			// PostgreSQL builds and drops a partitioned table's indexes
+			// only without CONCURRENTLY; on a new table that is a moment.
+			s = strings.Replace(s, " CONCURRENTLY", "", 1)
+		}
 		if _, err := db.Exec(ctx, s); err != nil {
 			return fmt.Errorf("WAL source: drop the table source's indexes of %s: %w", n.Table.QTable, err)
 		}
@@ -99,6 +109,16 @@ func CreateTableSourceIndexes(ctx context.Context, db DB, n Names) error {
 	if err != nil {
 		return fmt.Errorf("WAL source: %w", err)
 	}
+	part, err := isPartitioned(ctx, db, n)
+	if err != nil {
+		return err
+	}
+	concurrently := " CONCURRENTLY"
+	if part {
+		// Not possible on a partitioned table: the build blocks writes,
+		// for as long as reading the partitions' undelivered rows takes.
+		concurrently = ""
+	}
 	for _, x := range idx {
 		q := n.qualify(x.name)
 		var invalid bool
@@ -106,11 +126,11 @@ func CreateTableSourceIndexes(ctx context.Context, db DB, n Names) error {
 			return fmt.Errorf("WAL source: look up index %s: %w", q, err)
 		}
 		if invalid {
-			if _, err := db.Exec(ctx, "DROP INDEX CONCURRENTLY IF EXISTS "+q); err != nil {
+			if _, err := db.Exec(ctx, "DROP INDEX"+concurrently+" IF EXISTS "+q); err != nil {
 				return fmt.Errorf("WAL source: drop invalid index %s: %w", q, err)
 			}
 		}
-		if _, err := db.Exec(ctx, "CREATE INDEX CONCURRENTLY IF NOT EXISTS "+x.name+x.def); err != nil {
+		if _, err := db.Exec(ctx, "CREATE INDEX"+concurrently+" IF NOT EXISTS "+x.name+x.def); err != nil {
 			if isCode(err, "42703") { // undefined_column: no relay columns
 				return nil
 			}
@@ -121,6 +141,16 @@ func CreateTableSourceIndexes(ctx context.Context, db DB, n Names) error {
 		}
 	}
 	return nil
+}
+
+// isPartitioned reports whether the outbox table is partitioned.
+func isPartitioned(ctx context.Context, db DB, n Names) (bool, error) {
+	var part bool
+	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_class WHERE oid = to_regclass($1) AND relkind = 'p')`, n.Table.QTable).Scan(&part)
+	if err != nil {
+		return false, fmt.Errorf("WAL source: read the table's kind: %w", err)
+	}
+	return part, nil
 }
 
 // HasTableSourceIndexes reports whether the table has both indexes a table

@@ -16,7 +16,7 @@ WHERE dead_at IS NOT NULL
   AND processed_at IS NULL
   AND held_by IS NULL
 ORDER BY created_at;
-
+{{if not .Partitioned}}
 -- The outbox is a queue: every event is inserted, then updated or deleted
 -- within milliseconds. PostgreSQL's default (vacuum once 20% of the table is
 -- dead) lets millions of dead index entries pile up at the head of the
@@ -26,3 +26,8 @@ ALTER TABLE {{.QTable}} SET (
     autovacuum_vacuum_scale_factor = 0,
     autovacuum_vacuum_threshold = 10000
 );
+{{- else}}
+-- A partitioned table has no storage of its own: its partitions get these
+-- settings (a relay sets them on each partition it creates).
+ALTER TABLE {{.Partition 0}} SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 10000);
+{{- end}}

@@ -1,0 +1,265 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/testdb"
+	"github.com/pgoutbox/outbox/memory"
+)
+
+// setupPartitioned is setupWAL on a table created partitioned.
+func setupPartitioned(t *testing.T) *env {
+	t.Helper()
+	t.Parallel()
+	schema := testdb.Schema(t)
+	pool := testdb.Pool(t, schema)
+	mc := outbox.MigrateConfig{Schema: schema, Partitioned: true}
+	if _, err := outbox.Migrate(ctx(t), pool, mc); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	w, err := outbox.NewWriter(outbox.WriterConfig{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, pool: pool, schema: schema, writer: w}
+	walNames(t, e)
+	if _, err := outbox.SetupReplication(ctx(t), pool, mc); err != nil {
+		t.Fatalf("SetupReplication: %v", err)
+	}
+	t.Cleanup(func() {
+		c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := outbox.DropReplication(c, pool, mc); err != nil {
+			t.Errorf("DropReplication: %v", err)
+		}
+	})
+	return e
+}
+
+// partitions lists the table's attached partitions, by name.
+func (e *env) partitions() []string {
+	e.t.Helper()
+	rows, err := e.pool.Query(ctx(e.t), `SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+WHERE i.inhparent = to_regclass($1) ORDER BY c.relname`, pgx.Identifier{e.schema, "outbox_events"}.Sanitize())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return names
+}
+
+// TestMigratePartitioned: MigrateConfig.Partitioned creates the table
+// partitioned by seq, which the article's plain INSERT and the Writer both
+// write to; migrating again is a no-op; an existing unpartitioned table is
+// refused with ErrNotPartitioned, not converted.
+func TestMigratePartitioned(t *testing.T) {
+	e := setupPartitioned(t)
+	var kind string
+	if err := e.pool.QueryRow(ctx(t), `SELECT relkind::text FROM pg_class WHERE oid = 'outbox_events'::regclass`).Scan(&kind); err != nil || kind != "p" {
+		t.Fatalf("relkind %q, %v; want p (partitioned)", kind, err)
+	}
+	if got := e.partitions(); len(got) != 1 || got[0] != "outbox_events_p0" {
+		t.Fatalf("partitions %v, want [outbox_events_p0]", got)
+	}
+	if _, err := e.pool.Exec(ctx(t), `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)
+VALUES ('order', 'o-1', 'order.created', '{"n":1}')`); err != nil {
+		t.Fatalf("the article's plain INSERT: %v", err)
+	}
+	e.write(1)
+	if n := e.rows("seq > 0"); n != 2 {
+		t.Errorf("%d rows with a seq, want 2", n)
+	}
+	mc := outbox.MigrateConfig{Schema: e.schema, Partitioned: true}
+	if applied, err := outbox.Migrate(ctx(t), e.pool, mc); err != nil || len(applied) != 0 {
+		t.Errorf("migrating again: %d applied, %v; want none", len(applied), err)
+	}
+	// A table source's migrations on the partitioned table are a no-op too.
+	if applied, err := outbox.Migrate(ctx(t), e.pool, outbox.MigrateConfig{Schema: e.schema}); err != nil || len(applied) != 0 {
+		t.Errorf("migrating without Partitioned: %d applied, %v; want none", len(applied), err)
+	}
+	script, err := outbox.MigrationSQL(mc)
+	if err != nil || !strings.Contains(script, "PARTITION BY RANGE (seq)") {
+		t.Errorf("MigrationSQL(Partitioned) lacks the partitioned table: %v", err)
+	}
+
+	plain := testdb.Schema(t)
+	pp := testdb.Pool(t, plain)
+	if _, err := outbox.Migrate(ctx(t), pp, outbox.MigrateConfig{Schema: plain}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = outbox.Migrate(ctx(t), pp, outbox.MigrateConfig{Schema: plain, Partitioned: true})
+	if !errors.Is(err, outbox.ErrNotPartitioned) || !strings.Contains(err.Error(), "not partitioned") {
+		t.Errorf("Partitioned on an existing table: %v, want ErrNotPartitioned", err)
+	}
+}
+
+// TestWALPartitionsRotateAndDrop: the streaming relay moves new events to a
+// new partition every RotateEvents, and drops the old ones once the stream
+// is past them: after every event is delivered, the table is down to one
+// empty partition, with no vacuum.
+func TestWALPartitionsRotateAndDrop(t *testing.T) {
+	e := setupPartitioned(t)
+	mem := memory.New()
+	reg := prometheus.NewRegistry()
+	r := e.relay(mem, walConfig(outbox.RelayConfig{RotateEvents: 40, RotateInterval: time.Second, Registerer: reg}))
+	e.run(r)
+	waitStreaming(t, r, 30*time.Second)
+
+	var ids []uuid.UUID
+	for range 6 {
+		ids = append(ids, e.writeBatch(25)...)
+		ids = append(ids, e.write(10)...)
+		time.Sleep(1200 * time.Millisecond) // a rotation per round
+	}
+	waitDelivered(t, mem, ids)
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) && (len(e.partitions()) != 1 || e.rows("true") != 0) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	parts := e.partitions()
+	if len(parts) != 1 || e.rows("true") != 0 {
+		t.Fatalf("partitions %v with %d rows after every event was delivered; want one empty partition", parts, e.rows("true"))
+	}
+	if parts[0] == "outbox_events_p0" {
+		t.Errorf("the first partition is still there: no rotation")
+	}
+	if d := gauge(t, reg, "outbox_partitions_dropped_total"); d < 3 {
+		t.Errorf("outbox_partitions_dropped_total %v, want at least 3", d)
+	}
+	var heap, total int64
+	if err := e.pool.QueryRow(ctx(t), `SELECT pg_relation_size($1::regclass), pg_total_relation_size($1::regclass)`,
+		pgx.Identifier{e.schema, parts[0]}.Sanitize()).Scan(&heap, &total); err != nil {
+		t.Fatal(err)
+	}
+	// Its indexes' first pages, and no row ever.
+	if heap != 0 || total > 128<<10 {
+		t.Errorf("the remaining partition holds %d bytes of rows, %d in all; want an empty table", heap, total)
+	}
+	if n := len(mem.Messages()); n < len(ids) {
+		t.Errorf("%d messages, want at least %d", n, len(ids))
+	}
+}
+
+// TestWALPartitionLateCommitAndFailures: a partition is not dropped while a
+// transaction that wrote to it is open, nor while an event of it waits on
+// the table path (failing, in ordered mode): it is compacted to those
+// events, which are delivered in order once the destination accepts them,
+// and then dropped.
+func TestWALPartitionLateCommitAndFailures(t *testing.T) {
+	e := setupPartitioned(t)
+	mem, st := timed()
+	var failing atomic.Bool
+	failing.Store(true)
+	inner := memory.New()
+	inner.FailWith(func(m *outbox.Message) error {
+		if m.AggregateID == "slow" && failing.Load() {
+			return errors.New("not yet")
+		}
+		return mem.Publish(context.Background(), m)
+	})
+	logs := &syncBuffer{}
+	r := e.relay(inner, walConfig(outbox.RelayConfig{Ordered: true, RotateEvents: 20, RotateInterval: time.Second, MaxAttempts: 100000,
+		Logger: slog.New(slog.NewTextHandler(logs, nil)),
+		RetryBackoff: outbox.Backoff{Base: 20 * time.Millisecond, Max: 100 * time.Millisecond}}))
+	e.run(r)
+	waitStreaming(t, r, 30*time.Second)
+
+	// A transaction writes to the first partition and stays open.
+	late, err := e.pool.Begin(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer late.Rollback(context.Background()) //nolint:errcheck // committed below
+	lateIDs, err := e.writer.Write(ctx(t), late, event("late", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var slow []uuid.UUID
+	for i := range 5 {
+		slow = append(slow, e.writeEvents(event("slow", i))...)
+	}
+	fast := e.write(30) // past RotateEvents: the relay rotates
+	waitDelivered(t, mem, fast)
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) && len(e.partitions()) < 2 {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := e.partitions(); len(got) < 2 || got[0] != "outbox_events_p0" {
+		t.Fatalf("partitions %v: want the first one kept beside a new one", got)
+	}
+	time.Sleep(3 * time.Second) // several retirement rounds
+	if got := e.partitions(); got[0] != "outbox_events_p0" {
+		t.Fatalf("the first partition was dropped while a transaction that wrote to it was open: %v", got)
+	}
+	if err := late.Commit(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	waitDelivered(t, mem, lateIDs)
+	// The slow aggregate still fails: its partition is compacted, not dropped.
+	time.Sleep(4 * time.Second)
+	if got := e.partitions(); got[0] != "outbox_events_p0" {
+		t.Fatalf("the first partition was dropped with 5 undelivered events in it: %v", got)
+	}
+	if n := e.rows("aggregate_id = 'slow' AND processed_at IS NULL"); n != 5 {
+		t.Fatalf("%d of the failing aggregate's events in the table, want 5", n)
+	}
+	if !strings.Contains(logs.String(), "partition compacted") || !strings.Contains(logs.String(), "events=5") {
+		t.Errorf("no compaction of the first partition to its 5 failing events logged:\n%s", logs.String())
+	}
+	failing.Store(false)
+	waitDelivered(t, mem, slow)
+	order := st.order()
+	pos := map[uuid.UUID]int{}
+	for i, id := range order {
+		if _, ok := pos[id]; !ok {
+			pos[id] = i
+		}
+	}
+	for i := 1; i < len(slow); i++ {
+		if pos[slow[i]] < pos[slow[i-1]] {
+			t.Fatalf("inversion: slow event %d published before event %d", i, i-1)
+		}
+	}
+	deadline = time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) && e.partitions()[0] == "outbox_events_p0" {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got := e.partitions(); got[0] == "outbox_events_p0" {
+		t.Fatalf("the first partition was not dropped once its events were delivered: %v", got)
+	}
+}
+
+// waitDelivered waits until mem has received every id.
+func waitDelivered(t *testing.T, mem interface {
+	WaitFor(context.Context, func([]outbox.Message) bool) error
+}, ids []uuid.UUID) {
+	t.Helper()
+	if err := mem.WaitFor(ctx(t), func(ms []outbox.Message) bool {
+		seen := make(map[uuid.UUID]bool, len(ms))
+		for _, m := range ms {
+			seen[m.ID] = true
+		}
+		for _, id := range ids {
+			if !seen[id] {
+				return false
+			}
+		}
+		return true
+	}); err != nil {
+		t.Fatalf("not every event was delivered: %v", err)
+	}
+}
