@@ -173,7 +173,7 @@ func TestWALPartitionLateCommitAndFailures(t *testing.T) {
 	})
 	logs := &syncBuffer{}
 	r := e.relay(inner, walConfig(outbox.RelayConfig{Ordered: true, RotateEvents: 20, RotateInterval: time.Second, MaxAttempts: 100000,
-		Logger: slog.New(slog.NewTextHandler(logs, nil)),
+		Logger:       slog.New(slog.NewTextHandler(logs, nil)),
 		RetryBackoff: outbox.Backoff{Base: 20 * time.Millisecond, Max: 100 * time.Millisecond}}))
 	e.run(r)
 	waitStreaming(t, r, 30*time.Second)
