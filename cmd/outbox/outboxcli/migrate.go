@@ -20,6 +20,7 @@ func migrateCommand() (*options, func(context.Context, *cli, *options) error) {
 		asJS     bool
 		exitCode bool
 		source   string
+		parted   bool
 	)
 	o := newOptions("migrate", "[up | status | sql | drop-wal] [flags]", `
 Applies pgoutbox's pending migrations to the outbox table (creating the
@@ -44,7 +45,13 @@ REPLICATION, free slots), then sets the table up for the WAL source: its
 publication and slot, and without the two indexes only a table source reads
 (each event then costs its writer two index entries fewer; a table source
 refuses the table until drop-wal). migrate sql also prints that SQL, for
-DBAs who run it by hand.`)
+DBAs who run it by hand.
+
+With --source wal --partitioned, a table that does not exist yet is created
+partitioned by seq ranges: the relay streaming its slot then drops delivered
+events a partition at a time (--rotate-events, --rotate-interval on outbox
+relay), so the table stays small with no vacuum. An existing unpartitioned
+table is refused (exit 2), never converted.`)
 	d.register(o)
 	o.fs.BoolVar(&print, "print", false, "print the SQL instead of applying it (same as migrate sql)")
 	o.fs.BoolVar(&asJS, "json", false, "migrate and migrate status: print JSON")
@@ -52,7 +59,8 @@ DBAs who run it by hand.`)
 	// A setting, as on outbox relay: one OUTBOX_SOURCE or config file
 	// serves both commands.
 	o.fs.StringVar(&source, "source", "table", "the relay's event source: table, or wal to create (migrate) or print (migrate sql) the publication and replication slot too")
-	o.flagOnly("print", "json", "exit-code")
+	o.fs.BoolVar(&parted, "partitioned", false, "with --source wal: create the outbox table partitioned, so the relay drops delivered events a partition at a time (a new table only)")
+	o.flagOnly("print", "json", "exit-code", "partitioned")
 	o.subs = []string{"up", "status", "sql", "drop-wal"}
 	return o, func(ctx context.Context, c *cli, o *options) error {
 		if len(o.args) > 0 {
@@ -61,7 +69,10 @@ DBAs who run it by hand.`)
 		if source != "table" && source != "wal" {
 			return o.settingErr("source", "%q is not a source (want table or wal)", source)
 		}
-		mc := outbox.MigrateConfig{Schema: d.Schema, Table: d.Table}
+		if parted && source != "wal" {
+			return usageErr("migrate: --partitioned needs --source wal: only the WAL source's relay rotates the partitions")
+		}
+		mc := outbox.MigrateConfig{Schema: d.Schema, Table: d.Table, Partitioned: parted}
 		if print || o.sub == "sql" {
 			return migrateSQL(c, mc, source == "wal")
 		}
@@ -88,6 +99,9 @@ DBAs who run it by hand.`)
 			}
 		}
 		applied, err := outbox.Migrate(ctx, pool, mc)
+		if errors.Is(err, outbox.ErrNotPartitioned) {
+			return &exitError{code: ExitUsage, err: err}
+		}
 		if err != nil {
 			return err
 		}

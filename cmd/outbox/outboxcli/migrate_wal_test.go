@@ -104,3 +104,35 @@ func TestMigrateSourceWAL(t *testing.T) {
 		t.Errorf("table source's indexes after drop-wal: %v, %v", full, err)
 	}
 }
+
+// migrate --source wal --partitioned creates the table partitioned; the
+// flag needs --source wal, and an existing unpartitioned table is refused
+// with exit 2, unchanged.
+func TestMigratePartitionedCLI(t *testing.T) {
+	t.Parallel()
+	wantExit(t, run(t, map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/none"}, "migrate", "sql", "--partitioned"), ExitUsage)
+	schema := testdb.Schema(t)
+	in, err := ident.New(schema, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := wal.NamesFor(in)
+	testdb.ReplicationObjects(t, n.Slot, n.Publication)
+	pool := testdb.Pool(t, "")
+	t.Cleanup(func() { _ = wal.Drop(context.Background(), pool, n) })
+
+	r := run(t, dbEnv(), "migrate", "--source", "wal", "--partitioned", "--schema", schema)
+	wantExit(t, r, ExitOK)
+	var kind string
+	if err := pool.QueryRow(context.Background(), `SELECT relkind::text FROM pg_class WHERE oid = to_regclass($1)`, in.QTable).Scan(&kind); err != nil || kind != "p" {
+		t.Fatalf("table kind %q, %v after migrate --partitioned; want p", kind, err)
+	}
+
+	plain := testdb.Schema(t)
+	wantExit(t, run(t, dbEnv(), "migrate", "--schema", plain), ExitOK)
+	r = run(t, dbEnv(), "migrate", "--source", "wal", "--partitioned", "--schema", plain)
+	wantExit(t, r, ExitUsage)
+	if !strings.Contains(r.stderr, "not partitioned") {
+		t.Errorf("migrate --partitioned on an existing table:\n%s", r)
+	}
+}
