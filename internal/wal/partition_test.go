@@ -1,0 +1,70 @@
+package wal
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/pgoutbox/outbox/internal/ident"
+	"github.com/pgoutbox/outbox/internal/migrate"
+	"github.com/pgoutbox/outbox/internal/testdb"
+)
+
+// A row inserted already on the table path (retry_after or dead_at set) or
+// already delivered (processed_at set) is not the stream's: the table
+// workers own it. On a partitioned table, a parked event whose new seq
+// takes it to another partition is such an insert, and so are the events a
+// compaction copies back: none of them is streamed again.
+func TestStreamLeavesHandedOverRows(t *testing.T) {
+	t.Parallel()
+	schema := testdb.Schema(t)
+	pool := testdb.Pool(t, schema)
+	ctx := context.Background()
+	in, err := ident.New(schema, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := migrate.Up(ctx, pool, in, true); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	b := withSlot(t, pool, schema, "outbox_events")
+	s := b.open(t, b.config())
+	must := func(sql string) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ins := `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload%s) VALUES ('order', 'o1', '%s', '{}'%s)`
+	must(fmt.Sprintf(ins, ", retry_after", "handed", ", now()"))
+	must(fmt.Sprintf(ins, ", dead_at", "dead", ", now()"))
+	must(fmt.Sprintf(ins, ", processed_at", "processed", ", now()"))
+	must(fmt.Sprintf(ins, "", "parked-later", ""))
+	if got := eventTypes(next(t, s)); !slices.Equal(got, []string{"parked-later"}) {
+		t.Fatalf("first streamed transaction has %v, want [parked-later] alone", got)
+	}
+	// Rotate, then park the event: its new seq moves it to partition 1,
+	// which PostgreSQL logs as an insert there.
+	p1, err := Rotate(ctx, pool, b.names, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(`UPDATE outbox_events SET held_by = gen_random_uuid(), dead_at = now(), retry_after = now(), seq = DEFAULT WHERE event_type = 'parked-later'`)
+	var moved bool
+	if err := pool.QueryRow(ctx, `SELECT tableoid = to_regclass($1) FROM outbox_events WHERE event_type = 'parked-later'`, p1.QName).Scan(&moved); err != nil || !moved {
+		t.Fatalf("the parked event is not in partition 1 (%v): the test does not move it", err)
+	}
+	// Compacting partition 0 copies its undelivered rows back.
+	parts, err := ReadPartitions(ctx, pool, b.names)
+	if err != nil || len(parts.Range) != 2 {
+		t.Fatalf("partitions %+v, %v; want two", parts, err)
+	}
+	if kept, err := Compact(ctx, pool, b.names, parts.Range[0], 0); err != nil || kept != 2 {
+		t.Fatalf("Compact: kept %d, %v; want the 2 undelivered events", kept, err)
+	}
+	must(fmt.Sprintf(ins, "", "after", ""))
+	if got := eventTypes(next(t, s)); !slices.Equal(got, []string{"after"}) {
+		t.Fatalf("next streamed transaction has %v, want [after]: a moved row was streamed again", got)
+	}
+}
