@@ -210,7 +210,10 @@ func TestWALPartitionLateCommitAndFailures(t *testing.T) {
 	}
 	waitDelivered(t, mem, lateIDs)
 	// The slow aggregate still fails: its partition is compacted, not dropped.
-	time.Sleep(4 * time.Second)
+	deadline = time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) && !strings.Contains(logs.String(), "partition compacted") {
+		time.Sleep(50 * time.Millisecond)
+	}
 	if got := e.partitions(); got[0] != "outbox_events_p0" {
 		t.Fatalf("the first partition was dropped with 5 undelivered events in it: %v", got)
 	}
@@ -261,5 +264,41 @@ func waitDelivered(t *testing.T, mem interface {
 		return true
 	}); err != nil {
 		t.Fatalf("not every event was delivered: %v", err)
+	}
+}
+
+// TestWALPartitionRotationWaitsForStatements: a statement routes its rows
+// with the partitions it started with, so new events move to a new
+// partition only once the statements running when it was attached have
+// ended: a slow INSERT ... SELECT spanning a rotation is not refused.
+func TestWALPartitionRotationWaitsForStatements(t *testing.T) {
+	e := setupPartitioned(t)
+	mem := memory.New()
+	r := e.relay(mem, walConfig(outbox.RelayConfig{RotateEvents: 10, RotateInterval: time.Second}))
+	e.run(r)
+	waitStreaming(t, r, 30*time.Second)
+
+	slow := make(chan error, 1)
+	go func() {
+		// 150 rows, one every 20 ms: each takes its seq as it is inserted.
+		_, err := e.pool.Exec(context.Background(), `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)
+SELECT 'order', 'slow-' || i, 'order.created', jsonb_build_object('i', i, 'slept', pg_sleep(0.02)::text) FROM generate_series(1, 150) AS i`)
+		slow <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	ids := e.write(20) // past RotateEvents: the relay attaches the next partition
+	if err := <-slow; err != nil {
+		t.Fatalf("the statement running across the rotation failed: %v", err)
+	}
+	waitDelivered(t, mem, ids)
+	if err := mem.WaitFor(ctx(t), func(ms []outbox.Message) bool { return len(ms) >= 170 }); err != nil {
+		t.Fatalf("%d of 170 events delivered: %v", len(mem.Messages()), err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) && e.partitions()[0] == "outbox_events_p0" {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got := e.partitions(); got[0] == "outbox_events_p0" {
+		t.Fatalf("no rotation happened: %v", got)
 	}
 }

@@ -258,11 +258,16 @@ func (h *harness) newSchema(ctx context.Context, what string) (string, error) {
 // setupOurs creates a schema with pgoutbox's migrated table and the orders
 // table.
 func (h *harness) setupOurs(ctx context.Context, what string) (string, error) {
+	return h.setupTable(ctx, what, false)
+}
+
+// setupTable is setupOurs with the outbox table partitioned or not.
+func (h *harness) setupTable(ctx context.Context, what string, partitioned bool) (string, error) {
 	s, err := h.newSchema(ctx, what)
 	if err != nil {
 		return "", err
 	}
-	if _, err := outbox.Migrate(ctx, h.pool, outbox.MigrateConfig{Schema: s}); err != nil {
+	if _, err := outbox.Migrate(ctx, h.pool, outbox.MigrateConfig{Schema: s, Partitioned: partitioned}); err != nil {
 		return "", err
 	}
 	if _, err := h.exec(ctx, s, ordersSQL); err != nil {
@@ -275,15 +280,20 @@ func (h *harness) setupOurs(ctx context.Context, what string) (string, error) {
 // table's publication and replication slot, which the slot keeps WAL for
 // from now on. release and close drop them.
 func (h *harness) setupWAL(ctx context.Context, what string) (string, error) {
+	return h.setupWALTable(ctx, what, false)
+}
+
+// setupWALTable is setupWAL on a partitioned table or not.
+func (h *harness) setupWALTable(ctx context.Context, what string, partitioned bool) (string, error) {
 	if h.walErr != nil {
 		return "", h.walErr
 	}
-	s, err := h.setupOurs(ctx, what)
+	s, err := h.setupTable(ctx, what, partitioned)
 	if err != nil {
 		return "", err
 	}
 	h.repl = append(h.repl, s) // before creating, so a half-done setup is dropped too
-	if _, err := outbox.SetupReplication(ctx, h.pool, outbox.MigrateConfig{Schema: s}); err != nil {
+	if _, err := outbox.SetupReplication(ctx, h.pool, outbox.MigrateConfig{Schema: s, Partitioned: partitioned}); err != nil {
 		return "", err
 	}
 	return s, nil

@@ -25,10 +25,11 @@ type resultsFile struct {
 	Growths []*growthFigure `json:"growths,omitempty"`
 	Brokers []*drainFigure  `json:"brokers,omitempty"`
 
-	WALDrains  []*drainFigure `json:"wal_drains,omitempty"`
-	WALLats    []*latFigure   `json:"wal_latencies,omitempty"`
-	WALSize    *walSizeFigure `json:"wal_size,omitempty"`
-	WALSkipped string         `json:"wal_skipped,omitempty"`
+	WALDrains   []*drainFigure `json:"wal_drains,omitempty"`
+	WALLats     []*latFigure   `json:"wal_latencies,omitempty"`
+	WALSize     *walSizeFigure `json:"wal_size,omitempty"`
+	WALPartSize *walSizeFigure `json:"wal_partitioned_size,omitempty"`
+	WALSkipped  string         `json:"wal_skipped,omitempty"`
 }
 
 func (r *results) file(m machine, opt options, cmdline string, started time.Time, wall time.Duration) resultsFile {
@@ -36,7 +37,7 @@ func (r *results) file(m machine, opt options, cmdline string, started time.Time
 		Command: cmdline, Date: started.UTC(), Wall: wall.Round(time.Second).String(), Machine: m,
 		Runs: opt.Runs, Quick: opt.Quick, Loads: r.loads, Writers: opt.Writers, Rate: opt.Rate,
 		Drains: r.drains, Writes: r.writes, Lats: r.lats, Growths: r.growths, Brokers: r.brokers,
-		WALDrains: r.walDrains, WALLats: r.walLats, WALSize: r.walSize, WALSkipped: r.walSkipped,
+		WALDrains: r.walDrains, WALLats: r.walLats, WALSize: r.walSize, WALPartSize: r.walPartSize, WALSkipped: r.walSkipped,
 	}
 }
 

@@ -270,8 +270,10 @@ func (h *harness) measure(ctx context.Context) (*results, error) {
 		}
 	}
 	if h.opt.want("walsize") { // once: a long stream, sampled as it goes
-		if err := h.walSizeRun(ctx, r); err != nil {
-			return nil, fmt.Errorf("walsize: %w", err)
+		for _, partitioned := range []bool{false, true} {
+			if err := h.walSizeRun(ctx, r, partitioned); err != nil {
+				return nil, fmt.Errorf("walsize: %w", err)
+			}
 		}
 	}
 	return r, nil

@@ -63,6 +63,8 @@ type relaySpec struct {
 	Delete       bool          `json:"delete,omitempty"`        // pgoutbox: RelayConfig.DeleteOnPublish
 	Source       string        `json:"source,omitempty"`        // pgoutbox: RelayConfig.Source ("" is the default, the table)
 	BatchDelay   time.Duration `json:"batch_delay,omitempty"`   // pgoutbox: RelayConfig.BatchDelay
+	RotateEvents int           `json:"rotate_events,omitempty"` // pgoutbox: RelayConfig.RotateEvents
+	RotateEvery  time.Duration `json:"rotate_every,omitempty"`  // pgoutbox: RelayConfig.RotateInterval
 	Rescan       time.Duration `json:"rescan,omitempty"`        // pgoutbox: RelayConfig.RescanInterval
 	AsyncCommit  bool          `json:"async_commit,omitempty"`  // the relay's sessions run synchronous_commit=off
 	BaselineMode string        `json:"baseline_mode,omitempty"` // baseline: "listen" or "poll"
@@ -128,7 +130,7 @@ func startRelay(ctx context.Context, spec relaySpec, pool *pgxpool.Pool, pub out
 		r, err := outbox.NewRelay(pool, pub, outbox.RelayConfig{
 			Schema: spec.Schema, BatchSize: spec.BatchSize, Workers: spec.Workers,
 			Listen: spec.Listen, DeleteOnPublish: spec.Delete, BatchDelay: spec.BatchDelay, RescanInterval: spec.Rescan, Logger: logger,
-			Source: outbox.Source(spec.Source),
+			Source: outbox.Source(spec.Source), RotateEvents: spec.RotateEvents, RotateInterval: spec.RotateEvery,
 		})
 		if err != nil {
 			cancel()

@@ -18,10 +18,11 @@ type results struct {
 	brokers  []*drainFigure // figure 5; Ratio is to the in-memory drain of the same run
 	explains []string
 
-	walDrains  []*drainFigure // Ratio is to the table source's drain, same publisher, same run
-	walLats    []*latFigure
-	walSize    *walSizeFigure
-	walSkipped string // why the WAL source was not measured
+	walDrains   []*drainFigure // Ratio is to the table source's drain, same publisher, same run
+	walLats     []*latFigure
+	walSize     *walSizeFigure
+	walPartSize *walSizeFigure // the same on a partitioned table
+	walSkipped  string         // why the WAL source was not measured
 
 	loads     []float64           // load averages seen during the run
 	waits     map[string][]string // drain label → wait shares (--sample-waits)

@@ -133,6 +133,13 @@ func (r *results) printTargets(w io.Writer, opt options) {
 		rss, rssMet := walRSSVerdict(f)
 		ts = append(ts, target{"WAL source: relay RSS while streaming", "≤ 100 MB, flat", rss, yes(rssMet)})
 	}
+	if f := r.walPartSize; f != nil && len(f.Points) > 0 {
+		got, met := walSizeVerdict(f)
+		ts = append(ts, target{fmt.Sprintf("WAL source, partitioned table: table + indexes after %s events delivered, no cleanup run, no VACUUM", count(f.Events)),
+			"flat: within 10% of the empty table", got, yes(met)})
+		rss, rssMet := walRSSVerdict(f)
+		ts = append(ts, target{"WAL source, partitioned table: relay RSS while streaming", "≤ 100 MB, flat", rss, yes(rssMet)})
+	}
 	if len(ts) == 0 {
 		return
 	}

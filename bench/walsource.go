@@ -201,6 +201,11 @@ func (h *harness) walDrainOnce(ctx context.Context, r *results, label, src, pub 
 // walSizeFigure is the WAL source's table size and relay RSS while it
 // streams, measured once per invocation.
 type walSizeFigure struct {
+	// Partitioned: the table was partitioned (MigrateConfig.Partitioned),
+	// the relay rotating its partitions every RotateEvents, and no chunk
+	// was followed by a VACUUM.
+	Partitioned  bool `json:",omitempty"`
+	RotateEvents int  `json:",omitempty"`
 	Events       int
 	PerTx        int
 	EmptyTable   int64 // bytes: heap, TOAST, free space and visibility maps
@@ -210,6 +215,11 @@ type walSizeFigure struct {
 	OK           bool
 	Dups         int64
 	Notes        []string
+	// Partitioned: the table once the relay, idle, had rotated and dropped
+	// every partition of delivered events, and how long that took after
+	// the last chunk.
+	SettledTable, SettledIndexes int64         `json:",omitempty"`
+	SettledAfter                 time.Duration `json:",omitempty"`
 }
 
 // walSizePoint is the state after a chunk of events was written and the
@@ -228,6 +238,8 @@ type walSizePoint struct {
 	HeldBy   string  `json:",omitempty"`
 	RSSKB    int64   // the relay process's resident set
 	Rate     float64 // events/s of the chunk: fill start to the relay caught up
+	// Partitions attached when the sizes were read (partitioned table).
+	Partitions int `json:",omitempty"`
 }
 
 // deadLeft is how many dead rows the VACUUM just run left in schema's table
@@ -245,11 +257,21 @@ func (h *harness) deadLeft(ctx context.Context, schema string) (int64, string) {
 }
 
 // tableSizes is the outbox table's size without its indexes (heap, TOAST,
-// free space and visibility maps), and its indexes'.
+// free space and visibility maps), and its indexes', summed over its
+// partitions if it has any.
 func (h *harness) tableSizes(ctx context.Context, schema string) (table, indexes int64, err error) {
-	t := pgx.Identifier{schema, "outbox_events"}.Sanitize()
-	err = h.pool.QueryRow(ctx, "SELECT pg_table_size($1::regclass), pg_indexes_size($1::regclass)", t).Scan(&table, &indexes)
+	table, indexes, _, err = h.partSizes(ctx, schema)
 	return table, indexes, err
+}
+
+// partSizes is tableSizes with the number of partitions (1 for a table
+// that has none).
+func (h *harness) partSizes(ctx context.Context, schema string) (table, indexes int64, parts int, err error) {
+	t := pgx.Identifier{schema, "outbox_events"}.Sanitize()
+	err = h.pool.QueryRow(ctx, `WITH leaves AS (SELECT relid FROM pg_partition_tree($1::regclass) WHERE isleaf),
+t AS (SELECT relid FROM leaves UNION ALL SELECT $1::regclass WHERE NOT EXISTS (SELECT 1 FROM leaves))
+SELECT sum(pg_table_size(relid))::bigint, sum(pg_indexes_size(relid))::bigint, count(*)::int FROM t`, t).Scan(&table, &indexes, &parts)
+	return table, indexes, parts, err
 }
 
 // waitConfirmed blocks until schema's slot is confirmed at lsn or past it:
@@ -324,15 +346,26 @@ func (h *harness) waitCatalogXmin(ctx context.Context, schema string) (time.Dura
 // VACUUM (autovacuum's stand-in, at least as often as it would run at these
 // rates, and as it would, after the slot's catalog_xmin moved), the second
 // half by none, which is what the table does with no vacuum at all.
-func (h *harness) walSizeRun(ctx context.Context, r *results) error {
+//
+// partitioned runs it on a partitioned table instead, with no VACUUM at
+// all: the relay rotates a partition every half chunk and drops those it
+// has delivered. After the last chunk it waits until the idle relay has
+// rotated and dropped the last of them too.
+func (h *harness) walSizeRun(ctx context.Context, r *results, partitioned bool) error {
 	if h.walErr != nil {
 		return nil
 	}
 	total, points := h.opt.WALSizeEvents, h.opt.WALSizePoints
 	chunk := total / points
-	f := &walSizeFigure{Events: chunk * points, PerTx: h.opt.WALTx}
-	r.walSize = f
-	s, err := h.setupWAL(ctx, "walsize")
+	f := &walSizeFigure{Events: chunk * points, PerTx: h.opt.WALTx, Partitioned: partitioned}
+	what := "walsize"
+	if partitioned {
+		f.RotateEvents = max(chunk/2, 1)
+		r.walPartSize, what = f, "walparts"
+	} else {
+		r.walSize = f
+	}
+	s, err := h.setupWALTable(ctx, what, partitioned)
 	if s != "" {
 		defer h.release(ctx, s)
 	}
@@ -344,6 +377,9 @@ func (h *harness) walSizeRun(ctx context.Context, r *results) error {
 	}
 	spec := h.spec(designOurs, s, pubMemory)
 	spec.Source = string(outbox.SourceWAL)
+	if partitioned {
+		spec.RotateEvents, spec.RotateEvery = f.RotateEvents, walSizeRotateEvery
+	}
 	child, err := spawnRelay(ctx, spec)
 	if err != nil {
 		return err
@@ -356,7 +392,7 @@ func (h *harness) walSizeRun(ctx context.Context, r *results) error {
 	h.logf("walsize: empty table %s, indexes %s; streaming %d events in %d chunks", mb(f.EmptyTable), mb(f.EmptyIndexes), f.Events, points)
 	var delivered int64
 	for i := range points {
-		vac := i < (points+1)/2
+		vac := i < (points+1)/2 && !partitioned
 		start := time.Now()
 		if err := h.fillTx(ctx, s, int(delivered), chunk, h.opt.WALTx, false); err != nil {
 			child.kill()
@@ -376,7 +412,7 @@ func (h *harness) walSizeRun(ctx context.Context, r *results) error {
 		}
 		delivered += int64(chunk)
 		p := walSizePoint{Delivered: delivered, Vacuum: vac, RSSKB: procRSSKB(pid), Rate: float64(chunk) / time.Since(start).Seconds()}
-		if p.Table, p.Indexes, err = h.tableSizes(ctx, s); err != nil {
+		if p.Table, p.Indexes, p.Partitions, err = h.partSizes(ctx, s); err != nil {
 			child.kill()
 			return err
 		}
@@ -404,8 +440,17 @@ func (h *harness) walSizeRun(ctx context.Context, r *results) error {
 				vacuumed += ", oldest snapshot: " + p.HeldBy
 			}
 		}
-		h.logf("walsize: %d delivered: table %s, indexes %s (%s), relay RSS %.0f MB, %.0f ev/s",
-			delivered, mb(p.Table), mb(p.Indexes), vacuumed, float64(p.RSSKB)/1024, p.Rate)
+		if partitioned {
+			vacuumed = fmt.Sprintf("no VACUUM, %d partitions", p.Partitions)
+		}
+		h.logf("%s: %d delivered: table %s, indexes %s (%s), relay RSS %.0f MB, %.0f ev/s",
+			what, delivered, mb(p.Table), mb(p.Indexes), vacuumed, float64(p.RSSKB)/1024, p.Rate)
+	}
+	if partitioned {
+		if err := h.walSizeSettle(ctx, s, f); err != nil {
+			child.kill()
+			return err
+		}
 	}
 	res, err := child.finish(delivered)
 	if err != nil {
@@ -421,6 +466,38 @@ func (h *harness) walSizeRun(ctx context.Context, r *results) error {
 	}
 	f.OK = err == nil && res.Delivery.OK() && left == 0
 	return nil
+}
+
+// walSizeRotateEvery is the partitioned size figure's RotateInterval: the
+// idle relay rotates the last partition that took events this long after
+// the last chunk.
+const walSizeRotateEvery = 10 * time.Second
+
+// walSizeSettle waits until the relay has dropped every partition holding
+// delivered events (one partition left, never written to), up to a
+// minute past walSizeRotateEvery, and records the table then.
+func (h *harness) walSizeSettle(ctx context.Context, s string, f *walSizeFigure) error {
+	start := time.Now()
+	for {
+		table, idx, parts, err := h.partSizes(ctx, s)
+		if err != nil {
+			return err
+		}
+		f.SettledTable, f.SettledIndexes, f.SettledAfter = table, idx, time.Since(start).Round(time.Second)
+		if parts == 1 && table == f.EmptyTable {
+			h.logf("walparts: settled after %s: table %s, indexes %s", f.SettledAfter, mb(table), mb(idx))
+			return nil
+		}
+		if time.Since(start) > walSizeRotateEvery+time.Minute {
+			f.Notes = append(f.Notes, fmt.Sprintf("not settled %s after the last chunk: %d partitions, table %s", f.SettledAfter, parts, mb(table)))
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // procRSSKB is a local process's resident set in kB (0 if unknown).
@@ -475,7 +552,26 @@ func (r *results) printWAL(w io.Writer, opt options) {
 		fmt.Fprintln(w)
 	}
 	if f := r.walSize; f != nil {
-		fmt.Fprintf(w, "### 8. WAL source: table size and relay RSS while streaming %s events (%d per transaction), no cleanup run\n\n", count(f.Events), f.PerTx)
+		printWALSize(w, "8", f)
+	}
+	if f := r.walPartSize; f != nil {
+		printWALSize(w, "9", f)
+	}
+}
+
+// printWALSize prints one size figure.
+func printWALSize(w io.Writer, num string, f *walSizeFigure) {
+	if f.Partitioned {
+		fmt.Fprintf(w, "### %s. WAL source, partitioned table: table size and relay RSS while streaming %s events (%d per transaction), no cleanup run, no VACUUM\n\n", num, count(f.Events), f.PerTx)
+		fmt.Fprintf(w, "The table is partitioned (`outbox migrate --source wal --partitioned`); the relay moves new events to a new partition every %s events (`RotateEvents`), or %s after the last one if the current partition took any (`RotateInterval`), and drops each partition once the slot is past it and its events are delivered. Sizes are summed over the partitions, right after the relay caught up with each chunk. Nothing vacuums the table.\n\n", count(f.RotateEvents), walSizeRotateEvery)
+		fmt.Fprintf(w, "| events delivered | partitions | table | indexes | relay RSS | chunk events/s |\n|---:|---:|---:|---:|---:|---:|\n")
+		fmt.Fprintf(w, "| 0 (empty) | 1 | %s | %s | | |\n", mb(f.EmptyTable), mb(f.EmptyIndexes))
+		for _, p := range f.Points {
+			fmt.Fprintf(w, "| %s | %d | %s | %s | %.0f MB | %s |\n", count(int(p.Delivered)), p.Partitions, mb(p.Table), mb(p.Indexes), float64(p.RSSKB)/1024, humanRate(p.Rate))
+		}
+		fmt.Fprintf(w, "| settled, %s after the last chunk | 1 | %s | %s | | |\n", f.SettledAfter, mb(f.SettledTable), mb(f.SettledIndexes))
+	} else {
+		fmt.Fprintf(w, "### %s. WAL source: table size and relay RSS while streaming %s events (%d per transaction), no cleanup run\n\n", num, count(f.Events), f.PerTx)
 		fmt.Fprintf(w, "After each chunk the relay caught up (published, deleted the rows, confirmed the slot). autovacuum is off on this server: the first half of the chunks is followed by a VACUUM (autovacuum's stand-in, run once the slot's catalog_xmin passed the chunk), the second half by none.\n\n")
 		fmt.Fprintf(w, "| events delivered | table | indexes | VACUUM, then table / indexes | dead rows VACUUM could not remove | relay RSS | chunk events/s |\n|---:|---:|---:|---:|---:|---:|---:|\n")
 		fmt.Fprintf(w, "| 0 (empty) | %s | %s | | | | |\n", mb(f.EmptyTable), mb(f.EmptyIndexes))
@@ -492,13 +588,13 @@ func (r *results) printWAL(w io.Writer, opt options) {
 				fmt.Fprintf(w, "\n- after %s: the oldest snapshot was %s", count(int(p.Delivered)), p.HeldBy)
 			}
 		}
-		fmt.Fprintf(w, "\nRelay peak RSS over the whole stream: %.0f MB; delivery: %s\n", float64(f.PeakRSSKB)/1024, fmtOK([]bool{f.OK}, []int64{f.Dups}))
-		for _, n := range f.Notes {
-			fmt.Fprintf(w, "\n- %s", n)
-		}
-		fmt.Fprintln(w)
-		fmt.Fprintln(w)
 	}
+	fmt.Fprintf(w, "\nRelay peak RSS over the whole stream: %.0f MB; delivery: %s\n", float64(f.PeakRSSKB)/1024, fmtOK([]bool{f.OK}, []int64{f.Dups}))
+	for _, n := range f.Notes {
+		fmt.Fprintf(w, "\n- %s", n)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w)
 }
 
 // walSizeVerdict compares the table (with its indexes) after the last
@@ -506,6 +602,15 @@ func (r *results) printWAL(w io.Writer, opt options) {
 // how the size moved across the chunks with and without VACUUM.
 func walSizeVerdict(f *walSizeFigure) (string, bool) {
 	empty := f.EmptyTable + f.EmptyIndexes
+	if f.Partitioned {
+		settled := f.SettledTable + f.SettledIndexes
+		var peak int64
+		for _, p := range f.Points {
+			peak = max(peak, p.Table+p.Indexes)
+		}
+		return fmt.Sprintf("%s once the relay dropped the last partition of delivered events, %s after the last chunk (empty: %s, ratio %.2f); at most %s while streaming",
+			mb(settled), f.SettledAfter, mb(empty), float64(settled)/float64(max(empty, 1)), mb(peak)), settled > 0 && float64(settled) <= 1.1*float64(empty)
+	}
 	var vac, noVac []walSizePoint
 	for _, p := range f.Points {
 		if p.Vacuum {

@@ -287,3 +287,20 @@ func slotExists(ctx context.Context, t *testing.T, slot string) bool {
 	}
 	return n > 0
 }
+
+// TestWALPartitionedSizeVerdict: the partitioned figure compares the table
+// once the relay dropped its last partition of delivered events with the
+// empty table.
+func TestWALPartitionedSizeVerdict(t *testing.T) {
+	t.Parallel()
+	f := &walSizeFigure{Partitioned: true, Events: 2000, EmptyIndexes: 80 << 10, SettledIndexes: 80 << 10, SettledAfter: 12 * time.Second,
+		Points: []walSizePoint{{Delivered: 1000, Table: 5 << 20, Indexes: 1 << 20, Partitions: 2}, {Delivered: 2000, Table: 4 << 20, Indexes: 1 << 20, Partitions: 2}}}
+	got, met := walSizeVerdict(f)
+	if !met || !strings.Contains(got, "80 kB once the relay dropped") || !strings.Contains(got, "at most 6.0 MB") {
+		t.Errorf("settled at the empty table's size: %s (met %v)", got, met)
+	}
+	f.SettledTable = 64 << 10
+	if got, met := walSizeVerdict(f); met {
+		t.Errorf("144 kB against an empty 80 kB is not within 10%%: %s", got)
+	}
+}

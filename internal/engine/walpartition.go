@@ -38,6 +38,12 @@ type rotation struct {
 	since time.Time // when this relay saw it become current
 	old   map[uint32]*retiring
 	off   bool // not partitioned, or the role may not rotate
+	// next is a partition attached and not yet current: new events go
+	// there once the statements that were running when it was attached,
+	// whose routing does not know it, have ended (wal.Advance).
+	next      *wal.Partition
+	nextWait  []string
+	nextSince time.Time
 }
 
 // retiring is one old partition on its way out.
@@ -98,20 +104,20 @@ func (s *walSource) rotateOnce(ctx context.Context, r *rotation) error {
 	case cur == nil:
 		// No partition takes the next event: the sequence passed the last
 		// one (or was set by hand). Inserts fail until one does.
-		k := p.Next / ident.PartitionWidth
-		if p.Next >= 0 {
-			k++
-		}
+		k := max(p.Next, 0) / ident.PartitionWidth
 		e.cfg.Logger.Error("outbox partitions: no partition holds the next seq; attaching one", "seq", p.Next, "partition", k)
 		return s.rotateTo(ctx, r, k, now)
 	case cur.K != r.cur:
 		r.cur, r.since = cur.K, now
 	}
-	if used := p.Next - max(cur.Lo, 1); used >= e.cfg.RotateEvents || (used > 0 && now.Sub(r.since) >= e.cfg.RotateInterval) {
-		if err := s.rotateTo(ctx, r, cur.K+1, now); err != nil || r.off {
-			return err
-		}
-		cur = &wal.Partition{K: cur.K + 1, Lo: cur.Hi}
+	switch used := p.Next - max(cur.Lo, 1); {
+	case r.next != nil:
+		err = s.advance(ctx, r, now)
+	case used >= e.cfg.RotateEvents || (used > 0 && now.Sub(r.since) >= e.cfg.RotateInterval):
+		err = s.rotateTo(ctx, r, cur.K+1, now)
+	}
+	if err != nil || r.off {
+		return err
 	}
 	for _, x := range p.Range {
 		if x.Hi > cur.Lo {
@@ -124,12 +130,12 @@ func (s *walSource) rotateOnce(ctx context.Context, r *rotation) error {
 	return nil
 }
 
-// rotateTo attaches partition k and moves new events there.
+// rotateTo attaches partition k; advance moves new events there.
 func (s *walSource) rotateTo(ctx context.Context, r *rotation, k int64, now time.Time) error {
 	e := s.e
 	sctx, cancel := e.stmtCtx(ctx)
 	defer cancel()
-	x, err := wal.Rotate(sctx, e.pool, s.names, k)
+	x, err := wal.Attach(sctx, e.pool, s.names, k)
 	if err != nil {
 		if isPrivilege(err) {
 			r.off = true
@@ -139,8 +145,37 @@ func (s *walSource) rotateTo(ctx context.Context, r *rotation, k int64, now time
 		}
 		return err
 	}
-	r.cur, r.since = k, now
-	e.cfg.Logger.Info("outbox partitions: new events go to a new partition", "partition", x.QName)
+	if r.nextWait, err = wal.TableLockers(sctx, e.pool, s.names); err != nil {
+		return err
+	}
+	r.next, r.nextSince = &x, now
+	return s.advance(ctx, r, now)
+}
+
+// advance moves new events to the partition attached last, once every
+// statement that was running then has ended.
+func (s *walSource) advance(ctx context.Context, r *rotation, now time.Time) error {
+	e := s.e
+	sctx, cancel := e.stmtCtx(ctx)
+	defer cancel()
+	running, err := wal.Running(sctx, e.pool, r.nextWait)
+	if err != nil {
+		return err
+	}
+	if running {
+		if now.Sub(r.nextSince) > time.Minute {
+			e.cfg.Logger.Warn("outbox partitions: a transaction open since the new partition was attached delays moving new events there",
+				"partition", r.next.QName, "waiting", now.Sub(r.nextSince).Round(time.Second))
+			r.nextSince = now
+		}
+		return nil
+	}
+	if err := wal.Advance(sctx, e.pool, s.names, *r.next); err != nil {
+		return err
+	}
+	r.cur, r.since = r.next.K, now
+	e.cfg.Logger.Info("outbox partitions: new events go to a new partition", "partition", r.next.QName)
+	r.next, r.nextWait = nil, nil
 	return nil
 }
 

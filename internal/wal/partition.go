@@ -154,18 +154,14 @@ func sortPartitions(ps []Partition) {
 	}
 }
 
-// Rotate attaches partition k and moves the sequence to its start, so the
-// next event goes there. The partition is created on its own and attached
-// with a CHECK constraint matching its bounds: attaching then scans
-// nothing, and no writer waits (CREATE TABLE ... PARTITION OF would wait
-// for every transaction reading the table, and block the writers queued
-// behind it). It returns the partition.
-func Rotate(ctx context.Context, db DB, n Names, k int64) (Partition, error) {
+// Attach creates and attaches partition k, unless it is attached already.
+// It is created on its own and attached with a CHECK constraint matching
+// its bounds: attaching then scans nothing, and no writer waits (CREATE
+// TABLE ... PARTITION OF would wait for every transaction reading the
+// table, and block the writers queued behind it). New events go there only
+// once Advance moves the sequence.
+func Attach(ctx context.Context, db DB, n Names, k int64) (Partition, error) {
 	qp, err := n.Table.Partition(k)
-	if err != nil {
-		return Partition{}, err
-	}
-	seq, err := n.Table.SeqSequence()
 	if err != nil {
 		return Partition{}, err
 	}
@@ -192,8 +188,6 @@ func Rotate(ctx context.Context, db DB, n Names, k int64) (Partition, error) {
 	if attached {
 		steps = nil
 	}
-	// Never backwards: a sequence already past lo stays where it is.
-	steps = append(steps, fmt.Sprintf(`SELECT setval(%s, %d, false) FROM %s WHERE last_value < %d`, literal(seq), lo, seq, lo))
 	for _, s := range steps {
 		if _, err := tx.Exec(ctx, s); err != nil {
 			return Partition{}, partErr("rotate to partition "+strconv.FormatInt(k, 10), err)
@@ -203,6 +197,30 @@ func Rotate(ctx context.Context, db DB, n Names, k int64) (Partition, error) {
 		return Partition{}, partErr("rotate", err)
 	}
 	return Partition{K: k, QName: qp, Lo: lo, Hi: hi}, nil
+}
+
+// Advance moves the sequence to p's start, so the next event goes to p.
+// Call it once every statement that started before p was attached has
+// ended (TableLockers, then Running): a statement routes its rows with the
+// partitions it started with, and one given a seq of p would fail. Never
+// backwards: a sequence already past p's start stays where it is.
+func Advance(ctx context.Context, db DB, n Names, p Partition) error {
+	seq, err := n.Table.SeqSequence()
+	if err != nil {
+		return err
+	}
+	_, err = db.Exec(ctx, fmt.Sprintf(`SELECT setval(%s, %d, false) FROM %s WHERE last_value < %d`, literal(seq), p.Lo, seq, p.Lo))
+	return partErr("move new events to partition "+p.QName, err)
+}
+
+// TableLockers are the virtual transactions holding a lock on the outbox
+// table itself now, other than this session's.
+func TableLockers(ctx context.Context, db QueryDB, n Names) ([]string, error) {
+	var oid uint32
+	if err := db.QueryRow(ctx, `SELECT to_regclass($1)::oid`, n.Table.QTable).Scan(&oid); err != nil {
+		return nil, partErr("read the table's lockers", err)
+	}
+	return Lockers(ctx, db, oid)
 }
 
 // Lockers are the virtual transactions holding a lock on the partition

@@ -46,8 +46,11 @@ func TestStreamLeavesHandedOverRows(t *testing.T) {
 	}
 	// Rotate, then park the event: its new seq moves it to partition 1,
 	// which PostgreSQL logs as an insert there.
-	p1, err := Rotate(ctx, pool, b.names, 1)
+	p1, err := Attach(ctx, pool, b.names, 1)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Advance(ctx, pool, b.names, p1); err != nil {
 		t.Fatal(err)
 	}
 	must(`UPDATE outbox_events SET held_by = gen_random_uuid(), dead_at = now(), retry_after = now(), seq = DEFAULT WHERE event_type = 'parked-later'`)
