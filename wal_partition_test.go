@@ -302,3 +302,35 @@ SELECT 'order', 'slow-' || i, 'order.created', jsonb_build_object('i', i, 'slept
 		t.Fatalf("no rotation happened: %v", got)
 	}
 }
+
+// TestReplayOnPartitionedTable: replays queue copies on a partitioned
+// table, whose primary key is (id, seq): a same-id copy already pending is
+// still skipped.
+func TestReplayOnPartitionedTable(t *testing.T) {
+	e := setupPartitioned(t)
+	ids := e.write(3)
+	if _, err := e.pool.Exec(ctx(t), `UPDATE outbox_events SET processed_at = now()`); err != nil {
+		t.Fatal(err)
+	}
+	a := e.admin()
+	res, err := a.Replay(ctx(t), outbox.ReplaySelector{IDs: ids[:2], Mode: outbox.ReplaySameID})
+	if err != nil || res.Queued != 2 {
+		t.Fatalf("same-id replay = %+v, %v; want 2 queued", res, err)
+	}
+	dup, err := a.Replay(ctx(t), outbox.ReplaySelector{IDs: ids[:2], Mode: outbox.ReplaySameID})
+	if err != nil || dup.Queued != 0 || dup.Skipped != 2 {
+		t.Errorf("second same-id replay = %+v, %v; want 2 skipped", dup, err)
+	}
+	fresh, err := a.Replay(ctx(t), outbox.ReplaySelector{IDs: ids[2:], Mode: outbox.ReplayNewID})
+	if err != nil || fresh.Queued != 1 {
+		t.Errorf("new-id replay = %+v, %v; want 1 queued", fresh, err)
+	}
+	if n := e.rows("replay_id IS NOT NULL AND processed_at IS NULL"); n != 3 {
+		t.Errorf("%d pending copies, want 3", n)
+	}
+	for _, id := range ids[:2] {
+		if n := e.rows("id = '" + id.String() + "'"); n != 1 {
+			t.Errorf("event %s has %d rows, want 1 (the copy; its original archived)", id, n)
+		}
+	}
+}
