@@ -70,6 +70,9 @@ type envOpts struct {
 	// wal prepares the table for the WAL source (outbox migrate --source
 	// wal) and makes every relay of the scenario run with --source wal.
 	wal bool
+	// partitioned creates the table partitioned (outbox migrate --source
+	// wal --partitioned); with wal.
+	partitioned bool
 }
 
 // clusterPool is a pool on a private cluster's database, closed when the
@@ -113,11 +116,11 @@ func newEnv(t *testing.T, o envOpts) *env {
 		e.clientOpts = append(e.clientOpts, natsgo.RootCAs(o.natsCA))
 	}
 	e.table = pgx.Identifier{e.schema, "outbox_events"}.Sanitize()
-	if _, err := outbox.Migrate(ctxT(t, 60*time.Second), e.pool, outbox.MigrateConfig{Schema: e.schema}); err != nil {
+	if _, err := outbox.Migrate(ctxT(t, 60*time.Second), e.pool, outbox.MigrateConfig{Schema: e.schema, Partitioned: o.partitioned}); err != nil {
 		t.Fatal(err)
 	}
 	if o.wal {
-		e.setupWAL(o.cluster != nil)
+		e.setupWAL(o.cluster != nil, o.partitioned)
 	}
 	if !o.noNATS {
 		e.nats = startNATS(t, o.nats)

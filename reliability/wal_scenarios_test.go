@@ -389,10 +389,18 @@ func TestWALPrerequisiteMissing(t *testing.T) {
 // relays are SIGKILLed at random and restarted; then faults stop and
 // everything drains. 0 lost, 0 inversions (first deliveries out of an
 // aggregate's order) across the two paths.
-func TestWALOrderedTorture(t *testing.T) {
+func TestWALOrderedTorture(t *testing.T) { walOrderedTorture(t, false) }
+
+// TestWALOrderedTorturePartitioned is TestWALOrderedTorture on a
+// partitioned table (row 15j): the streaming relay rotates a partition
+// every 500 events, or every second, and drops the delivered ones, while
+// relays are killed, publishes fail and events park behind failures.
+func TestWALOrderedTorturePartitioned(t *testing.T) { walOrderedTorture(t, true) }
+
+func walOrderedTorture(t *testing.T, partitioned bool) {
 	t.Parallel()
 	slot(t)
-	e := newEnv(t, envOpts{wal: true, dupWindow: 100 * time.Millisecond, cluster: walCluster(t)})
+	e := newEnv(t, envOpts{wal: true, partitioned: partitioned, dupWindow: 100 * time.Millisecond, cluster: walCluster(t)})
 	w := e.startWriters(&workload{writers: 4, aggregates: 10, pause: 10 * time.Millisecond, rollbackPct: 5})
 	var faults atomic.Bool
 	faults.Store(true)
@@ -402,9 +410,13 @@ func TestWALOrderedTorture(t *testing.T) {
 		if !faults.Load() {
 			fail, hang = "0", "0"
 		}
-		return flakyRelayBin, []string{"-schema", e.schema, "-nats", "nats://" + r.nats.Addr(), "-subject", e.prefix + ".{event_type}",
+		args := []string{"-schema", e.schema, "-nats", "nats://" + r.nats.Addr(), "-subject", e.prefix + ".{event_type}",
 			"-source", "wal", "-ordered", "-workers", "2", "-batch-size", "20", "-publish-timeout", "300ms",
 			"-fail-pct", fail, "-hang-pct", hang, "-seed", strconv.FormatUint(seeds.Add(1), 10)}
+		if partitioned {
+			args = append(args, "-rotate-events", "500")
+		}
+		return flakyRelayBin, args
 	}
 	relays := make([]*relay, 3)
 	for i := range relays {
@@ -460,6 +472,19 @@ func TestWALOrderedTorture(t *testing.T) {
 		e.dumpStuck()
 	}
 	drain := time.Since(lastFault)
+	partitions := func() int {
+		var n int
+		if err := e.pool.QueryRow(ctxT(t, 10*time.Second), `SELECT count(*) FROM pg_inherits WHERE inhparent = $1::regclass`, e.table).Scan(&n); err != nil {
+			t.Errorf("count partitions: %v", err)
+		}
+		return n
+	}
+	if partitioned {
+		// The streaming relay drops what it delivered within a few seconds.
+		for deadline := time.Now().Add(30 * time.Second); partitions() > 2 && time.Now().Before(deadline); {
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
 	for _, r := range relays {
 		if code := r.stopGracefully(); code != 0 {
 			t.Errorf("relay %s: exit %d after SIGTERM", r.name, code)
@@ -482,9 +507,32 @@ func TestWALOrderedTorture(t *testing.T) {
 		fmt.Sprintf("writers: %d transactions on 40 aggregates, 5%% rolled back on purpose; %d writer errors", w.txs.Load(), w.errs.Load()),
 	}
 	details = append(details, walDetails(e)...)
-	res := e.finish(Row{Key: "15h", Scenario: "WAL source: ordered torture (flaky publisher, SIGKILLed relays)",
+	row := Row{Key: "15h", Scenario: "WAL source: ordered torture (flaky publisher, SIGKILLed relays)",
 		Fault:   "publisher failing 10% of publishes and hanging 1% of batches, relays SIGKILLed at random, ordered mode on the WAL source; dedup window 100ms",
-		Ordered: true, Runs: kills, Resent: e.wire.resent(), Drain: drain, Details: details})
+		Ordered: true, Runs: kills, Resent: e.wire.resent(), Drain: drain, Details: details}
+	if partitioned {
+		rotated, dropped, compacted := 0, 0, 0
+		for _, r := range relays {
+			rotated += len(logLines(r.logs(), "new events go to a new partition"))
+			dropped += len(logLines(r.logs(), "partition of delivered events dropped"))
+			compacted += len(logLines(r.logs(), "partition compacted"))
+		}
+		left := partitions()
+		row.Key, row.Scenario = "15j", "WAL source, partitioned table: ordered torture (flaky publisher, SIGKILLed relays, partitions rotated and dropped)"
+		row.Fault += "; the table partitioned (outbox migrate --source wal --partitioned), a partition rotated every 500 events or every second"
+		row.Details = append(row.Details, fmt.Sprintf("partitions: %d rotations and %d drops logged (%d compactions); %d partitions left once drained", rotated, dropped, compacted, left))
+		if dropped == 0 || left > 2 {
+			t.Errorf("partitions: %d dropped, %d left after the drain; want some dropped and at most 2 left", dropped, left)
+		}
+	}
+	res := e.finish(row)
+	if partitioned {
+		if res.Inversions != 0 || !drained {
+			t.Errorf("partitioned: %d inversions among %d events (want 0); drained=%v: %d pending, %d handed to the table, %d held",
+				res.Inversions, res.Delivered, drained, left, handedLeft, heldLeft)
+		}
+		return
+	}
 	// Found by this scenario: thousands of inversions per run once
 	// publishes failed (also with one relay and no SIGKILL; never on the
 	// table source with the same relay and faults): the table workers'

@@ -45,7 +45,7 @@ func walCluster(t *testing.T) *pgCluster {
 // registers the slot's removal. onCluster: the database is a private
 // cluster, which the guard of the shared server does not see, so the
 // removal is checked here.
-func (e *env) setupWAL(onCluster bool) {
+func (e *env) setupWAL(onCluster, partitioned bool) {
 	t := e.t
 	t.Helper()
 	in, err := ident.New(e.schema, "")
@@ -74,7 +74,11 @@ func (e *env) setupWAL(onCluster bool) {
 			t.Errorf("drop the WAL source's slot %s: %v", e.walSlot, err)
 		}
 	})
-	code, stdout, stderr := e.outbox(60*time.Second, "migrate", "--source", "wal", "--json", "--schema", e.schema)
+	args := []string{"migrate", "--source", "wal", "--json", "--schema", e.schema}
+	if partitioned {
+		args = append(args, "--partitioned")
+	}
+	code, stdout, stderr := e.outbox(60*time.Second, args...)
 	if code != 0 {
 		t.Fatalf("outbox migrate --source wal: exit %d: %s%s", code, stdout, stderr)
 	}

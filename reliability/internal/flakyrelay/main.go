@@ -42,18 +42,19 @@ func main() {
 		hangPct    = flag.Int("hang-pct", 1, "percent of publishes that hang until the publish timeout")
 		seed       = flag.Uint64("seed", uint64(time.Now().UnixNano()), "random seed")
 		statsEvery = flag.Duration("stats-interval", 2*time.Second, "stats interval")
+		rotate     = flag.Int("rotate-events", 0, "partitioned table: RotateEvents (0: the default)")
 	)
 	flag.Parse()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	if err := run(log, *schema, *natsURL, *subject, outbox.Source(*source), *ordered, *workers, *batch, *timeout, *attempts,
-		*failPct, *hangPct, *seed, *statsEvery); err != nil {
+		*failPct, *hangPct, *seed, *statsEvery, *rotate); err != nil {
 		log.Error("flakyrelay failed", "err", err)
 		os.Exit(1)
 	}
 }
 
 func run(log *slog.Logger, schema, natsURL, subject string, source outbox.Source, ordered bool, workers, batch int,
-	timeout time.Duration, attempts, failPct, hangPct int, seed uint64, statsEvery time.Duration) error {
+	timeout time.Duration, attempts, failPct, hangPct int, seed uint64, statsEvery time.Duration, rotate int) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	u, err := url.Parse(natsURL)
@@ -79,7 +80,7 @@ func run(log *slog.Logger, schema, natsURL, subject string, source outbox.Source
 		PollInterval: 20 * time.Millisecond, PublishTimeout: timeout, MaxAttempts: attempts,
 		RetryBackoff:  outbox.Backoff{Base: 10 * time.Millisecond, Max: 100 * time.Millisecond},
 		OutageBackoff: outbox.Backoff{Base: 10 * time.Millisecond, Max: 200 * time.Millisecond},
-		StatsInterval: statsEvery, Logger: log,
+		StatsInterval: statsEvery, Logger: log, RotateEvents: rotate, RotateInterval: time.Second,
 	})
 	if err != nil {
 		return err
