@@ -71,3 +71,63 @@ func TestStreamLeavesHandedOverRows(t *testing.T) {
 		t.Fatalf("next streamed transaction has %v, want [after]: a moved row was streamed again", got)
 	}
 }
+
+// A detached partition that still holds an undelivered row is attached
+// again, the row handed to the table path, instead of being dropped; an
+// empty one is dropped; ReadPartitions finds a partition detached and not
+// dropped by its comment.
+func TestDropDetachedKeepsUndelivered(t *testing.T) {
+	t.Parallel()
+	schema := testdb.Schema(t)
+	pool := testdb.Pool(t, schema)
+	ctx := context.Background()
+	in, err := ident.New(schema, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := migrate.Up(ctx, pool, in, true); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	n := NamesFor(in)
+	if _, err := pool.Exec(ctx, `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', 'o1', 'x', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	p1, err := Attach(ctx, pool, n, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Advance(ctx, pool, n, p1); err != nil {
+		t.Fatal(err)
+	}
+	parts, err := ReadPartitions(ctx, pool, n)
+	if err != nil || len(parts.Range) != 2 || parts.Current().K != 1 {
+		t.Fatalf("partitions %+v, %v; want 0 and 1, 1 current", parts, err)
+	}
+	p0 := parts.Range[0]
+	if err := Detach(ctx, pool, n, p0); err != nil {
+		t.Fatal(err)
+	}
+	if parts, err = ReadPartitions(ctx, pool, n); err != nil || len(parts.Detached) != 1 || parts.Detached[0].K != 0 {
+		t.Fatalf("after the detach: %+v, %v; want partition 0 detached", parts, err)
+	}
+	dropped, err := DropDetached(ctx, pool, n, parts.Detached[0])
+	if err != nil || dropped {
+		t.Fatalf("DropDetached with an undelivered row: dropped=%v, %v; want it attached again", dropped, err)
+	}
+	var handed bool
+	if err := pool.QueryRow(ctx, `SELECT retry_after IS NOT NULL FROM outbox_events WHERE event_type = 'x'`).Scan(&handed); err != nil || !handed {
+		t.Fatalf("the row after re-attaching: handed=%v, %v; want it in the table, handed to the table path", handed, err)
+	}
+	if _, err := pool.Exec(ctx, `DELETE FROM outbox_events`); err != nil {
+		t.Fatal(err)
+	}
+	if err := Detach(ctx, pool, n, p0); err != nil {
+		t.Fatal(err)
+	}
+	if dropped, err := DropDetached(ctx, pool, n, p0); err != nil || !dropped {
+		t.Fatalf("DropDetached of an empty partition: dropped=%v, %v", dropped, err)
+	}
+	if parts, err = ReadPartitions(ctx, pool, n); err != nil || len(parts.Range) != 1 || len(parts.Detached) != 0 {
+		t.Fatalf("after the drop: %+v, %v; want partition 1 alone", parts, err)
+	}
+}
