@@ -5,10 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"testing"
-
-	"github.com/pgoutbox/outbox/internal/ident"
-	"github.com/pgoutbox/outbox/internal/migrate"
-	"github.com/pgoutbox/outbox/internal/testdb"
 )
 
 // A row inserted already on the table path (retry_after or dead_at set) or
@@ -18,16 +14,8 @@ import (
 // compaction copies back: none of them is streamed again.
 func TestStreamLeavesHandedOverRows(t *testing.T) {
 	t.Parallel()
-	schema := testdb.Schema(t)
-	pool := testdb.Pool(t, schema)
+	pool, schema, _ := migrated(t, true)
 	ctx := context.Background()
-	in, err := ident.New(schema, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := migrate.Up(ctx, pool, in, true); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
 	b := withSlot(t, pool, schema, "outbox_events")
 	s := b.open(t, b.config())
 	must := func(sql string) {
@@ -78,17 +66,8 @@ func TestStreamLeavesHandedOverRows(t *testing.T) {
 // dropped by its comment.
 func TestDropDetachedKeepsUndelivered(t *testing.T) {
 	t.Parallel()
-	schema := testdb.Schema(t)
-	pool := testdb.Pool(t, schema)
+	pool, _, n := migrated(t, true)
 	ctx := context.Background()
-	in, err := ident.New(schema, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := migrate.Up(ctx, pool, in, true); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
-	n := NamesFor(in)
 	if _, err := pool.Exec(ctx, `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', 'o1', 'x', '{}')`); err != nil {
 		t.Fatal(err)
 	}

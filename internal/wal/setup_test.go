@@ -28,17 +28,24 @@ type bundle struct {
 // the test if one is left).
 func setup(t *testing.T) *bundle {
 	t.Helper()
+	pool, schema, _ := migrated(t, false)
+	return withSlot(t, pool, schema, "outbox_events")
+}
+
+// migrated migrates an outbox table, partitioned or not, into a fresh
+// schema.
+func migrated(t *testing.T, partitioned bool) (*pgxpool.Pool, string, Names) {
+	t.Helper()
 	schema := testdb.Schema(t)
 	pool := testdb.Pool(t, schema)
-	ctx := context.Background()
 	in, err := ident.New(schema, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := migrate.Up(ctx, pool, in, false); err != nil {
+	if _, err := migrate.Up(context.Background(), pool, in, partitioned); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
-	return withSlot(t, pool, schema, "outbox_events")
+	return pool, schema, NamesFor(in)
 }
 
 // withSlot creates the publication and slot of schema.table.
