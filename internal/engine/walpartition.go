@@ -30,6 +30,13 @@ const (
 	// detachTimeout bounds a DETACH ... CONCURRENTLY, which waits for every
 	// transaction using the table; cut short, it is finished next time.
 	detachTimeout = time.Minute
+	// maxPartitions: no rotation while this many partitions are attached.
+	// Every statement on the table that cannot prune by seq (the
+	// deletions by id, the claims, ordered mode's look-ups) plans and
+	// probes each partition: a stream that falls behind (a broker outage,
+	// failing publishes) must not multiply them while it cannot drop any.
+	// New events stay in the current partition meanwhile.
+	maxPartitions = 8
 )
 
 // rotation is what the streaming relay remembers of the partitions.
@@ -44,6 +51,7 @@ type rotation struct {
 	next      *wal.Partition
 	nextWait  []string
 	nextSince time.Time
+	capped    time.Time // last warning that maxPartitions holds a rotation back
 }
 
 // retiring is one old partition on its way out.
@@ -114,7 +122,13 @@ func (s *walSource) rotateOnce(ctx context.Context, r *rotation) error {
 	case r.next != nil:
 		err = s.advance(ctx, r, now)
 	case used >= e.cfg.RotateEvents || (used > 0 && now.Sub(r.since) >= e.cfg.RotateInterval):
-		err = s.rotateTo(ctx, r, cur.K+1, now)
+		if len(p.Range) < maxPartitions {
+			err = s.rotateTo(ctx, r, cur.K+1, now)
+		} else if now.Sub(r.capped) >= time.Minute {
+			r.capped = now
+			e.cfg.Logger.Warn("outbox partitions: old partitions wait to be dropped; new events stay in the current partition meanwhile",
+				"partitions", len(p.Range), "max", maxPartitions)
+		}
 	}
 	if err != nil || r.off {
 		return err
