@@ -145,9 +145,11 @@ type RelayConfig struct {
 	// event in it was delivered, with no vacuum (docs/WAL.md, "A partitioned
 	// table"). Smaller partitions leave less behind between drops and
 	// rotate more often (each rotation is two quick DDL statements, neither
-	// blocking writers). Both are ignored for an unpartitioned table and
-	// for SourceTable. Default DefaultRotateEvents (1,000,000) and
-	// DefaultRotateInterval (5m).
+	// blocking writers). While 8 partitions are attached (a stream behind,
+	// events held on the table path) nothing rotates and the current
+	// partition takes the new events. The relay's role must own the table.
+	// Both are ignored for an unpartitioned table and for SourceTable.
+	// Default DefaultRotateEvents (1,000,000) and DefaultRotateInterval (5m).
 	RotateEvents   int
 	RotateInterval time.Duration
 
