@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/ident"
 	"github.com/pgoutbox/outbox/internal/testdb"
@@ -36,10 +37,10 @@ func TestMigrateSQLSourceWAL(t *testing.T) {
 	wantExit(t, run(t, noDB, "migrate", "sql", "--source", "kafka"), ExitUsage)
 }
 
-// migrate --source wal creates the publication and slot once; drop-wal
-// removes them; a role without REPLICATION gets exit 2 naming it.
-func TestMigrateSourceWAL(t *testing.T) {
-	t.Parallel()
+// walSchema is a fresh schema whose WAL source objects the test must leave
+// dropped (they are dropped when it ends), and a pool on the database.
+func walSchema(t *testing.T) (string, ident.Names, wal.Names, *pgxpool.Pool) {
+	t.Helper()
 	schema := testdb.Schema(t)
 	in, err := ident.New(schema, "")
 	if err != nil {
@@ -49,6 +50,14 @@ func TestMigrateSourceWAL(t *testing.T) {
 	testdb.ReplicationObjects(t, n.Slot, n.Publication)
 	pool := testdb.Pool(t, "")
 	t.Cleanup(func() { _ = wal.Drop(context.Background(), pool, n) })
+	return schema, in, n, pool
+}
+
+// migrate --source wal creates the publication and slot once; drop-wal
+// removes them; a role without REPLICATION gets exit 2 naming it.
+func TestMigrateSourceWAL(t *testing.T) {
+	t.Parallel()
+	schema, _, n, pool := walSchema(t)
 
 	r := run(t, dbEnv(), "migrate", "--source", "wal", "--schema", schema)
 	wantExit(t, r, ExitOK)
@@ -111,15 +120,7 @@ func TestMigrateSourceWAL(t *testing.T) {
 func TestMigratePartitionedCLI(t *testing.T) {
 	t.Parallel()
 	wantExit(t, run(t, map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/none"}, "migrate", "sql", "--partitioned"), ExitUsage)
-	schema := testdb.Schema(t)
-	in, err := ident.New(schema, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := wal.NamesFor(in)
-	testdb.ReplicationObjects(t, n.Slot, n.Publication)
-	pool := testdb.Pool(t, "")
-	t.Cleanup(func() { _ = wal.Drop(context.Background(), pool, n) })
+	schema, in, _, pool := walSchema(t)
 
 	r := run(t, dbEnv(), "migrate", "--source", "wal", "--partitioned", "--schema", schema)
 	wantExit(t, r, ExitOK)
