@@ -1,10 +1,12 @@
 package wal
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -142,16 +144,8 @@ ORDER BY c.oid`, n.Table.QTable, prefix, PartitionComment)
 	if err := rows.Err(); err != nil {
 		return p, partErr("list partitions", err)
 	}
-	sortPartitions(p.Range)
+	slices.SortFunc(p.Range, func(a, b Partition) int { return cmp.Compare(a.Lo, b.Lo) })
 	return p, nil
-}
-
-func sortPartitions(ps []Partition) {
-	for i := 1; i < len(ps); i++ {
-		for j := i; j > 0 && ps[j].Lo < ps[j-1].Lo; j-- {
-			ps[j], ps[j-1] = ps[j-1], ps[j]
-		}
-	}
 }
 
 // Attach creates and attaches partition k, unless it is attached already.
