@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -116,6 +117,58 @@ func WriteSQL(ctx context.Context, tx *sql.Tx, events ...Event) ([]uuid.UUID, er
 }
 
 func (w *Writer) write(ctx context.Context, tx dbtx.Querier, events []Event) ([]uuid.UUID, error) {
+	ids, err := w.statements(ctx, events, func(n int, query string, args []any) error {
+		if _, err := tx.Exec(ctx, query, args...); err != nil {
+			return fmt.Errorf("outbox: insert %d event(s) into %s: %w", n, w.names.QTable, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return ids, nil
+}
+
+// Queue adds the INSERT of events to b, a pgx.Batch the caller sends, and
+// returns their ids in order. The events travel in the round trip of the
+// caller's own statements instead of one of their own, which is most of
+// what an outbox costs a transaction that writes little else. They commit
+// with the batch: sent with tx.SendBatch, in the caller's transaction; sent
+// on a pool or connection outside one, in the implicit transaction pgx runs
+// a batch in (all its statements, or none).
+//
+// Events are validated now, as by Write: an invalid one queues nothing.
+// The INSERT's error is returned by the BatchResults' Close, naming the
+// outbox table; a caller reading the results one by one gets PostgreSQL's
+// error as is from the Exec that reads the INSERT's.
+func (w *Writer) Queue(ctx context.Context, b *pgx.Batch, events ...Event) ([]uuid.UUID, error) {
+	if b == nil {
+		return nil, errors.New("outbox: Queue: nil *pgx.Batch")
+	}
+	ids, err := w.statements(ctx, events, func(n int, query string, args []any) error {
+		b.Queue(query, args...).Fn = func(br pgx.BatchResults) error {
+			if _, err := br.Exec(); err != nil {
+				return fmt.Errorf("outbox: insert %d event(s) into %s: %w", n, w.names.QTable, err)
+			}
+			return nil
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return ids, nil
+}
+
+// Queue adds the INSERT of events into the default table to b. See
+// Writer.Queue.
+func Queue(ctx context.Context, b *pgx.Batch, events ...Event) ([]uuid.UUID, error) {
+	return defaultWriter.Queue(ctx, b, events...)
+}
+
+// statements validates events, gives those without one an id, and hands
+// each INSERT (of n events) to run.
+func (w *Writer) statements(ctx context.Context, events []Event, run func(n int, query string, args []any) error) ([]uuid.UUID, error) {
 	if len(events) == 0 {
 		return nil, nil
 	}
@@ -146,14 +199,24 @@ func (w *Writer) write(ctx context.Context, tx dbtx.Querier, events []Event) ([]
 	if sched {
 		per = maxParamsPerStatement / colsPerScheduledEvent
 	}
+	// Built before any is run, so a headers error queues nothing.
+	type stmt struct {
+		n     int
+		query string
+		args  []any
+	}
+	var stmts []stmt
 	for start := 0; start < len(events); start += per {
 		end := min(start+per, len(events))
 		query, args, err := w.insertStatement(ctx, events[start:end], ids[start:end], sched)
 		if err != nil {
 			return nil, err
 		}
-		if _, err := tx.Exec(ctx, query, args...); err != nil {
-			return nil, fmt.Errorf("outbox: insert %d event(s) into %s: %w", end-start, w.names.QTable, err)
+		stmts = append(stmts, stmt{end - start, query, args})
+	}
+	for _, s := range stmts {
+		if err := run(s.n, s.query, s.args); err != nil {
+			return nil, err
 		}
 	}
 	return ids, nil
