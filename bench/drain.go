@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -235,7 +234,7 @@ func (h *harness) drainRun(ctx context.Context, r *results) error {
 		vs = append(vs, variant{label: "pgoutbox → in-memory (defaults), RSS at a smaller backlog", design: designOurs, pub: pubMemory, n: 100_000})
 	}
 	for _, v := range vs {
-		if h.opt.Filter != "" && !strings.Contains(v.label, h.opt.Filter) {
+		if !matchesFilter(v.label, h.opt.Filter) {
 			continue
 		}
 		spec := h.spec(v.design, "", v.pub)

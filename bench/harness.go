@@ -60,6 +60,7 @@ type options struct {
 	WriteWaits   bool   // write: sample the writers' and relay's sessions
 	WriteRate    int    // write: writers paced at this many orders/s in all (0: full speed)
 	WriteProfile string // write: CPU profile of every phase into this directory
+	PinRelay     bool   // write: writers on the first CPU, each relay process and its sessions on the others
 	DrainProfile string // drain, wal: CPU profile of every drain's relay process into this directory
 
 	// The WAL source's figures (wal, walsize).

@@ -102,7 +102,7 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 	fs.IntVar(&opt.LatWriters, "latency-writers", 16, "latency: paced writers (enough that slow commits do not throttle the rate)")
 	fs.DurationVar(&opt.LatWindow, "latency-window", 0, "latency window (default 30s, --quick 5s)")
 	fs.BoolVar(&opt.LatMemory, "latency-memory", false, "latency: also the in-memory publisher")
-	fs.StringVar(&opt.Filter, "filter", "", "drain and write: only the relays and phases whose label contains this (the raw SQL floor and the no-relay baselines always run)")
+	fs.StringVar(&opt.Filter, "filter", "", "drain, write and wal: only the relays and phases whose label contains this, or one of these |-separated strings (the raw SQL floor and the no-relay baselines always run)")
 	fs.BoolVar(&opt.SampleWaits, "sample-waits", false, "drain: sample the relay's sessions in pg_stat_activity every 5 ms (adds load)")
 	fs.IntVar(&opt.GrowthRows, "growth-rows", 0, "processed rows retained (default 10M, --quick 1M)")
 	fs.IntVar(&opt.GrowthBatch, "growth-batch", 0, "pending rows drained in the growth figure (default 100k, --quick 10k)")
@@ -111,6 +111,7 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 	fs.DurationVar(&opt.Timeout, "timeout", 10*time.Minute, "longest wait for a relay to deliver")
 	fs.IntVar(&opt.WriteRate, "write-rate", 0, "write: pace the writers at this many orders/s in all instead of full speed (the per-order costs at a given rate; the ratio then only says whether the rate was held)")
 	fs.BoolVar(&opt.WriteWaits, "write-waits", false, "write: sample the writers' and the relay's sessions in pg_stat_activity every 10 ms (adds load)")
+	fs.BoolVar(&opt.PinRelay, "pin-relay", false, "write: the writers (this process, their sessions) on the first CPU, each relay process, its sessions and its walsender on the others: the relay's cost to the writers when it has cores of its own (Linux, PostgreSQL on this machine, root or CAP_SYS_NICE; phases with the relay in the writers' process are left out)")
 	fs.StringVar(&opt.WriteProfile, "write-profile", "", "write: write a CPU profile of the harness process (writers, and the relay when in process) per phase into this directory")
 	fs.StringVar(&opt.DrainProfile, "drain-profile", "", "drain, wal: write a CPU profile of each drain's relay process into this directory")
 	fs.IntVar(&opt.WALTx, "wal-tx", 100, "wal, walsize: events per transaction of the backlogs")
@@ -277,4 +278,18 @@ func (h *harness) measure(ctx context.Context) (*results, error) {
 		}
 	}
 	return r, nil
+}
+
+// matchesFilter tells whether label passes --filter: empty, or label
+// contains one of its |-separated strings.
+func matchesFilter(label, filter string) bool {
+	if filter == "" {
+		return true
+	}
+	for _, f := range strings.Split(filter, "|") {
+		if f != "" && strings.Contains(label, f) {
+			return true
+		}
+	}
+	return false
 }

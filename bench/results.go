@@ -308,6 +308,9 @@ func (r *results) print(w io.Writer, m machine, opt options, cmdline string, sta
 	}
 	if len(r.writes) > 0 {
 		fmt.Fprintf(w, "### 2. Write cost: %d writers, CreateOrder (order row + outbox row, one transaction), %s per phase\n\n", opt.Writers, opt.WriteWindow)
+		if opt.PinRelay {
+			fmt.Fprintf(w, "Pinned (--pin-relay): the writers and their sessions on the first CPU, each relay process, its sessions and its walsender on the others.\n\n")
+		}
 		fmt.Fprintf(w, "Each relay phase runs between two no-relay phases of its design; its ratio is to their mean. The no-relay rows list every such phase. Each set of phases starts and ends with the same writers writing the order row alone (business only, no outbox); a phase's ratio to business only is its ratio to no relay times the no-relay writers' ratio to business only (the mean of the two adjacent pairs at the set's ends).\n\n")
 		fmt.Fprintf(w, "| phase | orders/s | / same design without relay (adjacent phases) | / business only, no outbox | delivery verified |\n|---|---:|---:|---:|---|\n")
 		for _, f := range r.writes {

@@ -105,11 +105,13 @@ func (r *results) printTargets(w io.Writer, opt options) {
 		}
 		ts = append(ts, target{"relay peak RSS while draining", "≤ 100 MB, flat in backlog size", got, yes(met)})
 	}
-	if f := write(walWriteLabel); f != nil {
-		ts = append(ts, target{"WAL source: writers' throughput with the relay / the same writers, business row only (no outbox)", "≥ 0.90",
-			fmtRatio(f.VsBusiness), yes(median(f.VsBusiness) >= 0.9 && allOK(f.OK))})
-		ts = append(ts, target{"WAL source: writers' throughput with the relay / the same writers and table, no relay", "≥ 0.97",
-			fmtRatio(f.Ratio), yes(median(f.Ratio) >= 0.97 && allOK(f.OK))})
+	for _, wf := range []struct{ label, how string }{{walWriteLabel, ""}, {walQueuedLabel, ", writers using Writer.Queue"}} {
+		if f := write(wf.label); f != nil {
+			ts = append(ts, target{"WAL source" + wf.how + ": writers' throughput with the relay / the same writers, business row only (no outbox)", "≥ 0.90",
+				fmtRatio(f.VsBusiness), yes(median(f.VsBusiness) >= 0.9 && allOK(f.OK))})
+			ts = append(ts, target{"WAL source" + wf.how + ": writers' throughput with the relay / the same writers and table, no relay", "≥ 0.97",
+				fmtRatio(f.Ratio), yes(median(f.Ratio) >= 0.97 && allOK(f.OK))})
+		}
 	}
 	for _, pub := range []string{pubMemory, pubNATS} {
 		want := map[string]float64{pubMemory: 150_000, pubNATS: 80_000}[pub]

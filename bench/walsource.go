@@ -80,7 +80,7 @@ func (h *harness) walRun(ctx context.Context, r *results) error {
 		var tableRate float64
 		for _, src := range []string{string(outbox.SourceTable), string(outbox.SourceWAL)} {
 			label := walDrainLabel(src, pub)
-			if h.opt.Filter != "" && !strings.Contains(label, h.opt.Filter) {
+			if !matchesFilter(label, h.opt.Filter) {
 				continue
 			}
 			rate, err := h.walDrainOnce(ctx, r, label, src, pub, n, tableRate)
@@ -97,7 +97,7 @@ func (h *harness) walRun(ctx context.Context, r *results) error {
 		for _, src := range []string{string(outbox.SourceTable), string(outbox.SourceWAL)} {
 			v := latVariant{label: walLatLabel(src, rate, perTx), design: designOurs, pub: pubNATS, source: src,
 				rate: rate, perTx: perTx, window: h.opt.WALLatWindow}
-			if h.opt.Filter != "" && !strings.Contains(v.label, h.opt.Filter) {
+			if !matchesFilter(v.label, h.opt.Filter) {
 				continue
 			}
 			if err := h.latencyOnce(ctx, r.walLat(v.label), v); err != nil {
@@ -108,7 +108,7 @@ func (h *harness) walRun(ctx context.Context, r *results) error {
 			src := string(outbox.SourceWAL)
 			v := latVariant{label: walLatLabel(src, rate, perTx) + ", BatchDelay off", design: designOurs, pub: pubNATS, source: src,
 				rate: rate, perTx: perTx, window: h.opt.WALLatWindow, delay: -1}
-			if h.opt.Filter != "" && !strings.Contains(v.label, h.opt.Filter) {
+			if !matchesFilter(v.label, h.opt.Filter) {
 				continue
 			}
 			if err := h.latencyOnce(ctx, r.walLat(v.label), v); err != nil {

@@ -304,3 +304,41 @@ func TestWALPartitionedSizeVerdict(t *testing.T) {
 		t.Errorf("144 kB against an empty 80 kB is not within 10%%: %s", got)
 	}
 }
+
+// TestWritePhasesFilterAndPin: --filter keeps the phases matching one of
+// its |-separated strings; --pin-relay leaves out the relays in the
+// writers' process; the Writer.Queue phases are there.
+func TestWritePhasesFilterAndPin(t *testing.T) {
+	t.Parallel()
+	labels := func(opt options) map[string]bool {
+		h := &harness{opt: opt}
+		got := map[string]bool{}
+		for _, s := range h.writePhases() {
+			for _, p := range s.phases {
+				got[p.label] = true
+				if opt.PinRelay && p.relay == "inproc" {
+					t.Errorf("--pin-relay kept %q, a relay in the writers' process", p.label)
+				}
+			}
+		}
+		return got
+	}
+	all := labels(options{})
+	for _, l := range []string{queuedLabel, walQueuedNoRelayLabel, walQueuedLabel, walWriteLabel} {
+		if !all[l] {
+			t.Errorf("phase %q missing", l)
+		}
+	}
+	got := labels(options{Filter: "Writer.Queue|--source wal"})
+	want := map[string]bool{queuedLabel: true, walQueuedNoRelayLabel: true, walQueuedLabel: true, walWriteLabel: true}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("--filter kept %v, want %v", got, want)
+	}
+	pinned := labels(options{PinRelay: true})
+	if len(pinned) == 0 || len(pinned) >= len(all) {
+		t.Errorf("--pin-relay kept %d of %d phases", len(pinned), len(all))
+	}
+	if !matchesFilter("anything", "") || matchesFilter("abc", "x|") || !matchesFilter("abc", "x|b") {
+		t.Error("matchesFilter: empty matches all; an empty alternative matches nothing")
+	}
+}

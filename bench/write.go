@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -155,6 +154,7 @@ type writePhase struct {
 	business bool          // writers insert the order row only: no outbox at all (the physical limit of every design)
 	source   string        // RelayConfig.Source of the relay ("" the table; "wal" needs the publication and slot, which the phase creates)
 	lean     bool          // the table set up for the WAL source (outbox migrate --source wal) without its slot: a WAL phase's no-relay writers
+	queued   bool          // app writers queue the event on the order's batch (Writer.Queue): one statement round trip, not two
 	async    bool          // relay sessions with synchronous_commit=off
 	del      bool          // RelayConfig.DeleteOnPublish
 	delay    time.Duration // RelayConfig.BatchDelay
@@ -188,6 +188,23 @@ func appCreateOrder(ctx context.Context, pool *pgxpool.Pool, w *outbox.Writer, o
 	})
 }
 
+// appQueueOrder is appCreateOrder with the event queued on the batch that
+// carries the order row (Writer.Queue): one round trip for both.
+func appQueueOrder(ctx context.Context, pool *pgxpool.Pool, w *outbox.Writer, o Order) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		b.Queue(`INSERT INTO orders (id, customer_id, total, created_at) VALUES ($1, $2, $3, NOW())`, o.ID, o.CustomerID, o.Total)
+		payload, err := json.Marshal(map[string]any{"order_id": o.ID, "customer_id": o.CustomerID, "total": o.Total})
+		if err != nil {
+			return err
+		}
+		if _, err := w.Queue(ctx, b, outbox.Event{AggregateType: "order", AggregateID: o.ID, EventType: "order.created", Payload: payload}); err != nil {
+			return err
+		}
+		return tx.SendBatch(ctx, b).Close()
+	})
+}
+
 // appCreateBusiness is appCreateOrder without the outbox: the order row
 // alone, in a pgx transaction.
 func appCreateBusiness(ctx context.Context, pool *pgxpool.Pool, o Order) error {
@@ -216,6 +233,11 @@ func sqlCreateBusiness(ctx context.Context, db *sql.DB, o Order) error {
 const (
 	walWriteLabel = "pgoutbox: WAL source, relay process (--source wal)"
 	walBaseLabel  = "pgoutbox, table set up for the WAL source: no relay"
+
+	queuedLabel           = "pgoutbox: Writer.Queue, no relay"
+	walQueuedNoRelayLabel = "pgoutbox, table set up for the WAL source: Writer.Queue, no relay"
+	walQueuedLabel        = "pgoutbox, Writer.Queue: WAL source, relay process (--source wal)"
+	walQueuedBaseLabel    = "pgoutbox, Writer.Queue, table set up for the WAL source: no relay"
 )
 
 // writePhases are the write figure's phases, in sets: each relay phase runs
@@ -238,11 +260,20 @@ func (h *harness) writePhases() []writeSet {
 	walSet := writeSet{business: businessPhase(true), base: writePhase{label: walBaseLabel, design: designOurs, app: true, lean: true}, phases: []writePhase{
 		{label: walWriteLabel, design: designOurs, relay: "child", app: true, source: string(outbox.SourceWAL)},
 	}}
+	// Writers that queue the event on the order's batch (Writer.Queue),
+	// beside those that write it with a statement of its own: a phase
+	// without relay, for the ratio of the two, in both sets; and the WAL
+	// source's relay phase again with such writers.
+	ours.phases = append(ours.phases, writePhase{label: queuedLabel, design: designOurs, app: true, queued: true})
+	walSet.phases = append(walSet.phases, writePhase{label: walQueuedNoRelayLabel, design: designOurs, app: true, lean: true, queued: true})
+	walQueued := writeSet{business: businessPhase(true), base: writePhase{label: walQueuedBaseLabel, design: designOurs, app: true, lean: true, queued: true}, phases: []writePhase{
+		{label: walQueuedLabel, design: designOurs, relay: "child", app: true, source: string(outbox.SourceWAL), queued: true},
+	}}
 	if h.opt.Extra {
 		walSet.phases = append(walSet.phases, writePhase{label: app + "WAL source, relay process, BatchDelay off (a read per server message)", design: designOurs, relay: "child", app: true, source: string(outbox.SourceWAL), delay: -1})
 	}
 	if h.walErr != nil {
-		walSet.phases = nil
+		walSet.phases, walQueued.phases = nil, nil
 	}
 	sql := writeSet{business: businessPhase(false), base: writePhase{label: "pgoutbox, database/sql writers: no relay", design: designOurs}}
 	if h.opt.Extra {
@@ -261,22 +292,27 @@ func (h *harness) writePhases() []writeSet {
 			{label: "pgoutbox, database/sql writers: relay process with Listen + Notifier", design: designOurs, relay: "child", wakeup: "notify"},
 		}
 	}
-	sets := []writeSet{ours, walSet, sql,
+	sets := []writeSet{ours, walSet, walQueued, sql,
 		{business: businessPhase(false), base: writePhase{label: "baseline: no trigger, no relay", design: designBaseline}, phases: []writePhase{
 			{label: "baseline: NOTIFY trigger + its LISTEN relay", design: designBaseline, relay: "child"},
 		}},
 	}
-	if h.opt.Filter != "" {
+	keep := func(ok func(writePhase) bool) {
 		for i := range sets {
 			var kept []writePhase
 			for _, p := range sets[i].phases {
-				if strings.Contains(p.label, h.opt.Filter) {
+				if ok(p) {
 					kept = append(kept, p)
 				}
 			}
 			sets[i].phases = kept
 		}
 	}
+	if h.opt.PinRelay {
+		// A relay in the writers' process cannot have CPUs of its own.
+		keep(func(p writePhase) bool { return p.relay != "inproc" })
+	}
+	keep(func(p writePhase) bool { return matchesFilter(p.label, h.opt.Filter) })
 	return sets
 }
 
@@ -399,9 +435,12 @@ func (h *harness) writePhase(ctx context.Context, r *results, p writePhase) (flo
 		if err != nil {
 			return 0, err
 		}
-		if p.app {
+		switch {
+		case p.app && p.queued:
+			w.create = func(ctx context.Context, o Order) error { return appQueueOrder(ctx, pool, ow, o) }
+		case p.app:
 			w.create = func(ctx context.Context, o Order) error { return appCreateOrder(ctx, pool, ow, o) }
-		} else {
+		default:
 			w.create = func(ctx context.Context, o Order) error { return pgoutboxCreateOrder(ctx, db, ow, o) }
 		}
 	default:
@@ -411,6 +450,7 @@ func (h *harness) writePhase(ctx context.Context, r *results, p writePhase) (flo
 	f := r.write(p.label)
 	sessions := map[string]string{"writers": h.prefix + "_writers"}
 	var fin func(committed int64) (relayResult, error)
+	var killRelay func() // a relay process, on an error before the writers ran
 	relayPID := 0
 	switch p.relay {
 	case "child":
@@ -437,6 +477,7 @@ func (h *harness) writePhase(ctx context.Context, r *results, p writePhase) (flo
 			return 0, err
 		}
 		relayPID = child.cmd.Process.Pid
+		killRelay = child.kill
 		if p.wakeup == "notify" {
 			n, err := outbox.NewNotifier(pool, outbox.NotifierConfig{Schema: s, Interval: p.notify})
 			if err != nil {
@@ -499,6 +540,15 @@ func (h *harness) writePhase(ctx context.Context, r *results, p writePhase) (flo
 		}
 	}
 
+	var pin *pinner
+	if h.opt.PinRelay {
+		if pin, err = h.pinStart(ctx, []string{sessions["writers"]}, []string{sessions["relay"], sessions["walsender"]}, relayPID); err != nil {
+			if killRelay != nil {
+				killRelay()
+			}
+			return 0, err
+		}
+	}
 	h.logf("write: %s, %d writers for %s", p.label, w.n, h.opt.WriteWindow)
 	probe := h.probeStart(ctx, s, p.label, sessions, relayPID)
 	var st writeStats
@@ -506,6 +556,11 @@ func (h *harness) writePhase(ctx context.Context, r *results, p writePhase) (flo
 		st = w.paced(ctx, h.opt.WriteRate, h.opt.WriteWindow)
 	} else {
 		st = w.fullSpeed(ctx, h.opt.WriteWindow)
+	}
+	if pin != nil {
+		if err := pin.stop(); err != nil {
+			f.Notes = append(f.Notes, err.Error())
+		}
 	}
 	pr := probe.stop(ctx, st.Committed)
 	rate := float64(st.Committed) / st.Elapsed.Seconds()
