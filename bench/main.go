@@ -37,6 +37,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == childCommand {
 		os.Exit(childMain(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == burnCommand {
+		os.Exit(burnMain())
+	}
 	if len(os.Args) > 1 && os.Args[1] == "chart" {
 		os.Exit(chartMain(os.Args[2:], os.Stderr))
 	}
@@ -111,7 +114,7 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 	fs.DurationVar(&opt.Timeout, "timeout", 10*time.Minute, "longest wait for a relay to deliver")
 	fs.IntVar(&opt.WriteRate, "write-rate", 0, "write: pace the writers at this many orders/s in all instead of full speed (the per-order costs at a given rate; the ratio then only says whether the rate was held)")
 	fs.BoolVar(&opt.WriteWaits, "write-waits", false, "write: sample the writers' and the relay's sessions in pg_stat_activity every 10 ms (adds load)")
-	fs.BoolVar(&opt.PinRelay, "pin-relay", false, "write: the writers (this process, their sessions) on the first CPU, each relay process, its sessions and its walsender on the others: the relay's cost to the writers when it has cores of its own (Linux, PostgreSQL on this machine, root or CAP_SYS_NICE; phases with the relay in the writers' process are left out)")
+	fs.BoolVar(&opt.PinRelay, "pin-relay", false, "write: the writers (this process, their sessions) on the first CPU, each relay process, its sessions and its walsender on the others: the relay's cost to the writers when it has cores of its own (Linux, PostgreSQL on this machine, root or CAP_SYS_NICE; phases with the relay in the writers' process are left out, and a control phase keeps the relay's CPUs busy with a loop that touches no database)")
 	fs.StringVar(&opt.WriteProfile, "write-profile", "", "write: write a CPU profile of the harness process (writers, and the relay when in process) per phase into this directory")
 	fs.StringVar(&opt.DrainProfile, "drain-profile", "", "drain, wal: write a CPU profile of each drain's relay process into this directory")
 	fs.IntVar(&opt.WALTx, "wal-tx", 100, "wal, walsize: events per transaction of the backlogs")

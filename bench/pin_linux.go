@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"strconv"
 	"sync"
 	"time"
@@ -186,4 +187,31 @@ func pinThreads(pid int, set *unix.CPUSet) error {
 		}
 	}
 	return nil
+}
+
+// burnCommand is the hidden subcommand of the --pin-relay control phase: a
+// process that keeps one CPU busy and touches no database, pinned where
+// the relay runs. What it costs the writers is what any work on the
+// relay's CPUs costs them on this machine (shared caches, a hypervisor's
+// siblings), the floor under a relay's figure.
+const burnCommand = "__burn"
+
+// burnMain spins until killed.
+func burnMain() int {
+	for x := uint64(1); ; x = x*6364136223846793005 + 1 {
+		if x == 0 {
+			return 0 // never: keeps the loop from being optimized away
+		}
+	}
+}
+
+// spawnBurner starts a burnCommand process.
+func spawnBurner(ctx context.Context) (*exec.Cmd, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, exe, burnCommand)
+	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
+	return cmd, cmd.Start()
 }

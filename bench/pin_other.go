@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"errors"
+	"os/exec"
 )
 
 type pinner struct{}
@@ -14,3 +15,11 @@ func (h *harness) pinStart(context.Context, []string, []string, int) (*pinner, e
 }
 
 func (p *pinner) stop() error { return nil }
+
+const burnCommand = "__burn"
+
+func burnMain() int { return 2 }
+
+func spawnBurner(context.Context) (*exec.Cmd, error) {
+	return nil, errors.New("--pin-relay needs Linux")
+}

@@ -335,8 +335,11 @@ func TestWritePhasesFilterAndPin(t *testing.T) {
 		t.Errorf("--filter kept %v, want %v", got, want)
 	}
 	pinned := labels(options{PinRelay: true})
-	if len(pinned) == 0 || len(pinned) >= len(all) {
-		t.Errorf("--pin-relay kept %d of %d phases", len(pinned), len(all))
+	if len(pinned) == 0 || len(pinned) >= len(all) || !pinned[burnLabel] || all[burnLabel] {
+		t.Errorf("--pin-relay kept %d of %d phases, the busy-loop control %v (without: %v)", len(pinned), len(all), pinned[burnLabel], all[burnLabel])
+	}
+	if got := labels(options{PinRelay: true, Filter: "--source wal"}); !got[burnLabel] || !got[walWriteLabel] || len(got) != 3 {
+		t.Errorf("--pin-relay --filter '--source wal' kept %v, want the two WAL source relays and the control", got)
 	}
 	if !matchesFilter("anything", "") || matchesFilter("abc", "x|") || !matchesFilter("abc", "x|b") {
 		t.Error("matchesFilter: empty matches all; an empty alternative matches nothing")

@@ -148,7 +148,7 @@ func (w writers) paced(ctx context.Context, rate int, window time.Duration) writ
 type writePhase struct {
 	label    string
 	design   string
-	relay    string        // "" none; "child": a relay process; "inproc": in the writers' process, on a pool of its own
+	relay    string        // "" none; "child": a relay process; "inproc": in the writers' process, on a pool of its own; "burn": no relay, a busy loop on the relay's CPUs (--pin-relay)
 	wakeup   string        // "notify": Listen + one Notifier shared by the writers; "wake": Relay.Wake (inproc); "": polling only (the baseline: its trigger)
 	app      bool          // writers through pgxpool (pgx.BeginFunc + Writer.Write), as an application would; else database/sql, the baseline's CreateOrder
 	business bool          // writers insert the order row only: no outbox at all (the physical limit of every design)
@@ -234,6 +234,7 @@ const (
 	walWriteLabel = "pgoutbox: WAL source, relay process (--source wal)"
 	walBaseLabel  = "pgoutbox, table set up for the WAL source: no relay"
 
+	burnLabel             = "pgoutbox, table set up for the WAL source: no relay, a busy loop on the relay's CPU"
 	queuedLabel           = "pgoutbox: Writer.Queue, no relay"
 	walQueuedNoRelayLabel = "pgoutbox, table set up for the WAL source: Writer.Queue, no relay"
 	walQueuedLabel        = "pgoutbox, Writer.Queue: WAL source, relay process (--source wal)"
@@ -271,6 +272,11 @@ func (h *harness) writePhases() []writeSet {
 	}}
 	if h.opt.Extra {
 		walSet.phases = append(walSet.phases, writePhase{label: app + "WAL source, relay process, BatchDelay off (a read per server message)", design: designOurs, relay: "child", app: true, source: string(outbox.SourceWAL), delay: -1})
+	}
+	if h.opt.PinRelay {
+		// The floor under the WAL source's figure: the relay's CPU kept
+		// busy by a process that does nothing else.
+		walSet.phases = append(walSet.phases, writePhase{label: burnLabel, design: designOurs, relay: "burn", app: true, lean: true})
 	}
 	if h.walErr != nil {
 		walSet.phases, walQueued.phases = nil, nil
@@ -312,7 +318,7 @@ func (h *harness) writePhases() []writeSet {
 		// A relay in the writers' process cannot have CPUs of its own.
 		keep(func(p writePhase) bool { return p.relay != "inproc" })
 	}
-	keep(func(p writePhase) bool { return matchesFilter(p.label, h.opt.Filter) })
+	keep(func(p writePhase) bool { return p.relay == "burn" || matchesFilter(p.label, h.opt.Filter) })
 	return sets
 }
 
@@ -488,6 +494,14 @@ func (h *harness) writePhase(ctx context.Context, r *results, p writePhase) (flo
 			w.after = n.Notify
 		}
 		fin = child.finish
+	case "burn":
+		burner, err := spawnBurner(ctx)
+		if err != nil {
+			return 0, err
+		}
+		relayPID = burner.Process.Pid
+		killRelay = func() { _ = burner.Process.Kill(); _ = burner.Wait() }
+		defer killRelay()
 	case "inproc":
 		rec := newRecorder(1<<16, false)
 		spec := h.spec(p.design, s, pubMemory)
