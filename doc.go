@@ -31,6 +31,10 @@
 // they can be logged. Events are validated first (empty or overlong fields,
 // invalid JSON, \u0000, control characters in headers) with a ValidationError
 // naming the field; a rejected event does not abort the caller's transaction.
+// With pgx, Writer.Queue (or Queue) puts the events' INSERT on a pgx.Batch
+// that carries the caller's own statements, so they cost no round trip of
+// their own; the batch commits with the caller's transaction.
+//
 // An application may also write events with a plain INSERT of
 // aggregate_type, aggregate_id, event_type and payload: every other column
 // has a default.
