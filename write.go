@@ -131,13 +131,14 @@ func (w *Writer) write(ctx context.Context, tx dbtx.Querier, events []Event) ([]
 
 // Queue adds the INSERT of events to b, a pgx.Batch the caller sends, and
 // returns their ids in order. The events travel in the round trip of the
-// caller's own statements instead of one of their own, which is most of
+// caller's own statements instead of one of their own, a good part of
 // what an outbox costs a transaction that writes little else. They commit
 // with the batch: sent with tx.SendBatch, in the caller's transaction; sent
 // on a pool or connection outside one, in the implicit transaction pgx runs
 // a batch in (all its statements, or none).
 //
-// Events are validated now, as by Write: an invalid one queues nothing.
+// Events are validated now, and get ctx's trace context in their headers,
+// as by Write: an invalid one queues nothing.
 // The INSERT's error is returned by the BatchResults' Close, naming the
 // outbox table; a caller reading the results one by one gets PostgreSQL's
 // error as is from the Exec that reads the INSERT's.
