@@ -117,16 +117,10 @@ func WriteSQL(ctx context.Context, tx *sql.Tx, events ...Event) ([]uuid.UUID, er
 }
 
 func (w *Writer) write(ctx context.Context, tx dbtx.Querier, events []Event) ([]uuid.UUID, error) {
-	ids, err := w.statements(ctx, events, func(n int, query string, args []any) error {
-		if _, err := tx.Exec(ctx, query, args...); err != nil {
-			return fmt.Errorf("outbox: insert %d event(s) into %s: %w", n, w.names.QTable, err)
-		}
-		return nil
+	return w.statements(ctx, events, func(n int, query string, args []any) error {
+		_, err := tx.Exec(ctx, query, args...)
+		return w.insertErr(n, err)
 	})
-	if err != nil {
-		return nil, err
-	}
-	return ids, nil
 }
 
 // Queue adds the INSERT of events to b, a pgx.Batch the caller sends, and
@@ -146,19 +140,21 @@ func (w *Writer) Queue(ctx context.Context, b *pgx.Batch, events ...Event) ([]uu
 	if b == nil {
 		return nil, errors.New("outbox: Queue: nil *pgx.Batch")
 	}
-	ids, err := w.statements(ctx, events, func(n int, query string, args []any) error {
+	return w.statements(ctx, events, func(n int, query string, args []any) error {
 		b.Queue(query, args...).Fn = func(br pgx.BatchResults) error {
-			if _, err := br.Exec(); err != nil {
-				return fmt.Errorf("outbox: insert %d event(s) into %s: %w", n, w.names.QTable, err)
-			}
-			return nil
+			_, err := br.Exec()
+			return w.insertErr(n, err)
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, err
+}
+
+// insertErr names the table in the error of an INSERT of n events.
+func (w *Writer) insertErr(n int, err error) error {
+	if err == nil {
+		return nil
 	}
-	return ids, nil
+	return fmt.Errorf("outbox: insert %d event(s) into %s: %w", n, w.names.QTable, err)
 }
 
 // Queue adds the INSERT of events into the default table to b. See
