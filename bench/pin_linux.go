@@ -16,9 +16,10 @@ import (
 // pinner keeps a write phase's two sides on separate CPUs (--pin-relay):
 // the writers (this process and their PostgreSQL sessions) on the first
 // CPU, the relay (its process, its sessions and its walsender) on the
-// others. Sessions are told apart by their application_name. A relay that costs the writers nothing but CPU then costs them
-// nothing: what is left is what it does to them through the database.
-// PostgreSQL's background processes are left where they are.
+// others, so the relay does not take the writers' CPU time. Sessions are
+// told apart by their application_name; PostgreSQL's background processes
+// are left where they are. The control phase (burnCommand) tells what a
+// busy second CPU alone costs the writers on the machine.
 type pinner struct {
 	h          *harness
 	apps       map[string]*unix.CPUSet // application_name: where its sessions go
