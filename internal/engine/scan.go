@@ -1,10 +1,10 @@
 package engine
 
 import (
-	"encoding/json"
-	"fmt"
-
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/pgoutbox/outbox/internal/rowval"
 )
 
 // scanRows reads a claim's rows (a payload larger than
@@ -13,7 +13,8 @@ import (
 // limit, so a claim of two rows does not allocate (and clear, and collect)
 // room for a thousand; ids as [16]byte (pgx's native uuid decoding;
 // uuid.UUID would go through sql.Scanner and a text parse), headers decoded
-// only when present. more reports a claim that says it stopped at its limit
+// only when present (rowval.Headers), created_at read as a pgtype so that
+// a row holding ±infinity is a dead letter, not a claim that fails. more reports a claim that says it stopped at its limit
 // (the last column).
 func scanRows(rows pgx.Rows, limit int) (batch []*Row, more bool, err error) {
 	var (
@@ -21,6 +22,7 @@ func scanRows(rows pgx.Rows, limit int) (batch []*Row, more bool, err error) {
 		id       [16]byte
 		headers  []byte
 		attempts int
+		created  pgtype.Timestamptz
 		full     bool
 	)
 	for rows.Next() {
@@ -30,18 +32,22 @@ func scanRows(rows pgx.Rows, limit int) (batch []*Row, more bool, err error) {
 		chunk = append(chunk, Row{})
 		r := &chunk[len(chunk)-1]
 		if err := rows.Scan(&id, &r.Seq, &r.AggregateType, &r.AggregateID, &r.EventType,
-			&r.Payload, &r.stored, &headers, &r.CreatedAt, &attempts, &r.Failed, &r.Follower, &full); err != nil {
+			&r.Payload, &r.stored, &headers, &created, &attempts, &r.Failed, &r.Follower, &full); err != nil {
 			rows.Close()
 			return nil, false, err
 		}
 		batch = append(batch, r)
 		more = more || full
 		r.ID = id
-		r.Attempt = attempts + 1 // the table counts the attempts made; this is the next one
-		if headers != nil {
-			if err := json.Unmarshal(headers, &r.Headers); err != nil {
-				r.Headers = nil
-				r.Bad = fmt.Errorf("headers %.200s: want a JSON object of string values: %v", headers, err)
+		r.Attempt = max(attempts, 0) + 1 // the table counts the attempts made; this is the next one
+		r.CreatedAt = created.Time
+		if created.InfinityModifier != pgtype.Finite {
+			r.Bad = rowval.InfiniteCreatedAt(created.InfinityModifier.String())
+		}
+		if headers != nil && r.Bad == nil {
+			var herr error
+			if r.Headers, herr = rowval.Headers(headers); herr != nil {
+				r.Bad = herr
 			}
 		}
 	}

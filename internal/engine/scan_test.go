@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // fakeRows serves n claim rows, as the claim statement returns them, with
@@ -30,7 +31,8 @@ func (f *fakeRows) Scan(dest ...any) error {
 		headers = []byte(fmt.Sprintf(`{"k":"%d"}`, k))
 	}
 	vals := []any{[16]byte{byte(k), byte(k >> 8)}, int64(k), "t", fmt.Sprint(k), "e",
-		[]byte(fmt.Sprintf(`{"n":%d}`, k)), k + 10, headers, time.Unix(int64(k), 0), k % 3, k%5 == 0, false,
+		[]byte(fmt.Sprintf(`{"n":%d}`, k)), k + 10, headers,
+		pgtype.Timestamptz{Time: time.Unix(int64(k), 0), Valid: true}, k % 3, k%5 == 0, false,
 		f.full && f.i == f.n}
 	if len(dest) != len(vals) {
 		return fmt.Errorf("scan: %d destinations for %d columns", len(dest), len(vals))

@@ -142,7 +142,7 @@ func (s *walSource) batch(ctx context.Context, st *wal.Stream, rows []*Row) (Res
 		}
 	}
 	for _, d := range p.bad {
-		lsns = append(lsns, d.LSN)
+		lsns = append(lsns, d.Commit)
 	}
 	if sets != nil {
 		res.Published = sets.published

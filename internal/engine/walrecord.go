@@ -275,7 +275,7 @@ func (s *walSource) record(ctx context.Context, p *walPlan, sets *settlement) er
 	}
 	s.lmu.Lock()
 	for _, d := range p.bad {
-		xids[s.xids[d.LSN]] = true
+		xids[s.xids[d.Commit]] = true
 	}
 	s.lmu.Unlock()
 	if err := s.waitVisible(ctx, xids); err != nil {

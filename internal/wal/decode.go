@@ -2,7 +2,6 @@ package wal
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
@@ -11,18 +10,20 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/pgoutbox/outbox/internal/rowval"
 	"github.com/pgoutbox/outbox/outboxtype"
 )
 
 // DecodeError is an inserted row of the outbox table the stream could not
 // turn into a message (a NULL where a value is required, a value of the
 // wrong shape). It is reported in its transaction, never dropped: LSN
-// locates the row in the WAL, ID identifies it in the table when it could
-// be read.
+// locates the row in the WAL, Commit its transaction (Tx.LSN, what Ack
+// takes), ID identifies it in the table when it could be read.
 type DecodeError struct {
-	LSN pglogrepl.LSN
-	ID  uuid.UUID // zero when the id itself could not be read
-	Err error
+	LSN    pglogrepl.LSN
+	Commit pglogrepl.LSN
+	ID     uuid.UUID // zero when the id itself could not be read
+	Err    error
 }
 
 func (e *DecodeError) Error() string {
@@ -184,8 +185,8 @@ func (c cell) text() ([]byte, error) {
 
 // message decodes one inserted row of the outbox table from its cells.
 //
-// deliverAt is the row's deliver_at (scheduled delivery), zero when NULL or
-// absent.
+// deliverAt is the row's deliver_at (scheduled delivery), zero when NULL,
+// absent or -infinity (due), Never when infinity.
 func (d *decoder) message(r *relation, cells []cell, lsn pglogrepl.LSN) (m outboxtype.Message, deliverAt time.Time, _ *DecodeError) {
 	m = outboxtype.Message{Attempt: 1}
 	fail := func(format string, args ...any) (outboxtype.Message, time.Time, *DecodeError) {
@@ -232,6 +233,9 @@ func (d *decoder) message(r *relation, cells []cell, lsn pglogrepl.LSN) (m outbo
 	}
 	m.Payload = append([]byte(nil), payload...)
 	if c, ok := col(colCreatedAt); ok {
+		if inf := infinite(c); inf != "" {
+			return fail("%v", rowval.InfiniteCreatedAt(inf))
+		}
 		if err := d.scan(r, colCreatedAt, c, &m.CreatedAt); err != nil {
 			return fail("created_at: %v", err)
 		}
@@ -242,13 +246,23 @@ func (d *decoder) message(r *relation, cells []cell, lsn pglogrepl.LSN) (m outbo
 		}
 	}
 	if c, ok := col(colHeaders); ok {
-		if m.Headers, err = headers(c); err != nil {
-			return fail("headers: %v", err)
+		b, err := c.text()
+		if err == nil {
+			m.Headers, err = rowval.Headers(b)
+		}
+		if err != nil {
+			return fail("%v", err)
 		}
 	}
 	if c, ok := col(colDeliverAt); ok {
-		if err := d.scan(r, colDeliverAt, c, &deliverAt); err != nil {
-			return fail("deliver_at: %v", err)
+		switch infinite(c) {
+		case "infinity":
+			deliverAt = Never
+		case "-infinity": // due since always
+		default:
+			if err := d.scan(r, colDeliverAt, c, &deliverAt); err != nil {
+				return fail("deliver_at: %v", err)
+			}
 		}
 	}
 	return m, deliverAt, nil
@@ -284,16 +298,16 @@ func (d *decoder) scan(r *relation, k int, c cell, dst any) error {
 	return (*plan).Scan(b, dst)
 }
 
-// headers decodes the headers column as the table path does: a JSON object
-// of string values, anything else is a decode error.
-func headers(c cell) (map[string]string, error) {
-	b, err := c.text()
-	if err != nil {
-		return nil, err
+// Never is the deliver_at of a row scheduled at infinity: later than any
+// time, so the row is handed to the table path, where it waits.
+var Never = time.Date(294277, time.January, 1, 0, 0, 0, 0, time.UTC)
+
+// infinite is "infinity" or "-infinity" when c, a timestamp's text, is
+// one of them, else "".
+func infinite(c cell) string {
+	switch b, _ := c.text(); string(b) {
+	case "infinity", "-infinity":
+		return string(b)
 	}
-	var h map[string]string
-	if err := json.Unmarshal(b, &h); err != nil {
-		return nil, fmt.Errorf("%.200s: want a JSON object of string values: %v", b, err)
-	}
-	return h, nil
+	return ""
 }

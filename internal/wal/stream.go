@@ -562,6 +562,9 @@ func (s *Stream) decode(x pglogrepl.XLogData) (*Tx, error) {
 			return nil, nil
 		}
 		tx.LSN, tx.CommitTime = m.TransactionEndLSN, m.CommitTime
+		for _, d := range tx.Errors {
+			d.Commit = tx.LSN
+		}
 		if len(tx.Events) == 0 && len(tx.Errors) == 0 {
 			s.prog.reached(tx.LSN)
 			return nil, nil

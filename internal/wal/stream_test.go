@@ -168,7 +168,8 @@ func TestStreamDecodesRows(t *testing.T) {
 
 // Columns are found by name: a hand-made table with the outbox columns in
 // another order, without seq or headers, decodes; a row that cannot be
-// decoded is reported with its LSN and id, not dropped.
+// decoded is reported with its LSN, its transaction's and its id, not
+// dropped.
 func TestStreamColumnsByNameAndDecodeErrors(t *testing.T) {
 	t.Parallel()
 	schema := testdb.Schema(t)
@@ -193,7 +194,7 @@ func TestStreamColumnsByNameAndDecodeErrors(t *testing.T) {
 	if _, err := tx.Exec(ctx, `INSERT INTO events (payload, event_type, aggregate_id, aggregate_type) VALUES ('{}', 'e2', NULL, 'agg')`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO events (id, payload, event_type, aggregate_id, aggregate_type, headers) VALUES ($1, '{}', 'e3', 'a3', 'agg', '{"n": 1}')`, bad); err != nil {
+	if _, err := tx.Exec(ctx, `INSERT INTO events (id, payload, event_type, aggregate_id, aggregate_type, headers) VALUES ($1, '{}', 'e3', 'a3', 'agg', '[1]')`, bad); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO events (payload, event_type, aggregate_id, aggregate_type) VALUES ('{}', 'e4', 'a4', 'agg')`); err != nil {
@@ -216,6 +217,12 @@ func TestStreamColumnsByNameAndDecodeErrors(t *testing.T) {
 	}
 	if badHeaders.ID != bad || !containsAll(badHeaders.Error(), "headers", bad.String()) {
 		t.Fatalf("bad headers reported as %v", badHeaders)
+	}
+	// Settled by its transaction, as Ack takes it, not by its own place.
+	for _, d := range mixed.Errors {
+		if d.Commit != mixed.LSN || d.LSN >= d.Commit {
+			t.Fatalf("decode error at %s has commit %s, want its transaction's %s", d.LSN, d.Commit, mixed.LSN)
+		}
 	}
 }
 
