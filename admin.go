@@ -284,7 +284,7 @@ func (a *Admin) DeadLetters(ctx context.Context, f DeadLetterFilter) ([]Record, 
 	}
 	out, err := collect(rows, func(r *Record) []any {
 		return []any{&r.ID, &r.Seq, &r.AggregateType, &r.AggregateID, &r.EventType, &r.Payload,
-			&r.Headers, &r.Attempts, &r.CreatedAt, &r.ProcessedAt, &r.RetryAfter, &r.DeadAt, &r.LastError}
+			headerScanner{&r.Headers}, &r.Attempts, &r.CreatedAt, &r.ProcessedAt, &r.RetryAfter, &r.DeadAt, &r.LastError}
 	})
 	if err != nil {
 		return nil, a.fail(ctx, "dead letters", err)

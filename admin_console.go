@@ -119,7 +119,7 @@ func (a *Admin) AggregateTimeline(ctx context.Context, q TimelineQuery) ([]Event
 func (a *Admin) collectEvents(ctx context.Context, rows pgx.Rows, op string) ([]EventInfo, error) {
 	out, err := collect(rows, func(e *EventInfo) []any {
 		return []any{&e.ID, &e.Seq, &e.AggregateType, &e.AggregateID, &e.EventType, &e.Payload,
-			&e.Headers, &e.Attempts, &e.CreatedAt, &e.ProcessedAt, &e.RetryAfter, &e.DeadAt, &e.LastError, &e.HeldBy}
+			headerScanner{&e.Headers}, &e.Attempts, &e.CreatedAt, &e.ProcessedAt, &e.RetryAfter, &e.DeadAt, &e.LastError, &e.HeldBy}
 	})
 	if err != nil {
 		return nil, a.fail(ctx, op, err)

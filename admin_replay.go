@@ -271,7 +271,7 @@ func (a *Admin) replayDryRun(ctx context.Context, rq *store.ReplayQueries, args 
 	}
 	res.Sample, err = collect(rows, func(r *Record) []any {
 		return []any{&r.ID, &r.Seq, &r.AggregateType, &r.AggregateID, &r.EventType,
-			&r.Payload, &r.Headers, &r.CreatedAt, &r.ProcessedAt}
+			&r.Payload, headerScanner{&r.Headers}, &r.CreatedAt, &r.ProcessedAt}
 	})
 	if err != nil {
 		return res, a.fail(ctx, "replay", err)

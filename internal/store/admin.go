@@ -17,8 +17,8 @@ const deadFilter = `dead_at IS NOT NULL AND processed_at IS NULL AND held_by IS 
   AND ($2 = '' OR ` + ErrorGroupExpr + ` = $2)
   AND created_at <= now() - $3::interval`
 
-const eventCols = `SELECT id, seq, aggregate_type, aggregate_id, event_type, payload, headers,
-       attempts, created_at, processed_at, retry_after, dead_at, COALESCE(last_error, ''), held_by
+var eventCols = `SELECT id, seq, aggregate_type, aggregate_id, event_type, payload, headers,
+       attempts, ` + shownEventTimes + `, COALESCE(last_error, ''), held_by
 FROM `
 
 // AdminQueries are the operator's statements on dead letters and single

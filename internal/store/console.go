@@ -42,14 +42,14 @@ ORDER BY seq
 LIMIT $3`,
 		Timeline: `SELECT * FROM (
   (SELECT id, seq, aggregate_type, aggregate_id, event_type, payload, headers,
-          attempts, created_at, processed_at, retry_after, dead_at, COALESCE(last_error, ''), held_by
+          attempts, ` + shownEventTimes + `, COALESCE(last_error, ''), held_by
    FROM ` + t + `
    WHERE processed_at IS NULL AND ($1 = '' OR aggregate_type = $1) AND aggregate_id = $2
    ORDER BY seq DESC
    LIMIT $3)
   UNION ALL
   (SELECT id, seq, aggregate_type, aggregate_id, event_type, payload, headers,
-          attempts, created_at, processed_at, retry_after, dead_at, COALESCE(last_error, ''), held_by
+          attempts, ` + shownEventTimes + `, COALESCE(last_error, ''), held_by
    FROM (SELECT * FROM ` + t + `
          WHERE processed_at IS NOT NULL
          ORDER BY processed_at DESC

@@ -153,7 +153,7 @@ FOR UPDATE SKIP LOCKED`,
 		ClaimOrdered:       claimOrdered(t, false, false),
 		ClaimOrderedSparse: claimOrdered(t, true, false),
 		Payloads:           `SELECT id, payload FROM ` + t + ` WHERE id = ANY($1::uuid[])`,
-		CountAttempt:       `UPDATE ` + t + ` SET attempts = attempts + 1 WHERE id = ANY($1::uuid[])`,
+		CountAttempt:       `UPDATE ` + t + ` SET attempts = ` + attemptsPlus("attempts", "1") + ` WHERE id = ANY($1::uuid[])`,
 		Relock: `SELECT id FROM ` + t + `
 WHERE id = ANY($1::uuid[]) AND processed_at IS NULL AND dead_at IS NULL
 FOR UPDATE SKIP LOCKED`,
@@ -203,8 +203,8 @@ WHERE s.id = freed.id`,
 		ReleaseAll: `UPDATE ` + t + ` SET dead_at = NULL, held_by = NULL
 WHERE held_by IS NOT NULL AND dead_at IS NOT NULL AND processed_at IS NULL`,
 		CountPending:  `SELECT count(*) FROM ` + t + ` WHERE processed_at IS NULL AND dead_at IS NULL AND deliver_at IS NULL`,
-		OldestPending: `SELECT created_at FROM ` + t + ` WHERE processed_at IS NULL AND dead_at IS NULL AND deliver_at IS NULL ORDER BY seq LIMIT 1`,
-		Scheduled:     `SELECT count(*), min(deliver_at) FROM ` + t + ` WHERE deliver_at IS NOT NULL AND processed_at IS NULL`,
+		OldestPending: `SELECT ` + finite("created_at") + ` FROM ` + t + ` WHERE processed_at IS NULL AND dead_at IS NULL AND deliver_at IS NULL ORDER BY seq LIMIT 1`,
+		Scheduled:     `SELECT count(*), min(` + shown("deliver_at") + `) FROM ` + t + ` WHERE deliver_at IS NOT NULL AND processed_at IS NULL`,
 		ReleaseDue: `WITH due AS (
     SELECT id FROM ` + t + `
     WHERE deliver_at <= now() AND processed_at IS NULL
@@ -227,7 +227,7 @@ SELECT count(*) FROM released`,
     FOR UPDATE SKIP LOCKED)`,
 		Status: `SELECT event_type, sum(p)::bigint, sum(d)::bigint, sum(k)::bigint, sum(m)::bigint, sum(h)::bigint, min(oldest)
 FROM (
-    SELECT event_type, 1 AS p, 0 AS d, 0 AS k, 0 AS m, 0 AS h, created_at AS oldest
+    SELECT event_type, 1 AS p, 0 AS d, 0 AS k, 0 AS m, 0 AS h, ` + finite("created_at") + ` AS oldest
     FROM ` + t + ` WHERE processed_at IS NULL AND dead_at IS NULL AND deliver_at IS NULL
   UNION ALL
     SELECT event_type, 0, (held_by IS NULL)::int, (held_by IS NOT NULL)::int, 0, 0, NULL
@@ -239,7 +239,7 @@ FROM (
 GROUP BY event_type
 ORDER BY event_type`,
 		DeadLetters: `SELECT id, seq, aggregate_type, aggregate_id, event_type, payload, headers,
-       attempts, created_at, processed_at, retry_after, dead_at, COALESCE(last_error, '')
+       attempts, ` + shownEventTimes + `, COALESCE(last_error, '')
 FROM ` + t + `
 WHERE dead_at IS NOT NULL AND processed_at IS NULL AND held_by IS NULL
   AND ($1 = '' OR event_type = $1)
@@ -252,6 +252,13 @@ LIMIT $3`,
        attempts, created_at, processed_at, retry_after, last_error, dead_at, held_by, deliver_at
 FROM ` + t + ` LIMIT 0`,
 	}
+}
+
+// attemptsPlus is col + n without overflow: a plain INSERT may store the
+// integer's maximum, and an overflowing mark would fail its whole batch,
+// whose published rows would then be published again every round.
+func attemptsPlus(col, n string) string {
+	return `LEAST(` + col + `, 2147483646) + ` + n
 }
 
 func markPublished(t string, deleteProcessed bool) string {
@@ -268,7 +275,7 @@ func markOutcomes(t string, deleteProcessed bool) string {
 	}
 	return `WITH published AS (` + published + `)
 UPDATE ` + t + ` AS o SET
-    attempts    = o.attempts + CASE WHEN f.counted THEN 0 ELSE 1 END,
+    attempts    = ` + attemptsPlus("o.attempts", "CASE WHEN f.counted THEN 0 ELSE 1 END") + `,
     last_error  = f.err,
     retry_after = now() + f.delay_ms * interval '1 millisecond',
     dead_at     = CASE WHEN f.dead THEN now() END
@@ -447,7 +454,7 @@ func markOrdered(t string, deleteProcessed bool) string {
 	return `WITH published AS (` + published + `),
 failed AS (
   UPDATE ` + t + ` AS o SET
-      attempts    = o.attempts + CASE WHEN f.counted THEN 0 ELSE 1 END,
+      attempts    = ` + attemptsPlus("o.attempts", "CASE WHEN f.counted THEN 0 ELSE 1 END") + `,
       last_error  = f.err,
       retry_after = now() + f.delay_ms * interval '1 millisecond',
       dead_at     = CASE WHEN f.dead THEN now() END

@@ -108,7 +108,7 @@ SELECT ` + cols + ` FROM ` + arch + `
 ORDER BY aggregate_type, aggregate_id, seq`,
 		Count: `SELECT count(*) FROM (
 ` + source("1 AS one", filter) + `) AS s`,
-		Sample: `SELECT id, seq, aggregate_type, aggregate_id, event_type, payload, headers, created_at, processed_at FROM (
+		Sample: `SELECT id, seq, aggregate_type, aggregate_id, event_type, payload, headers, ` + shown("created_at") + `, ` + shown("processed_at") + ` FROM (
 ` + source("id, seq, aggregate_type, aggregate_id, event_type, payload, headers, created_at, processed_at", filter) + `) AS s
 ORDER BY seq
 LIMIT $7`,
@@ -122,7 +122,7 @@ SELECT ` + archCols + ` FROM moved
 ON CONFLICT (seq) DO NOTHING`,
 		InsertCopies: `INSERT INTO ` + t + ` (id, aggregate_type, aggregate_id, event_type, payload, headers, replay_id)
 SELECT b.new_id, s.aggregate_type, s.aggregate_id, s.event_type, s.payload,
-       COALESCE(s.headers, '{}'::jsonb)
+       CASE WHEN jsonb_typeof(s.headers) = 'object' THEN s.headers ELSE '{}'::jsonb END
          || jsonb_build_object('` + HeaderReplayID + `', $3::uuid::text,
               '` + HeaderOriginalCreatedAt + `', to_char(s.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
          || CASE WHEN $4 THEN jsonb_build_object('` + HeaderReplayOf + `', s.id::text) ELSE '{}'::jsonb END,
