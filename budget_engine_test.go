@@ -5,8 +5,10 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -16,7 +18,7 @@ import (
 // batchRecorder is a BatchPublisher that records each batch's size.
 type batchRecorder struct {
 	mu      sync.Mutex
-	batches [][2]int // rows, payload bytes
+	batches [][2]int // rows, payload and header bytes
 	ids     map[[16]byte]bool
 }
 
@@ -30,6 +32,9 @@ func (b *batchRecorder) PublishBatch(_ context.Context, msgs []*outbox.Message) 
 	n := 0
 	for _, m := range msgs {
 		n += len(m.Payload)
+		for k, v := range m.Headers {
+			n += len(k) + len(v)
+		}
 		b.ids[m.ID] = true
 	}
 	b.batches = append(b.batches, [2]int{len(msgs), n})
@@ -101,6 +106,80 @@ func TestBatchByteBudget(t *testing.T) {
 			}
 			if len(pub.batches) < 5 {
 				t.Errorf("%d batches for ~1.1 MB of payload at a %d-byte budget; want at least 5", len(pub.batches), budget)
+			}
+		})
+	}
+}
+
+// TestBatchByteBudgetCountsHeaders: headers count in MaxBatchBytes with
+// either source. Rows whose headers a plain INSERT made large (1 MB each)
+// come a few per batch, never all at once, and the small events between
+// them are delivered.
+func TestBatchByteBudgetCountsHeaders(t *testing.T) {
+	for _, source := range []outbox.Source{outbox.SourceTable, outbox.SourceWAL} {
+		t.Run(string(source), func(t *testing.T) {
+			var e *env
+			if source == outbox.SourceWAL {
+				e, _ = setupWAL(t)
+			} else {
+				e = setup(t)
+			}
+			const budget = 1_500_000
+			pub := &batchRecorder{ids: map[[16]byte]bool{}}
+			cfg := outbox.RelayConfig{BatchSize: 1000, MaxBatchBytes: budget}
+			var r *outbox.Relay
+			if source == outbox.SourceWAL {
+				r = e.relay(pub, walConfig(cfg))
+				e.run(r)
+				waitStreaming(t, r, 30*time.Second)
+			}
+			big := strings.Repeat("x", 1<<20)
+			err := pgx.BeginFunc(ctx(t), e.pool, func(tx pgx.Tx) error {
+				for i := range 10 {
+					if _, err := tx.Exec(ctx(t), `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, headers)
+VALUES ('order', $1, 'order.created', '{}', jsonb_build_object('pad', $2::text))`, fmt.Sprint("big-", i), big); err != nil {
+						return err
+					}
+					if _, err := e.writer.Write(ctx(t), tx, event(fmt.Sprint("small-", i), i)); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if source == outbox.SourceTable {
+				r = e.relay(pub, cfg)
+				for range 100 {
+					res, err := r.ProcessBatch(ctx(t))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if res.Claimed == 0 {
+						break
+					}
+				}
+			}
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				pub.mu.Lock()
+				n := len(pub.ids)
+				pub.mu.Unlock()
+				if n == 20 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%d of 20 events published", n)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			pub.mu.Lock()
+			defer pub.mu.Unlock()
+			for _, b := range pub.batches {
+				if b[1] > budget && b[0] > 1 {
+					t.Errorf("a batch of %d rows carried %d bytes of payload and headers, over the budget of %d", b[0], b[1], budget)
+				}
 			}
 		})
 	}

@@ -7,10 +7,10 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// A batch's payloads are held in memory from the claim until the batch is
-// recorded, so the claim keeps a batch within MaxBatchBytes of payload:
-// rows in seq order until their payloads pass the budget, at least one. The
-// claim statement returns small payloads with their rows and, for larger
+// A batch's payloads and headers are held in memory from the claim until
+// the batch is recorded, so the claim keeps a batch within MaxBatchBytes of
+// them: rows in seq order until their bodies pass the budget, at least one.
+// The claim statement returns small bodies with their rows and, for larger
 // ones, only the size PostgreSQL stores (store.InlinePayloadMax); those are
 // read here, in groups whose stored sizes fit what is left of the budget,
 // and the batch ends at the first row that does not fit. The rows left out
@@ -31,7 +31,7 @@ func (l *tableLease) fitBudget(ctx context.Context, rows []*Row) (kept []*Row, c
 	for i := 0; i < len(rows); {
 		r := rows[i]
 		if r.Payload != nil {
-			if used += len(r.Payload); used > budget && i > 0 {
+			if used += r.bodyBytes(); used > budget && i > 0 {
 				return rows[:i], true, nil
 			}
 			i++
@@ -63,9 +63,9 @@ func (l *tableLease) fitBudget(ctx context.Context, rows []*Row) (kept []*Row, c
 			return nil, false, err
 		}
 		for ; i < j; i++ {
-			if used += len(rows[i].Payload); used > budget && i > 0 {
+			if used += rows[i].bodyBytes(); used > budget && i > 0 {
 				for _, r := range rows[i:j] {
-					r.Payload = nil // not in the batch: let it go
+					r.Payload, r.Headers = nil, nil // not in the batch: let them go
 				}
 				return rows[:i], true, nil
 			}
@@ -74,7 +74,7 @@ func (l *tableLease) fitBudget(ctx context.Context, rows []*Row) (kept []*Row, c
 	return rows, false, nil
 }
 
-// readPayloads reads the payloads of rows in one statement.
+// readPayloads reads the payloads and headers of rows in one statement.
 func (l *tableLease) readPayloads(ctx context.Context, rows []*Row) error {
 	ids := make([][16]byte, len(rows))
 	at := make(map[[16]byte]*Row, len(rows))
@@ -97,12 +97,14 @@ func (l *tableLease) readPayloads(ctx context.Context, rows []*Row) error {
 	var (
 		id      [16]byte
 		payload []byte
+		headers []byte
 	)
-	_, err = pgx.ForEachRow(q, []any{&id, &payload}, func() error {
+	_, err = pgx.ForEachRow(q, []any{&id, &payload, &headers}, func() error {
 		if r := at[id]; r != nil {
 			r.Payload = payload
+			r.readHeaders(headers)
 		}
-		payload = nil // a fresh buffer per row: pgx reuses a scanned slice
+		payload, headers = nil, nil // fresh buffers per row: pgx reuses a scanned slice
 		return nil
 	})
 	if err != nil {

@@ -7,7 +7,7 @@ import (
 	"github.com/pgoutbox/outbox/internal/rowval"
 )
 
-// scanRows reads a claim's rows (a payload larger than
+// scanRows reads a claim's rows (a body, payload and headers, larger than
 // store.InlinePayloadMax as stored comes as nil, with its stored size): a
 // few allocations for all of them, in chunks that double up to the claim's
 // limit, so a claim of two rows does not allocate (and clear, and collect)
@@ -44,12 +44,24 @@ func scanRows(rows pgx.Rows, limit int) (batch []*Row, more bool, err error) {
 		if created.InfinityModifier != pgtype.Finite {
 			r.Bad = rowval.InfiniteCreatedAt(created.InfinityModifier.String())
 		}
-		if headers != nil && r.Bad == nil {
-			var herr error
-			if r.Headers, herr = rowval.Headers(headers); herr != nil {
-				r.Bad = herr
-			}
-		}
+		r.readHeaders(headers)
+		headers = nil
 	}
 	return batch, more, rows.Err()
 }
+
+// readHeaders decodes a row's headers column; a value that is not an
+// object makes the row Bad (a dead letter naming it).
+func (r *Row) readHeaders(b []byte) {
+	r.headerBytes = len(b)
+	if b == nil || r.Bad != nil {
+		return
+	}
+	var err error
+	if r.Headers, err = rowval.Headers(b); err != nil {
+		r.Bad = err
+	}
+}
+
+// bodyBytes is what the row holds in memory of its payload and headers.
+func (r *Row) bodyBytes() int { return len(r.Payload) + r.headerBytes }

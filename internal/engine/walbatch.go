@@ -36,11 +36,11 @@ func (s *walSource) gather(ctx context.Context, st *wal.Stream) ([]*Row, error) 
 	var rows []*Row
 	bytes := 0
 	for {
-		for len(s.carry) > 0 && len(rows) < limit && (len(rows) == 0 || bytes+len(s.carry[0].Payload) <= budget) {
+		for len(s.carry) > 0 && len(rows) < limit && (len(rows) == 0 || bytes+s.carry[0].bodyBytes() <= budget) {
 			r := s.carry[0]
 			s.carry = s.carry[1:]
 			rows = append(rows, r)
-			bytes += len(r.Payload)
+			bytes += r.bodyBytes()
 		}
 		if len(rows) >= limit || len(s.carry) > 0 {
 			break
@@ -67,6 +67,7 @@ func (s *walSource) add(tx *wal.Tx) {
 	for i, ev := range tx.Events {
 		r := &backing[i]
 		r.Message, r.stored, r.lsn, r.xid = ev, len(ev.Payload), tx.LSN, tx.Xid
+		r.headerBytes = wal.Size(&r.Message) - len(ev.Payload)
 		if tx.DeliverAt != nil {
 			r.deliverAt = tx.DeliverAt[i]
 		}

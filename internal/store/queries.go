@@ -9,23 +9,29 @@ import (
 	"github.com/pgoutbox/outbox/internal/ident"
 )
 
-// InlinePayloadMax is the largest stored payload (pg_column_size: after
-// compression, before any detoasting) a claim returns with its row. A
-// larger payload comes back NULL, with its stored size, and the relay reads
-// it with Payloads only if it fits the batch's byte budget, so a payload
-// left out of a batch is never detoasted nor sent.
+// InlinePayloadMax is the largest stored body (pg_column_size of the
+// payload plus the headers: after compression, before any detoasting) a
+// claim returns with its row. A larger body comes back NULL, with its
+// stored size, and the relay reads it with Payloads only if it fits the
+// batch's byte budget, so a payload or headers left out of a batch are
+// never detoasted nor sent.
 const InlinePayloadMax = 8192
 
-// claimPayload is a claim's payload columns: the payload if it is at most
-// InlinePayloadMax bytes as stored (else NULL), and its stored size.
-const claimPayload = `CASE WHEN pg_column_size(payload) <= 8192 THEN payload END, pg_column_size(payload)`
+// claimBody is a claim's body columns: the payload, the stored size of
+// payload and headers together, the headers; the payload and the headers
+// are NULL when that size passes InlinePayloadMax (the headers count: a
+// plain INSERT may store megabytes there).
+const claimBody = `CASE WHEN ` + bodySize + ` <= 8192 THEN payload END, ` + bodySize + `, CASE WHEN ` + bodySize + ` <= 8192 THEN headers END`
+
+const bodySize = `(pg_column_size(payload) + COALESCE(pg_column_size(headers), 0))`
 
 // Queries are the statements for one outbox table.
 type Queries struct {
 	// Claim locks up to $1 claimable rows with seq > $2 in insertion order.
 	// A claimable row is pending, not waiting for a retry and not scheduled
 	// for later (deliver_at IS NULL: the ready index's predicate).
-	// Every claim returns a row's payload as claimPayload's two columns.
+	// Every claim returns a row's payload and headers as claimBody's three
+	// columns.
 	// SKIP LOCKED lets several relays claim disjoint batches; the predicate
 	// matches the partial ready index, so processed rows are never read,
 	// and the floor $2 starts the index scan past the entries of rows
@@ -51,8 +57,8 @@ type Queries struct {
 	// window: only the first row of each aggregate among the first $3
 	// pending rows past the floor is probed, and only heads are locked.
 	ClaimOrderedSparse string
-	// Payloads reads the payloads of claimed rows ($1 uuid[]): those a
-	// claim left out for their size.
+	// Payloads reads the payloads and headers of claimed rows ($1
+	// uuid[]): those a claim left out for their size.
 	Payloads string
 	// CountAttempt counts an attempt for claimed rows ($1 uuid[]) before
 	// their payloads are read, so that a row whose reading or publishing
@@ -142,7 +148,7 @@ func New(n ident.Names, deleteProcessed bool) *Queries {
 	t := n.QTable
 	return &Queries{
 		table: t,
-		Claim: `SELECT id, seq, aggregate_type, aggregate_id, event_type, ` + claimPayload + `, headers, created_at, attempts, last_error IS NOT NULL, false, false
+		Claim: `SELECT id, seq, aggregate_type, aggregate_id, event_type, ` + claimBody + `, created_at, attempts, last_error IS NOT NULL, false, false
 FROM ` + t + `
 WHERE processed_at IS NULL AND dead_at IS NULL AND deliver_at IS NULL
   AND (retry_after IS NULL OR retry_after <= now())
@@ -152,7 +158,7 @@ LIMIT $1
 FOR UPDATE SKIP LOCKED`,
 		ClaimOrdered:       claimOrdered(t, false, false),
 		ClaimOrderedSparse: claimOrdered(t, true, false),
-		Payloads:           `SELECT id, payload FROM ` + t + ` WHERE id = ANY($1::uuid[])`,
+		Payloads:           `SELECT id, payload, headers FROM ` + t + ` WHERE id = ANY($1::uuid[])`,
 		CountAttempt:       `UPDATE ` + t + ` SET attempts = ` + attemptsPlus("attempts", "1") + ` WHERE id = ANY($1::uuid[])`,
 		Relock: `SELECT id FROM ` + t + `
 WHERE id = ANY($1::uuid[]) AND processed_at IS NULL AND dead_at IS NULL
@@ -311,7 +317,7 @@ func onPath(handed bool, alias string) string {
 }
 
 func claimOrdered(t string, sparse, handed bool) string {
-	const cols = `id, seq, aggregate_type, aggregate_id, event_type, ` + claimPayload + `, headers, created_at, attempts, failed`
+	const cols = `id, seq, aggregate_type, aggregate_id, event_type, ` + claimBody + `, created_at, attempts, failed`
 	const headCols = `o.id, o.seq, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, o.headers,
          o.created_at, o.attempts, o.last_error IS NOT NULL AS failed`
 	// A head: no earlier unprocessed event of its aggregate. The probe is

@@ -449,7 +449,7 @@ func (s *Stream) loop() error {
 func (s *Stream) deliver(tx *Tx, nextStatus *time.Time) error {
 	s.prog.add(tx.LSN)
 	for _, ev := range tx.Events {
-		tx.size += int64(len(ev.Payload))
+		tx.size += int64(Size(&ev))
 	}
 	for {
 		if b := s.buffered.Load(); b == 0 || b+tx.size <= int64(s.cfg.BufferBytes) {
@@ -663,6 +663,16 @@ func sendStandbyStatus(conn *pgconn.PgConn, write, flush pglogrepl.LSN, reply bo
 		return err
 	}
 	return conn.Frontend().SendUnbufferedEncodedCopyData(buf)
+}
+
+// Size is what a message holds in memory of its payload and headers: what
+// the byte budgets count (a plain INSERT may store megabytes of headers).
+func Size(m *outboxtype.Message) int {
+	n := len(m.Payload)
+	for k, v := range m.Headers {
+		n += len(k) + len(v)
+	}
+	return n
 }
 
 // pgEpoch is PostgreSQL's epoch, from which protocol timestamps count.
