@@ -32,6 +32,11 @@ var (
 	// source reads. Relay it with SourceWAL, or set it up for the table
 	// source again with DropReplication (`outbox migrate drop-wal`).
 	ErrTableSetUpForWAL = engine.ErrWALTable
+	// ErrClientEncoding is returned by Relay.Run when the pool's connections
+	// do not use client_encoding UTF8 (a LATIN1 database's default): the
+	// relay reads event types and payloads as UTF-8. Set client_encoding=UTF8
+	// in the connection string; the outbox command does.
+	ErrClientEncoding = engine.ErrClientEncoding
 )
 
 type classified struct {

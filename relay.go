@@ -455,6 +455,8 @@ func (r *Relay) Run(ctx context.Context) error {
 			return r.eng.Run(ctx)
 		case errors.Is(err, ErrNotMigrated):
 			return err
+		case errors.Is(err, engine.ErrClientEncoding):
+			return fmt.Errorf("outbox: relay of %s: %w", r.names.QTable, err)
 		case errors.Is(err, ErrReplicationPrerequisite):
 			return fmt.Errorf("outbox: relay of %s: %w", r.names.QTable, err)
 		}
@@ -477,6 +479,8 @@ func (r *Relay) CheckSchema(ctx context.Context) error {
 	switch {
 	case err == nil:
 		return nil
+	case errors.Is(err, engine.ErrClientEncoding):
+		return err
 	case errors.Is(err, engine.ErrWALTable):
 		return fmt.Errorf("outbox: table %s: %w: it is %w; relay it with Source: SourceWAL (outbox relay --source wal), or set it up for the table source again with `outbox migrate drop-wal` or outbox.DropReplication", r.names.QTable, ErrNotMigrated, err)
 	case engine.IsUndefined(err), errors.Is(err, engine.ErrMissingIndex):

@@ -132,6 +132,11 @@ func (e *Engine) claimQueries() *store.Queries {
 // ErrMissingIndex reports a table from before the latest migration.
 var ErrMissingIndex = errors.New("index missing")
 
+// ErrClientEncoding reports connections whose client_encoding is not UTF8:
+// the relay would read event types and payloads in the database's encoding
+// (LATIN1, say) and send them to brokers as if they were UTF-8.
+var ErrClientEncoding = errors.New("client_encoding is not UTF8")
+
 // ErrWALTable reports a table set up for the WAL source (without the
 // indexes only a table source reads) under a table source.
 var ErrWALTable = errors.New("set up for the WAL source")
@@ -141,6 +146,9 @@ var ErrWALTable = errors.New("set up for the WAL source")
 func (e *Engine) CheckSchema(ctx context.Context) error {
 	ctx, cancel := e.stmtCtx(ctx)
 	defer cancel()
+	if err := e.checkEncoding(ctx); err != nil {
+		return err
+	}
 	rows, err := e.pool.Query(ctx, e.q.CheckColumns)
 	if err == nil {
 		rows.Close()
@@ -203,6 +211,20 @@ func (e *Engine) CheckSchema(ctx context.Context) error {
 		}
 	}
 	return fmt.Errorf("%w: %s", ErrMissingIndex, strings.Join(missing, ", "))
+}
+
+// checkEncoding fails with ErrClientEncoding when the pool's connections
+// do not use UTF-8.
+func (e *Engine) checkEncoding(ctx context.Context) error {
+	conn, err := e.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	if enc := conn.Conn().PgConn().ParameterStatus("client_encoding"); enc != "UTF8" {
+		return fmt.Errorf("%w: the connections use %s; add client_encoding=UTF8 to the connection string (or set ConnConfig.RuntimeParams[\"client_encoding\"])", ErrClientEncoding, enc)
+	}
+	return nil
 }
 
 // IsUndefined reports whether err says a table or column is missing.

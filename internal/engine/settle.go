@@ -4,6 +4,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/pgoutbox/outbox/internal/metrics"
 	"github.com/pgoutbox/outbox/outboxtype"
 )
 
@@ -158,9 +159,9 @@ func (e *Engine) report(rows []*Row, s *settlement) {
 			log.Warn("publish failed; will retry", "err", o.err, "retry_in", o.delay)
 		}
 		if m != nil {
-			m.Failed.WithLabelValues(r.EventType).Inc()
+			m.Failed.WithLabelValues(metrics.Label(r.EventType)).Inc()
 			if o.verdict == dead {
-				m.DeadLettered.WithLabelValues(r.EventType).Inc()
+				m.DeadLettered.WithLabelValues(metrics.Label(r.EventType)).Inc()
 			}
 		}
 	}

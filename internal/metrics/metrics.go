@@ -3,7 +3,9 @@
 package metrics
 
 import (
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -172,5 +174,15 @@ func (m *Metrics) collectors() []prometheus.Collector {
 // ObservePublished records one confirmed event.
 func (m *Metrics) ObservePublished(eventType string, createdAt, ackedAt time.Time) {
 	m.Published.Inc()
-	m.PublishLag.WithLabelValues(eventType).Observe(ackedAt.Sub(createdAt).Seconds())
+	m.PublishLag.WithLabelValues(Label(eventType)).Observe(ackedAt.Sub(createdAt).Seconds())
+}
+
+// Label is s as a label value: Prometheus panics on invalid UTF-8, which an
+// event type read from a SQL_ASCII database (or any database through a
+// connection whose client_encoding is not UTF8) may be.
+func Label(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
 }

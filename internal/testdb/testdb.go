@@ -108,10 +108,22 @@ func connect(t testing.TB) *pgx.Conn {
 // they share.
 func Database(t testing.TB) string {
 	t.Helper()
+	return database(t, "")
+}
+
+// DatabaseEncoded is Database in the server encoding enc (LATIN1,
+// SQL_ASCII), with the C locale that any encoding accepts.
+func DatabaseEncoded(t testing.TB, enc string) string {
+	t.Helper()
+	return database(t, " ENCODING '"+strings.ReplaceAll(enc, "'", "")+"' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0")
+}
+
+func database(t testing.TB, options string) string {
+	t.Helper()
 	name := NewSchemaName("db")
 	conn := connect(t)
 	defer conn.Close(context.Background())
-	if _, err := conn.Exec(context.Background(), "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+	if _, err := conn.Exec(context.Background(), "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+options); err != nil {
 		t.Fatalf("testdb: create database: %v", err)
 	}
 	t.Cleanup(func() {

@@ -190,6 +190,9 @@ func Open(ctx context.Context, cfg StreamConfig) (*Stream, error) {
 	pc.RuntimeParams["application_name"] = "pgoutbox relay " + cfg.Names.Slot
 	pc.RuntimeParams["wal_sender_timeout"] = strconv.FormatInt(cfg.SenderTimeout.Milliseconds(), 10)
 	pc.RuntimeParams["DateStyle"] = "ISO"
+	// pgoutput converts the rows' text to the client encoding: UTF-8 for
+	// Go strings and JSON, whatever the database's (LATIN1, say).
+	pc.RuntimeParams["client_encoding"] = "UTF8"
 	pace := newPacer(cfg.Pace, cfg.PaceAbove)
 	if dial := pc.DialFunc; dial != nil && cfg.Pace > 0 {
 		pc.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {

@@ -44,6 +44,11 @@ func (c *cli) poolConfig(o *options, d *dbOptions, maxConns int32) (*pgxpool.Con
 	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "outbox " + o.cmd
 	}
+	// Text in and out as UTF-8 whatever the database's encoding (LATIN1,
+	// say): the relay refuses connections in another client encoding.
+	if _, ok := cfg.ConnConfig.RuntimeParams["client_encoding"]; !ok {
+		cfg.ConnConfig.RuntimeParams["client_encoding"] = "UTF8"
+	}
 	if maxConns > 0 && !strings.Contains(d.DatabaseURL, "pool_max_conns") {
 		cfg.MaxConns = maxConns
 	}
