@@ -82,11 +82,11 @@ type Row struct {
 	// without a publish, and the rest of the batch goes on.
 	Bad error
 
-	stored  int  // payload and headers' size as stored (pg_column_size); Payload is nil if over store.InlinePayloadMax
+	stored int // payload and headers' size as stored (pg_column_size); Payload is nil if over store.InlinePayloadMax
 	// headerBytes is the headers column's size as read: with the payload,
 	// what the batch's byte budget counts.
 	headerBytes int
-	counted bool // the attempt was counted when the row was fetched (poison.go)
+	counted     bool // the attempt was counted when the row was fetched (poison.go)
 
 	// WAL source (wal.go): the transaction the row came in, and its
 	// deliver_at if it was scheduled.
