@@ -123,7 +123,7 @@ func ReplicationSQL(cfg MigrateConfig) (string, error) {
 	if err != nil {
 		return "", configErr("MigrateConfig", err)
 	}
-	return wal.NamesFor(n).Script(), nil
+	return wal.NamesFor(n, "").Script(), nil
 }
 
 // CheckReplication checks that the server and the pool's role can stream
@@ -136,7 +136,11 @@ func CheckReplication(ctx context.Context, pool *pgxpool.Pool, cfg MigrateConfig
 	if err != nil {
 		return configErr("MigrateConfig", err)
 	}
-	if err := wal.Check(ctx, pool, wal.NamesFor(in)); err != nil {
+	n, err := wal.Resolve(ctx, pool, in)
+	if err == nil {
+		err = wal.Check(ctx, pool, n)
+	}
+	if err != nil {
 		return fmt.Errorf("outbox: %w", err)
 	}
 	return nil
@@ -165,7 +169,10 @@ func SetupReplication(ctx context.Context, pool *pgxpool.Pool, cfg MigrateConfig
 	if err != nil {
 		return ReplicationInfo{}, configErr("MigrateConfig", err)
 	}
-	n := wal.NamesFor(in)
+	n, err := wal.Resolve(ctx, pool, in)
+	if err != nil {
+		return ReplicationInfo{}, fmt.Errorf("outbox: %w", err)
+	}
 	info := ReplicationInfo{Publication: n.Publication, Slot: n.Slot}
 	if err := wal.Check(ctx, pool, n); err != nil {
 		return info, fmt.Errorf("outbox: %w", err)
@@ -192,7 +199,10 @@ func DropReplication(ctx context.Context, pool *pgxpool.Pool, cfg MigrateConfig)
 	if err != nil {
 		return configErr("MigrateConfig", err)
 	}
-	n := wal.NamesFor(in)
+	n, err := wal.Resolve(ctx, pool, in)
+	if err != nil {
+		return fmt.Errorf("outbox: %w", err)
+	}
 	err = wal.WithSetupLock(ctx, pool, n, func(db wal.DB) error {
 		if err := wal.Drop(ctx, db, n); err != nil {
 			return err

@@ -21,7 +21,7 @@ func ExampleReplicationSQL() {
 	}
 	// Output:
 	// CREATE PUBLICATION "pgoutbox_outbox_events" FOR TABLE "outbox_events" WITH (publish = 'insert', publish_via_partition_root = true);
-	// SELECT pg_create_logical_replication_slot('pgoutbox_outbox_events', 'pgoutput');
+	// SELECT pg_create_logical_replication_slot(left('pgoutbox_' || regexp_replace(translate(current_database() || '_' || 'outbox_events', 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz'), '[^a-z0-9_]', '_', 'g'), 54) || '_' || left(encode(sha256(convert_to(current_database(), 'UTF8') || '\x00'::bytea || convert_to('', 'UTF8') || '\x00'::bytea || convert_to('outbox_events', 'UTF8')), 'hex'), 8), 'pgoutput');
 	// UPDATE "outbox_events" SET retry_after = now() WHERE processed_at IS NULL AND retry_after IS NULL;
 	// CREATE INDEX IF NOT EXISTS "outbox_events_handoff_idx" ON "outbox_events" (seq) WHERE processed_at IS NULL AND dead_at IS NULL AND deliver_at IS NULL AND retry_after IS NOT NULL;
 	// CREATE INDEX IF NOT EXISTS "outbox_events_handoff_agg_idx" ON "outbox_events" (aggregate_type, aggregate_id, seq) WHERE processed_at IS NULL AND (retry_after IS NOT NULL OR dead_at IS NOT NULL);

@@ -48,7 +48,7 @@ func walNames(t *testing.T, e *env) wal.Names {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := wal.NamesFor(in)
+	n := wal.NamesFor(in, testdb.DatabaseName())
 	testdb.ReplicationObjects(t, n.Slot, n.Publication)
 	return n
 }

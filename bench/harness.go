@@ -312,7 +312,7 @@ func (h *harness) setupLean(ctx context.Context, what string) (string, error) {
 	if err != nil {
 		return s, err
 	}
-	return s, wal.DropTableSourceIndexes(ctx, h.pool, wal.NamesFor(n))
+	return s, wal.DropTableSourceIndexes(ctx, h.pool, wal.NamesFor(n, ""))
 }
 
 // setupBusiness creates a schema with the orders table alone: the business
@@ -331,18 +331,19 @@ func (h *harness) setupBusiness(ctx context.Context, what string) (string, error
 // walsenderApp is the application_name of the walsender streaming
 // schema's slot (internal/wal names its replication connection so), as
 // pg_stat_activity shows it: cut to NAMEDATALEN-1 (63) bytes.
-func walsenderApp(schema string) string {
-	name := "pgoutbox relay " + slotName(schema)
+func (h *harness) walsenderApp(schema string) string {
+	name := "pgoutbox relay " + h.slotName(schema)
 	return name[:min(len(name), 63)]
 }
 
-// slotName is the WAL source's slot for schema's table.
-func slotName(schema string) string {
+// slotName is the WAL source's slot for schema's table (in the bench's
+// database, which the slot's name includes).
+func (h *harness) slotName(schema string) string {
 	n, err := ident.New(schema, "")
 	if err != nil {
 		return ""
 	}
-	return wal.NamesFor(n).Slot
+	return wal.NamesFor(n, h.pool.Config().ConnConfig.Database).Slot
 }
 
 // dropReplication drops schema's slot and publication (ending the stream

@@ -277,7 +277,7 @@ SELECT sum(pg_table_size(relid))::bigint, sum(pg_indexes_size(relid))::bigint, c
 // waitConfirmed blocks until schema's slot is confirmed at lsn or past it:
 // the WAL source confirms a transaction only after deleting its rows.
 func (h *harness) waitConfirmed(ctx context.Context, schema, lsn string) error {
-	slot := slotName(schema)
+	slot := h.slotName(schema)
 	for {
 		var done bool
 		err := h.pool.QueryRow(ctx, `SELECT COALESCE(confirmed_flush_lsn >= $2::pg_lsn, false) FROM pg_replication_slots WHERE slot_name = $1`,
@@ -312,7 +312,7 @@ func (h *harness) waitCatalogXmin(ctx context.Context, schema string) (time.Dura
 	if err := h.pool.QueryRow(ctx, "SELECT pg_current_xact_id()::text").Scan(&xid); err != nil {
 		return 0, err
 	}
-	slot := slotName(schema)
+	slot := h.slotName(schema)
 	// Past 15 s (the interval of the running-transactions records) another
 	// session's transaction holds it back: the VACUUM runs anyway, noted.
 	for time.Since(start) < 15*time.Second {

@@ -258,8 +258,8 @@ func TestWALObjectsDropped(t *testing.T) {
 			h.close()
 			t.Fatal(err)
 		}
-		slot := slotName(s)
-		testdb.ReplicationObjects(t, slot, slot)
+		slot := h.slotName(s)
+		testdb.ReplicationObjects(t, slot, "")
 		if !slotExists(ctx, t, slot) {
 			t.Fatalf("setupWAL created no slot %s", slot)
 		}

@@ -472,7 +472,7 @@ func (h *harness) writePhase(ctx context.Context, r *results, p writePhase) (flo
 			spec.Profile = filepath.Join(h.opt.WriteProfile, fmt.Sprintf("%03d-relay-process.pprof", h.seq))
 		}
 		if p.source == string(outbox.SourceWAL) {
-			sessions["walsender"] = walsenderApp(s)
+			sessions["walsender"] = h.walsenderApp(s)
 		}
 		child, err := spawnRelay(ctx, spec)
 		if err != nil {

@@ -52,7 +52,11 @@ func (e *env) setupWAL(onCluster, partitioned bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := wal.NamesFor(in)
+	cfg, err := pgx.ParseConfig(e.dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := wal.NamesFor(in, cfg.Database)
 	e.wal, e.walSlot, e.walPublication = true, n.Slot, n.Publication
 	if onCluster {
 		t.Cleanup(func() {

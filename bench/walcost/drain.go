@@ -38,7 +38,10 @@ func drain(ctx context.Context, url string, n, txSize int, postmaster int) error
 	}
 	defer pool.Exec(context.WithoutCancel(ctx), "DROP SCHEMA "+ident.Quote(schema)+" CASCADE")
 	in, _ := ident.New(schema, "outbox_events")
-	names := wal.NamesFor(in)
+	names, err := wal.Resolve(ctx, pool, in)
+	if err != nil {
+		return err
+	}
 	if _, err := wal.Create(ctx, pool, names); err != nil {
 		return err
 	}

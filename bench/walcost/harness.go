@@ -125,7 +125,9 @@ func (h *harness) run(ctx context.Context, v variant) (res result, err error) {
 		return res, err
 	}
 	in, _ := ident.New(e.schema, "outbox_events")
-	e.names = wal.NamesFor(in)
+	if e.names, err = wal.Resolve(ctx, h.admin, in); err != nil {
+		return res, err
+	}
 	if v.consume != nil {
 		if _, err := wal.Create(ctx, h.admin, e.names); err != nil {
 			return res, err

@@ -177,7 +177,7 @@ func (e *Engine) CheckSchema(ctx context.Context) error {
 	}
 	var tableOnly []string
 	if e.ws == nil {
-		if tableOnly, err = wal.NamesFor(n).TableSourceIndexes(); err != nil {
+		if tableOnly, err = wal.NamesFor(n, "").TableSourceIndexes(); err != nil {
 			return err
 		}
 	}

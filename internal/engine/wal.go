@@ -50,8 +50,13 @@ const standbyRetry = 500 * time.Millisecond
 // or handed over, so an event the broker did not confirm is always in the
 // table.
 type walSource struct {
-	e     *Engine
-	names wal.Names
+	e *Engine
+	// names are the slot's, resolved by Prepare (wal.Resolve: the
+	// database is in the slot's name, and a slot of an older version's
+	// name is adopted); a fallback may move them to a fresh slot. Read
+	// through slot().
+	names    wal.Names
+	resolved bool
 	// qd marks outcomes with published rows deleted.
 	qd *store.Queries
 
@@ -74,10 +79,38 @@ type walSource struct {
 }
 
 func newWALSource(e *Engine) *walSource {
-	n := wal.NamesFor(e.cfg.Names)
-	s := &walSource{e: e, names: n, qd: store.New(e.cfg.Names, true), state: SourceState{Slot: n.Slot}}
+	s := &walSource{e: e, names: wal.NamesFor(e.cfg.Names, ""), qd: store.New(e.cfg.Names, true)}
 	s.del = newDeleter(s)
 	return s
+}
+
+// slot returns the slot's names.
+func (s *walSource) slot() wal.Names {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.names
+}
+
+// resolve finds the slot's names in the database, once.
+func (s *walSource) resolve(ctx context.Context) (wal.Names, error) {
+	s.mu.Lock()
+	if s.resolved {
+		defer s.mu.Unlock()
+		return s.names, nil
+	}
+	s.mu.Unlock()
+	n, err := wal.Resolve(ctx, s.e.pool, s.e.cfg.Names)
+	if err != nil {
+		return n, err
+	}
+	if n.Adopted() {
+		s.e.cfg.Logger.Info("outbox WAL source: streaming the slot of an older version's name; its position is kept",
+			"slot", n.Slot, "new_name", n.Fresh().Slot)
+	}
+	s.mu.Lock()
+	s.names, s.resolved, s.state.Slot = n, true, n.Slot
+	s.mu.Unlock()
+	return n, nil
 }
 
 func (s *walSource) setState(f func(*SourceState)) {
@@ -96,7 +129,10 @@ func (e *Engine) Prepare(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, max(e.cfg.StatementTimeout, 30*time.Second))
 	defer cancel()
-	n := e.ws.names
+	n, err := e.ws.resolve(ctx)
+	if err != nil {
+		return err
+	}
 	if err := wal.Check(ctx, e.pool, n); err != nil {
 		return err
 	}
@@ -133,7 +169,15 @@ func isPrivilege(err error) bool {
 // streams it, falling back to the table while it is lost, reopening after
 // any other error.
 func (s *walSource) run(ctx context.Context) {
-	log := s.e.cfg.Logger.With("slot", s.names.Slot)
+	for ctx.Err() == nil {
+		if _, err := s.resolve(ctx); err == nil {
+			break
+		}
+		if !s.e.sleep(ctx, standbyRetry, false) {
+			return
+		}
+	}
+	log := s.e.cfg.Logger.With("slot", s.slot().Slot)
 	m := s.e.cfg.Metrics
 	failures := 0
 	standby := false
@@ -189,7 +233,7 @@ func (s *walSource) fallBack(ctx context.Context, log interface {
 	e := s.e
 	log.Error("outbox WAL source: the replication slot is lost; relaying from the table until a fresh slot streams (no event is lost: every unconfirmed event is still in the table)", "err", cause)
 	cctx, cancel := context.WithTimeout(ctx, e.cfg.StatementTimeout)
-	full, err := wal.HasTableSourceIndexes(cctx, e.pool, s.names)
+	full, err := wal.HasTableSourceIndexes(cctx, e.pool, s.slot())
 	cancel()
 	// Not knowing, hand over: that works on any table.
 	s.handing.Store(err != nil || !full)
@@ -238,7 +282,7 @@ func (s *walSource) handOver(ctx context.Context, d time.Duration) bool {
 	end := time.Now().Add(d)
 	for {
 		cctx, cancel := context.WithTimeout(ctx, e.cfg.StatementTimeout)
-		tag, err := e.pool.Exec(cctx, s.names.MarkBacklogSQL())
+		tag, err := e.pool.Exec(cctx, s.slot().MarkBacklogSQL())
 		cancel()
 		switch {
 		case ctx.Err() != nil:
@@ -260,24 +304,36 @@ func (s *walSource) handOver(ctx context.Context, d time.Duration) bool {
 
 // replaceSlot creates a fresh slot, dropping the old one first if it was
 // invalidated (PostgreSQL keeps a lost slot listed until it is dropped).
+// A lost slot of an older version's name is replaced by one of the
+// current name.
 func (s *walSource) replaceSlot(ctx context.Context) error {
-	st, err := wal.Inspect(ctx, s.e.pool, s.names)
+	n := s.slot()
+	st, err := wal.Inspect(ctx, s.e.pool, n)
 	if err != nil {
 		return err
 	}
 	if st.Exists && st.WALStatus == "lost" {
-		if err := wal.DropSlot(ctx, s.e.pool, s.names); err != nil {
+		if err := wal.DropSlot(ctx, s.e.pool, n); err != nil {
 			return err
 		}
 	}
-	_, err = wal.Create(ctx, s.e.pool, s.names)
-	return err
+	if n.Adopted() {
+		n = n.Fresh()
+	}
+	if _, err = wal.Create(ctx, s.e.pool, n); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.names, s.state.Slot = n, n.Slot
+	s.mu.Unlock()
+	return nil
 }
 
 // stream opens the slot and relays from it until an error.
 func (s *walSource) stream(ctx context.Context) error {
 	e := s.e
-	st, err := wal.Open(ctx, wal.StreamConfig{ConnConfig: &e.pool.Config().ConnConfig.Config, Names: s.names,
+	n := s.slot()
+	st, err := wal.Open(ctx, wal.StreamConfig{ConnConfig: &e.pool.Config().ConnConfig.Config, Names: n,
 		Timeout: max(wal.DefaultTimeout, 3*e.cfg.StatementTimeout),
 		// What waits for the next batch, bounded as one batch is.
 		BufferBytes: e.cfg.MaxBatchBytes,
@@ -310,7 +366,7 @@ func (s *walSource) stream(ctx context.Context) error {
 	if m := e.cfg.Metrics; m != nil {
 		m.Streaming.Set(1)
 	}
-	e.cfg.Logger.Info("outbox WAL source: streaming", "slot", s.names.Slot, "from", st.Confirmed().String())
+	e.cfg.Logger.Info("outbox WAL source: streaming", "slot", n.Slot, "from", st.Confirmed().String())
 	outages := 0
 	for {
 		rows, err := s.gather(ctx, st)
@@ -341,7 +397,7 @@ var slotStates = []string{"reserved", "extended", "unreserved", "lost", "missing
 
 // refreshGauges reads the slot's row and sets the replication gauges.
 func (s *walSource) refreshGauges(ctx context.Context) error {
-	st, err := wal.Inspect(ctx, s.e.pool, s.names)
+	st, err := wal.Inspect(ctx, s.e.pool, s.slot())
 	if err != nil {
 		return err
 	}

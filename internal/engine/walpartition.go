@@ -89,7 +89,7 @@ func (s *walSource) rotatePartitions(ctx context.Context) {
 func (s *walSource) rotateOnce(ctx context.Context, r *rotation) error {
 	e := s.e
 	sctx, cancel := e.stmtCtx(ctx)
-	p, err := wal.ReadPartitions(sctx, e.pool, s.names)
+	p, err := wal.ReadPartitions(sctx, e.pool, s.slot())
 	cancel()
 	if err != nil {
 		return err
@@ -149,7 +149,7 @@ func (s *walSource) rotateTo(ctx context.Context, r *rotation, k int64, now time
 	e := s.e
 	sctx, cancel := e.stmtCtx(ctx)
 	defer cancel()
-	x, err := wal.Attach(sctx, e.pool, s.names, k)
+	x, err := wal.Attach(sctx, e.pool, s.slot(), k)
 	if err != nil {
 		if isPrivilege(err) {
 			r.off = true
@@ -159,7 +159,7 @@ func (s *walSource) rotateTo(ctx context.Context, r *rotation, k int64, now time
 		}
 		return err
 	}
-	if r.nextWait, err = wal.TableLockers(sctx, e.pool, s.names); err != nil {
+	if r.nextWait, err = wal.TableLockers(sctx, e.pool, s.slot()); err != nil {
 		return err
 	}
 	r.next, r.nextSince = &x, now
@@ -184,7 +184,7 @@ func (s *walSource) advance(ctx context.Context, r *rotation, now time.Time) err
 		}
 		return nil
 	}
-	if err := wal.Advance(sctx, e.pool, s.names, *r.next); err != nil {
+	if err := wal.Advance(sctx, e.pool, s.slot(), *r.next); err != nil {
 		return err
 	}
 	r.cur, r.since = r.next.K, now
@@ -210,7 +210,7 @@ func (s *walSource) retire(ctx context.Context, r *rotation, x wal.Partition, no
 	sctx, cancel := e.stmtCtx(ctx)
 	defer cancel()
 	if x.DetachPending {
-		if err := wal.FinishDetach(sctx, e.pool, s.names, x); err != nil {
+		if err := wal.FinishDetach(sctx, e.pool, s.slot(), x); err != nil {
 			return err
 		}
 		delete(r.old, x.OID)
@@ -232,7 +232,7 @@ func (s *walSource) retire(ctx context.Context, r *rotation, x wal.Partition, no
 		}
 		st.fenced = true
 	}
-	slot, err := wal.Inspect(sctx, e.pool, s.names)
+	slot, err := wal.Inspect(sctx, e.pool, s.slot())
 	if err != nil || slot.ConfirmedFlush < st.lsn {
 		return err
 	}
@@ -245,7 +245,7 @@ func (s *walSource) retire(ctx context.Context, r *rotation, x wal.Partition, no
 	}
 	if left == 0 {
 		dctx, dcancel := context.WithTimeout(ctx, detachTimeout)
-		err := wal.Detach(dctx, e.pool, s.names, x)
+		err := wal.Detach(dctx, e.pool, s.slot(), x)
 		dcancel()
 		if err != nil {
 			return err
@@ -264,7 +264,7 @@ func (s *walSource) retire(ctx context.Context, r *rotation, x wal.Partition, no
 		return nil
 	}
 	cctx, ccancel := context.WithTimeout(ctx, max(e.cfg.StatementTimeout, 30*time.Second))
-	kept, err := wal.Compact(cctx, e.pool, s.names, x, compactLockWait)
+	kept, err := wal.Compact(cctx, e.pool, s.slot(), x, compactLockWait)
 	ccancel()
 	if errors.Is(err, wal.ErrLockBusy) {
 		e.cfg.Logger.Debug("outbox partitions: partition busy; compacting it later", "partition", x.QName)
@@ -285,7 +285,7 @@ func (s *walSource) dropDetached(ctx context.Context, x wal.Partition) error {
 	e := s.e
 	sctx, cancel := context.WithTimeout(ctx, max(e.cfg.StatementTimeout, 30*time.Second))
 	defer cancel()
-	dropped, err := wal.DropDetached(sctx, e.pool, s.names, x)
+	dropped, err := wal.DropDetached(sctx, e.pool, s.slot(), x)
 	if err != nil {
 		return err
 	}

@@ -64,3 +64,13 @@ func dropSlot(ctx context.Context, conn *pgx.Conn, slot string) error {
 		}
 	}
 }
+
+// DatabaseName is the name of the test database (TEST_DATABASE_URL's),
+// which the WAL source's slot names include.
+func DatabaseName() string {
+	cfg, err := pgx.ParseConfig(URL())
+	if err != nil {
+		return ""
+	}
+	return cfg.Database
+}

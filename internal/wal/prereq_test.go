@@ -84,7 +84,7 @@ func TestCheckSettings(t *testing.T) {
 		{"no privilege", func(s *settings) { s.replication = false }, "the REPLICATION privilege", []string{"WITH REPLICATION"}},
 		{"slots full", func(s *settings) { s.usedSlots = 10 }, "max_replication_slots", []string{"10 with 10 in use", "pg_replication_slots"}},
 		{"senders full", func(s *settings) { s.usedSenders = 10 }, "max_wal_senders", []string{"10 with 10 in use"}},
-		{"other plugin", func(s *settings) { s.slotExists, s.slotPlugin = true, "wal2json" }, "replication slot pgoutbox_outbox_events", []string{"wal2json", "pgoutput"}},
+		{"other plugin", func(s *settings) { s.slotExists, s.slotPlugin = true, "wal2json" }, "replication slot " + n.Slot, []string{"wal2json", "pgoutput"}},
 	} {
 		s := ok
 		c.edit(&s)

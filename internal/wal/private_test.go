@@ -22,7 +22,7 @@ func TestPrivateServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := NamesFor(in)
+	n := NamesFor(in, "postgres")
 
 	c.start("wal_level=replica")
 	err = Check(ctx, c.connect(), n)

@@ -45,7 +45,7 @@ func migrated(t *testing.T, partitioned bool) (*pgxpool.Pool, string, Names) {
 	if _, err := migrate.Up(context.Background(), pool, in, partitioned); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
-	return pool, schema, NamesFor(in)
+	return pool, schema, NamesFor(in, testdb.DatabaseName())
 }
 
 // withSlot creates the publication and slot of schema.table.
@@ -55,7 +55,7 @@ func withSlot(t *testing.T, pool *pgxpool.Pool, schema, table string) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := NamesFor(in)
+	n := NamesFor(in, testdb.DatabaseName())
 	testdb.ReplicationObjects(t, n.Slot, n.Publication)
 	created, err := Create(context.Background(), pool, n)
 	if err != nil {

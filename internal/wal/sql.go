@@ -96,8 +96,8 @@ func (n Names) Script() string {
 	b.WriteString("-- The publication comes first: the slot decodes with the catalog as of its creation.\n")
 	b.WriteString(n.CreatePublicationSQL())
 	b.WriteString(";\n")
-	b.WriteString(n.CreateSlotSQL())
-	b.WriteString(";\n")
+	// The slot's name includes the database's, which the server knows.
+	fmt.Fprintf(&b, "SELECT pg_create_logical_replication_slot(%s, %s);\n", slotNameSQL(n.Table.Schema, n.Table.Table), literal(Plugin))
 	b.WriteString("-- Rows pending from before the slot go to the relay's table workers:\n")
 	b.WriteString(n.MarkBacklogSQL())
 	b.WriteString(";\n")
@@ -119,7 +119,8 @@ func (n Names) Script() string {
 		}
 	}
 	b.WriteString("-- To remove them (stop the relays first; an active slot cannot be dropped):\n")
-	b.WriteString("-- " + n.DropSlotSQL() + ";\n")
+	b.WriteString("-- SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = current_database() AND slot_name IN (" +
+		slotNameSQL(n.Table.Schema, n.Table.Table) + ", " + literal(n.LegacySlot) + ");\n")
 	b.WriteString("-- " + n.DropPublicationSQL() + ";\n")
 	if create, err := n.CreateTableSourceIndexesSQL(); err == nil {
 		b.WriteString("-- and set the table up for the table source again:\n")

@@ -31,7 +31,7 @@ func TestMigrateSQLSourceWAL(t *testing.T) {
 	if r.stdout != script+"\n"+repl {
 		t.Errorf("migrate sql --source wal is not the migrations then the replication SQL:\n%s", r.stdout)
 	}
-	if !strings.Contains(r.stdout, `FOR TABLE "billing"."events" WITH (publish = 'insert'`) || !strings.Contains(r.stdout, "pg_create_logical_replication_slot('pgoutbox_billing_events_") {
+	if !strings.Contains(r.stdout, `FOR TABLE "billing"."events" WITH (publish = 'insert'`) || !strings.Contains(r.stdout, "pg_create_logical_replication_slot(left('pgoutbox_' || regexp_replace(translate(current_database() || '_' || 'billing_events'") {
 		t.Errorf("migrate sql --source wal lacks the publication or the slot:\n%s", r.stdout)
 	}
 	wantExit(t, run(t, noDB, "migrate", "sql", "--source", "kafka"), ExitUsage)
@@ -46,7 +46,7 @@ func walSchema(t *testing.T) (string, ident.Names, wal.Names, *pgxpool.Pool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := wal.NamesFor(in)
+	n := wal.NamesFor(in, testdb.DatabaseName())
 	testdb.ReplicationObjects(t, n.Slot, n.Publication)
 	pool := testdb.Pool(t, "")
 	t.Cleanup(func() { _ = wal.Drop(context.Background(), pool, n) })

@@ -180,7 +180,7 @@ func TestStatusWALSlot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := wal.NamesFor(in)
+	n := wal.NamesFor(in, testdb.DatabaseName())
 
 	r := run(t, dbEnv(), "status", "--schema", f.schema)
 	wantExit(t, r, ExitOK)
@@ -307,7 +307,7 @@ func TestRelaySourceWAL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := wal.NamesFor(in)
+	n := wal.NamesFor(in, testdb.DatabaseName())
 	testdb.ReplicationObjects(t, n.Slot, n.Publication)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -398,7 +398,7 @@ func TestRelaySourceWALPrerequisite(t *testing.T) {
 		t.Errorf("the failure is not logged with its exit code:\n%s", stderr.String())
 	}
 	var slots int
-	if err := f.pool.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, wal.NamesFor(mustNames(t, f.schema)).Slot).Scan(&slots); err != nil || slots != 0 {
+	if err := f.pool.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, wal.NamesFor(mustNames(t, f.schema), testdb.DatabaseName()).Slot).Scan(&slots); err != nil || slots != 0 {
 		t.Errorf("%d slot(s) left (%v)", slots, err)
 	}
 }

@@ -44,10 +44,13 @@ func readSlot(ctx context.Context, pool *pgxpool.Pool, d *dbOptions) (*slotStatu
 	if err != nil {
 		return nil, flagError(err)
 	}
-	n := wal.NamesFor(in)
 	timeout := adminTimeout(pool.Config(), d.StatementTimeout)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	n, err := wal.Resolve(ctx, pool, in)
+	if err != nil {
+		return nil, fmt.Errorf("status: %w", err)
+	}
 	fail := func(err error) error {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			cc := pool.Config().ConnConfig
