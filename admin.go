@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -73,6 +74,10 @@ type Admin struct {
 	q       *store.Queries
 	aq      *store.AdminQueries
 	timeout time.Duration // <= 0: none
+	// migrated9: the table has the cancellations table (migration 9),
+	// which deletions of unpublished events update for WAL relays; found
+	// once, at the first deletion.
+	migrated9 atomic.Bool
 }
 
 // NewAdmin validates cfg and returns an Admin.
@@ -88,7 +93,27 @@ func NewAdmin(pool *pgxpool.Pool, cfg AdminConfig) (*Admin, error) {
 	if timeout == 0 {
 		timeout = defaultAdminTimeout(pool.Config())
 	}
-	return &Admin{pool: pool, names: n, q: store.New(n, false), aq: store.NewAdmin(n), timeout: timeout}, nil
+	return &Admin{pool: pool, names: n, q: store.New(n, false), aq: store.NewAdmin(n, false), timeout: timeout}, nil
+}
+
+// deleting returns the statements for deleting unpublished events: with
+// the cancellations table raised in the same transaction once the table is
+// migrated to 9 (so a WAL relay does not publish them from the WAL), and
+// without it on an older table, which no WAL relay streams.
+func (a *Admin) deleting(ctx context.Context) (*store.AdminQueries, *store.ReplayQueries, error) {
+	if !a.migrated9.Load() {
+		var ok bool
+		if err := a.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, a.q.Cancels).Scan(&ok); err != nil {
+			return nil, nil, err
+		}
+		a.migrated9.Store(ok)
+	}
+	m := a.migrated9.Load()
+	rq, err := store.NewReplay(a.names, m)
+	if err != nil {
+		return nil, nil, configErr("AdminConfig", err)
+	}
+	return store.NewAdmin(a.names, m), rq, nil
 }
 
 // defaultAdminTimeout is AdminConfig.StatementTimeout's default for pool.
@@ -397,10 +422,16 @@ func (a *Admin) Discard(ctx context.Context, sel DiscardSelector) (DiscardResult
 			query = a.aq.CountDiscardIDs
 		}
 		err = a.pool.QueryRow(ctx, query, args...).Scan(&res.Discarded)
-	case byID:
-		err = a.pool.QueryRow(ctx, a.aq.DiscardIDs, args...).Scan(&res.Discarded, &res.Released)
 	default:
-		err = a.pool.QueryRow(ctx, a.aq.DiscardDead, args...).Scan(&res.Discarded, &res.Released)
+		var aq *store.AdminQueries
+		if aq, _, err = a.deleting(ctx); err != nil {
+			break
+		}
+		query := aq.DiscardDead
+		if byID {
+			query = aq.DiscardIDs
+		}
+		err = a.pool.QueryRow(ctx, query, args...).Scan(&res.Discarded, &res.Released)
 	}
 	if err != nil {
 		return DiscardResult{}, a.fail(ctx, "discard", err)

@@ -33,12 +33,12 @@ func (a *Admin) Cancel(ctx context.Context, ids ...uuid.UUID) (CancelResult, err
 	if len(ids) == 0 {
 		return res, errors.New("outbox: Cancel: no event id given")
 	}
-	rq, err := a.replayQueries()
-	if err != nil {
-		return res, err
-	}
 	ctx, cancel := a.bound(ctx)
 	defer cancel()
+	_, rq, err := a.deleting(ctx)
+	if err != nil {
+		return res, a.fail(ctx, "cancel", err)
+	}
 	var gone []uuid.UUID
 	if err := a.pool.QueryRow(ctx, rq.CancelEvents, ids).Scan(&gone, &res.Released); err != nil {
 		return res, a.fail(ctx, "cancel", err)

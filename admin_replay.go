@@ -174,7 +174,7 @@ func (sel *ReplaySelector) args() []any {
 }
 
 func (a *Admin) replayQueries() (*store.ReplayQueries, error) {
-	rq, err := store.NewReplay(a.names)
+	rq, err := store.NewReplay(a.names, false)
 	if err != nil {
 		return nil, configErr("AdminConfig", err)
 	}
@@ -499,13 +499,13 @@ type ReplayCancelResult struct {
 // broker confirmed it. The originals are untouched (a same-id replay's
 // originals stay in the archive). Cancelling twice is harmless.
 func (a *Admin) ReplayCancel(ctx context.Context, id uuid.UUID) (ReplayCancelResult, error) {
-	rq, err := a.replayQueries()
-	if err != nil {
-		return ReplayCancelResult{}, err
-	}
 	var res ReplayCancelResult
 	bctx, cancel := a.bound(ctx)
 	defer cancel()
+	_, rq, err := a.deleting(bctx)
+	if err != nil {
+		return res, a.fail(bctx, "replay cancel", err)
+	}
 	err = pgx.BeginFunc(bctx, a.pool, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(bctx, rq.Cancel, id).Scan(new(uuid.UUID)); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {

@@ -424,6 +424,8 @@ func TestMigrationSQLOddNames(t *testing.T) {
 	}
 	got := relationsIn(t, pool, schema)
 	want := []string{
+		`Ordres "été"; x_cancels r`,
+		`Ordres "été"; x_cancels_pkey i`,
 		`Ordres "été"; x_dead_letters v`,
 		`Ordres "été"; x_events r`,
 		`Ordres "été"; x_events_aggregate_idx i`,

@@ -175,6 +175,9 @@ func (e *Engine) CheckSchema(ctx context.Context) error {
 			want[i] = n.QSchema + "." + want[i]
 		}
 	}
+	if e.ws != nil {
+		want = append(want, e.q.Cancels) // migration 9, qualified already; read by the stream only
+	}
 	var tableOnly []string
 	if e.ws == nil {
 		if tableOnly, err = wal.NamesFor(n, "").TableSourceIndexes(); err != nil {

@@ -110,6 +110,11 @@ func (s *walSource) batch(ctx context.Context, st *wal.Stream, rows []*Row) (Res
 		}
 		p.send = append(p.send, r)
 	}
+	if len(p.send) > 0 {
+		if err := s.dropCancelled(bg, &p); err != nil {
+			return Result{}, err
+		}
+	}
 	if e.cfg.Ordered && len(p.send) > 0 {
 		if err := s.checkOrder(bg, &p); err != nil {
 			return Result{}, err

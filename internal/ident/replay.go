@@ -18,6 +18,13 @@ func (n Names) QReplays() (string, error) {
 	return n.qualified("replays table", strings.TrimSuffix(n.Table, "_events")+"_replays")
 }
 
+// QCancels is the cancellations table, "schema"."<base>_cancels"
+// (migration 9): the WAL position of the last cancel, which a WAL relay
+// reads before it publishes rows committed before it.
+func (n Names) QCancels() (string, error) {
+	return n.qualified("cancellations table", strings.TrimSuffix(n.Table, "_events")+"_cancels")
+}
+
 // ReplayIndex is the outbox table's index of replayed rows, unqualified.
 func (n Names) ReplayIndex() (string, error) { return n.local("replay index", n.Table+"_replay_idx") }
 

@@ -46,8 +46,9 @@ type AdminQueries struct {
 	Unprocessed string
 }
 
-// NewAdmin builds the operator's statements for n.
-func NewAdmin(n ident.Names) *AdminQueries {
+// NewAdmin builds the operator's statements for n; with cancels, its
+// deletions raise the cancellations table's position (migration 9).
+func NewAdmin(n ident.Names, cancels bool) *AdminQueries {
 	t := n.QTable
 	discard := func(where string) string {
 		return `WITH gone AS (
@@ -56,7 +57,7 @@ func NewAdmin(n ident.Names) *AdminQueries {
 released AS (
     UPDATE ` + t + ` AS s SET dead_at = NULL, held_by = NULL
     FROM gone WHERE s.held_by = gone.id AND s.processed_at IS NULL
-    RETURNING 1)
+    RETURNING 1)` + cancelled(n, cancels) + `
 SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM released)`
 	}
 	const deadByID = `dead_at IS NOT NULL AND processed_at IS NULL AND held_by IS NULL AND id = ANY($1::uuid[])`

@@ -138,6 +138,14 @@ type Queries struct {
 	// CheckColumns fails when the table is missing or lacks a column this
 	// version needs.
 	CheckColumns string
+	// Cancels is the cancellations table (migration 9), qualified.
+	// CancelledLSN reads the WAL position of the last cancel, as a bigint:
+	// a WAL relay publishes a row committed before it only once
+	// StreamOwned ($1 uuid[]) finds it still in the table and still the
+	// stream's (not handed to the table path, not processed).
+	Cancels      string
+	CancelledLSN string
+	StreamOwned  string
 
 	table string // the quoted table, for HandoffOnly
 }
@@ -146,7 +154,12 @@ type Queries struct {
 // deleted instead of marked.
 func New(n ident.Names, deleteProcessed bool) *Queries {
 	t := n.QTable
+	cancels := cancelsTable(n)
 	return &Queries{
+		Cancels:      cancels,
+		CancelledLSN: `SELECT (lsn - '0/0'::pg_lsn)::bigint FROM ` + cancels,
+		StreamOwned: `SELECT id FROM ` + t + `
+WHERE id = ANY($1::uuid[]) AND processed_at IS NULL AND retry_after IS NULL AND dead_at IS NULL`,
 		table: t,
 		Claim: `SELECT id, seq, aggregate_type, aggregate_id, event_type, ` + claimBody + `, created_at, attempts, last_error IS NOT NULL, false, false
 FROM ` + t + `
@@ -258,6 +271,30 @@ LIMIT $3`,
        attempts, created_at, processed_at, retry_after, last_error, dead_at, held_by, deliver_at
 FROM ` + t + ` LIMIT 0`,
 	}
+}
+
+// cancelsTable is n's cancellations table; a name too long for PostgreSQL
+// is kept whole, so the statements fail naming it (the migration fails the
+// same way first).
+func cancelsTable(n ident.Names) string {
+	if q, err := n.QCancels(); err == nil {
+		return q
+	}
+	return ident.Quote(strings.TrimSuffix(n.Table, "_events") + "_cancels")
+}
+
+// cancelled is, with cancels, a CTE (after a comma) raising the
+// cancellations table's position to this transaction's when the CTE gone
+// deleted any row: see Queries.CancelledLSN. Without cancels (a table not
+// yet migrated to 9, which no WAL relay streams), nothing.
+func cancelled(n ident.Names, cancels bool) string {
+	if !cancels {
+		return ""
+	}
+	return `,
+bumped AS (
+    UPDATE ` + cancelsTable(n) + ` SET lsn = greatest(lsn, pg_current_wal_insert_lsn())
+    WHERE EXISTS (SELECT 1 FROM gone))`
 }
 
 // attemptsPlus is col + n without overflow: a plain INSERT may store the

@@ -69,9 +69,9 @@ type ReplayQueries struct {
 	ArchiveCount string
 }
 
-// NewReplay builds the statements for n; it fails when a derived name is
-// too long (the migration fails the same way).
-func NewReplay(n ident.Names) (*ReplayQueries, error) {
+// NewReplay builds the statements for n (cancels: see NewAdmin); it fails
+// when a derived name is too long (the migration fails the same way).
+func NewReplay(n ident.Names, cancels bool) (*ReplayQueries, error) {
 	t := n.QTable
 	arch, err := n.QArchive()
 	if err != nil {
@@ -145,7 +145,7 @@ WHERE id = $1 RETURNING id`,
     RETURNING id),
 ` + released("gone", ` AND s.replay_id IS DISTINCT FROM $1`) + `,
 counted AS (
-    UPDATE ` + reps + ` SET cancelled = cancelled + (SELECT count(*) FROM gone) WHERE id = $1)
+    UPDATE ` + reps + ` SET cancelled = cancelled + (SELECT count(*) FROM gone) WHERE id = $1)` + cancelled(n, cancels) + `
 SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM released)`,
 		List: `SELECT r.id, r.mode, r.selector, r.selected, r.queued, r.skipped, r.cancelled, r.state,
        COALESCE(r.error, ''), r.created_at, r.finished_at,
@@ -163,7 +163,7 @@ FROM ` + t + ` WHERE replay_id IS NOT NULL`,
 		CancelEvents: `WITH gone AS (
     DELETE FROM ` + t + ` WHERE id = ANY($1::uuid[]) AND processed_at IS NULL
     RETURNING id),
-` + released("gone", ` AND NOT (s.id = ANY($1::uuid[]))`) + `
+` + released("gone", ` AND NOT (s.id = ANY($1::uuid[]))`) + cancelled(n, cancels) + `
 SELECT ARRAY(SELECT id FROM gone), (SELECT count(*) FROM released)`,
 		Published: `SELECT id FROM ` + t + ` WHERE id = ANY($1::uuid[]) AND processed_at IS NOT NULL
 UNION
