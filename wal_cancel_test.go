@@ -87,7 +87,9 @@ func TestWALSourceDiscardedDeadLetterStaysDiscarded(t *testing.T) {
 	if _, err := e.pool.Exec(ctx(t), `SELECT pg_copy_logical_replication_slot($1, $2)`, n.Slot, saved); err != nil {
 		t.Fatalf("copy slot: %v", err)
 	}
-	t.Cleanup(func() { _, _ = e.pool.Exec(ctx(t), `SELECT pg_drop_replication_slot($1) FROM pg_replication_slots WHERE slot_name = $1`, saved) })
+	t.Cleanup(func() {
+		_, _ = e.pool.Exec(ctx(t), `SELECT pg_drop_replication_slot($1) FROM pg_replication_slots WHERE slot_name = $1`, saved)
+	})
 	bad := event("poison", 0)
 	bad.EventType = "poison"
 	var failed atomic.Int64
