@@ -30,9 +30,6 @@ type target struct {
 
 func (t target) group() bool { return t.Scope == "group" }
 
-// anyError says the target is every error of its event type (or all).
-func (t target) anyError() bool { return !t.ErrorSet }
-
 // selector is t as the Admin selector, or an error to show.
 func (t target) selector(dryRun bool) (outbox.RetrySelector, error) {
 	switch {
