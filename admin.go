@@ -318,17 +318,24 @@ func (a *Admin) DeadLetters(ctx context.Context, f DeadLetterFilter) ([]Record, 
 }
 
 // RetrySelector says which rows Retry re-queues: either IDs, or dead letters
-// selected by EventType, ErrorGroup and OlderThan (together), or All dead
-// letters (with OlderThan if set).
+// selected by EventType, ErrorGroup (or NoError) and OlderThan (together), or
+// All dead letters (with OlderThan if set). DeadLetterGroup.Selector returns
+// the selector of one group as DeadLetterGroups lists it.
 type RetrySelector struct {
 	// IDs re-queues these unprocessed rows, dead letters or rows waiting for
 	// their backoff.
 	IDs []uuid.UUID
-	// EventType re-queues the dead letters of this type.
+	// EventType re-queues the dead letters of this type. Empty means any
+	// type.
 	EventType string
 	// ErrorGroup re-queues the dead letters whose normalised error is this
-	// (DeadLetterGroup.Error).
+	// (DeadLetterGroup.Error). Empty means any error: the group of dead
+	// letters that recorded no error is selected with NoError.
 	ErrorGroup string
+	// NoError re-queues the dead letters that recorded no error: the group
+	// DeadLetterGroups lists with an empty Error. It cannot be combined with
+	// ErrorGroup.
+	NoError bool
 	// OlderThan keeps only dead letters created at least this long ago.
 	OlderThan time.Duration
 	// All re-queues every dead letter.
@@ -344,20 +351,28 @@ type DiscardSelector RetrySelector
 // deadFilter checks a selector and returns the arguments of the dead-letter
 // filter, or byID when the selector names ids.
 func deadFilter(what string, sel RetrySelector) (args []any, byID bool, err error) {
-	filter := sel.EventType != "" || sel.ErrorGroup != "" || sel.OlderThan != 0
+	group := sel.ErrorGroup != "" || sel.NoError
+	filter := sel.EventType != "" || group || sel.OlderThan != 0
 	switch {
 	case sel.OlderThan < 0:
 		return nil, false, fmt.Errorf("outbox: %s.OlderThan: %s must not be negative", what, sel.OlderThan)
+	case sel.NoError && sel.ErrorGroup != "":
+		return nil, false, fmt.Errorf("outbox: %s: NoError selects the dead letters without an error; it cannot be combined with ErrorGroup %q", what, sel.ErrorGroup)
 	case len(sel.IDs) > 0 && (filter || sel.All):
-		return nil, false, fmt.Errorf("outbox: %s: IDs cannot be combined with EventType, ErrorGroup, OlderThan or All", what)
+		return nil, false, fmt.Errorf("outbox: %s: IDs cannot be combined with EventType, ErrorGroup, NoError, OlderThan or All", what)
 	case len(sel.IDs) > 0:
 		return []any{sel.IDs}, true, nil
-	case sel.All && (sel.EventType != "" || sel.ErrorGroup != ""):
-		return nil, false, fmt.Errorf("outbox: %s: All cannot be combined with EventType or ErrorGroup", what)
+	case sel.All && (sel.EventType != "" || group):
+		return nil, false, fmt.Errorf("outbox: %s: All cannot be combined with EventType, ErrorGroup or NoError", what)
 	case !sel.All && !filter:
-		return nil, false, fmt.Errorf("outbox: %s: set IDs, All, or at least one of EventType, ErrorGroup, OlderThan", what)
+		return nil, false, fmt.Errorf("outbox: %s: set IDs, All, or at least one of EventType, ErrorGroup, NoError, OlderThan", what)
 	}
-	return []any{sel.EventType, sel.ErrorGroup, sel.OlderThan}, false, nil
+	// NULL selects any error; '' the group of the dead letters without one.
+	var errorGroup *string
+	if group {
+		errorGroup = &sel.ErrorGroup
+	}
+	return []any{sel.EventType, errorGroup, sel.OlderThan}, false, nil
 }
 
 // Retry is the manual retry path: it resets attempts, retry_after and the
@@ -440,10 +455,13 @@ func (a *Admin) Discard(ctx context.Context, sel DiscardSelector) (DiscardResult
 }
 
 // DeadLetterGroup is a set of dead letters with one event type and one
-// normalised error (numbers and ids replaced by <n> and <id>).
+// normalised error (numbers and ids replaced by <n> and <id>; an error
+// longer than 200 characters keeps its start and its end around " … ").
 type DeadLetterGroup struct {
 	// EventType is empty when grouped by error alone.
-	EventType string    `json:"event_type"`
+	EventType string `json:"event_type"`
+	// Error is the normalised error; empty for the dead letters that
+	// recorded none, which make a group of their own.
 	Error     string    `json:"error"`
 	Count     int64     `json:"count"`
 	FirstSeen time.Time `json:"first_seen"` // earliest dead_at
@@ -452,9 +470,16 @@ type DeadLetterGroup struct {
 	SampleID uuid.UUID `json:"sample_id"`
 }
 
+// Selector returns the selector of exactly this group's dead letters, for
+// Retry, Discard and DeadLetterGroupMembers: an empty Error selects the
+// dead letters without an error (NoError), never every error.
+func (g DeadLetterGroup) Selector() RetrySelector {
+	return RetrySelector{EventType: g.EventType, ErrorGroup: g.Error, NoError: g.Error == ""}
+}
+
 // DeadLetterGroups counts dead letters per event type and error, the largest
 // groups first; with byErrorOnly, per error across event types. A group is
-// acted on with Retry or Discard by its EventType and Error as ErrorGroup.
+// acted on with Retry or Discard through its Selector.
 func (a *Admin) DeadLetterGroups(ctx context.Context, byErrorOnly bool) ([]DeadLetterGroup, error) {
 	ctx, cancel := a.bound(ctx)
 	defer cancel()

@@ -52,16 +52,24 @@ func (a *Admin) PublishedPerMinute(ctx context.Context, minutes int) ([]MinuteCo
 	return out, nil
 }
 
-// DeadLetterGroupMembers lists the dead letters of one group, as
-// DeadLetterGroups shows it (eventType "" for any type), in insertion order,
-// at most limit (default 100).
-func (a *Admin) DeadLetterGroupMembers(ctx context.Context, eventType, errorGroup string, limit int) ([]EventInfo, error) {
+// DeadLetterGroupMembers lists the dead letters sel selects, as Retry and
+// Discard select them (EventType, ErrorGroup or NoError, OlderThan, or All;
+// DeadLetterGroup.Selector gives a group's), in insertion order, at most
+// limit (default 100). sel.IDs and sel.DryRun are not read: IDs are refused.
+func (a *Admin) DeadLetterGroupMembers(ctx context.Context, sel RetrySelector, limit int) ([]EventInfo, error) {
+	if len(sel.IDs) > 0 {
+		return nil, errors.New("outbox: DeadLetterGroupMembers: select a group, not IDs (read events by id with Events)")
+	}
+	args, _, err := deadFilter("RetrySelector", sel)
+	if err != nil {
+		return nil, err
+	}
 	if limit <= 0 {
 		limit = 100
 	}
 	ctx, cancel := a.bound(ctx)
 	defer cancel()
-	rows, err := a.pool.Query(ctx, store.NewConsole(a.names).DeadInGroup, eventType, errorGroup, limit)
+	rows, err := a.pool.Query(ctx, store.NewConsole(a.names).DeadInGroup, append(args, limit)...)
 	if err != nil {
 		return nil, a.fail(ctx, "dead-letter group", err)
 	}

@@ -88,11 +88,11 @@ func TestAdminAggregateTimelineWindow(t *testing.T) {
 		blocked[0].Behind != 1 || blocked[0].ErrorGroup != "offset <n> refused" {
 		t.Errorf("blocked = %+v, %v", blocked, err)
 	}
-	members, err := a.DeadLetterGroupMembers(ctx(t), "order.created", "offset <n> refused", 0)
+	members, err := a.DeadLetterGroupMembers(ctx(t), outbox.RetrySelector{EventType: "order.created", ErrorGroup: "offset <n> refused"}, 0)
 	if err != nil || len(members) != 1 || members[0].ID != dead || members[0].LastError != "offset 42 refused" {
 		t.Errorf("group members = %+v, %v", members, err)
 	}
-	if members, err := a.DeadLetterGroupMembers(ctx(t), "order.paid", "", 0); err != nil || len(members) != 0 {
+	if members, err := a.DeadLetterGroupMembers(ctx(t), outbox.RetrySelector{EventType: "order.paid"}, 0); err != nil || len(members) != 0 {
 		t.Errorf("members of another type = %+v, %v", members, err)
 	}
 }
@@ -111,7 +111,7 @@ func TestAdminConsoleStatementDeadline(t *testing.T) {
 			return err
 		}},
 		{"dead-letter group", func(c context.Context, a *outbox.Admin) error {
-			_, err := a.DeadLetterGroupMembers(c, "", "boom", 10)
+			_, err := a.DeadLetterGroupMembers(c, outbox.RetrySelector{ErrorGroup: "boom"}, 10)
 			return err
 		}},
 		{"timeline", func(c context.Context, a *outbox.Admin) error {

@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -152,5 +153,79 @@ func TestAdminSelectorsRejected(t *testing.T) {
 		if _, err := a.Discard(ctx(t), outbox.DiscardSelector(sel)); err == nil {
 			t.Errorf("Discard(%+v) accepted", sel)
 		}
+	}
+}
+
+// TestAdminEmptyErrorGroup: the dead letters without an error are a group of
+// their own. Its Selector (NoError) acts on them alone; an empty ErrorGroup
+// still means any error.
+func TestAdminEmptyErrorGroup(t *testing.T) {
+	e := setup(t)
+	ids := e.writeBatch(5)
+	e.execSQL(`UPDATE outbox_events SET dead_at = now(), attempts = 3, last_error = NULL WHERE id = $1`, ids[0])
+	e.execSQL(`UPDATE outbox_events SET dead_at = now(), attempts = 3, last_error = '' WHERE id = $1`, ids[1])
+	e.execSQL(`UPDATE outbox_events SET dead_at = now(), attempts = 3, last_error = 'boom' WHERE id = ANY($1)`, ids[2:4])
+	a := e.admin()
+	groups, err := a.DeadLetterGroups(ctx(t), false)
+	if err != nil || len(groups) != 2 || groups[0].Error != "" || groups[0].Count != 2 || groups[1].Error != "boom" {
+		t.Fatalf("groups = %+v, %v; want the empty group (2) then boom (2)", groups, err)
+	}
+	sel := groups[0].Selector()
+	if !sel.NoError || sel.EventType != "order.created" {
+		t.Errorf("selector of the empty group = %+v", sel)
+	}
+	members, err := a.DeadLetterGroupMembers(ctx(t), sel, 0)
+	if err != nil || len(members) != 2 || members[0].ID != ids[0] || members[1].ID != ids[1] {
+		t.Errorf("members of the empty group = %+v, %v", members, err)
+	}
+	sel.DryRun = true
+	if n, err := a.Retry(ctx(t), sel); err != nil || n != 2 {
+		t.Errorf("retry dry run of the empty group = %d, %v; want 2", n, err)
+	}
+	if n, err := a.Retry(ctx(t), outbox.RetrySelector{EventType: "order.created", DryRun: true}); err != nil || n != 4 {
+		t.Errorf("retry dry run of the type (any error) = %d, %v; want 4", n, err)
+	}
+	res, err := a.Discard(ctx(t), outbox.DiscardSelector(groups[0].Selector()))
+	if err != nil || res.Discarded != 2 {
+		t.Errorf("discard the empty group = %+v, %v; want 2", res, err)
+	}
+	if n := e.count("dead_at IS NOT NULL"); n != 2 {
+		t.Errorf("%d dead letters left, want the 2 with an error", n)
+	}
+	for _, bad := range []outbox.RetrySelector{
+		{NoError: true, ErrorGroup: "boom"},
+		{All: true, NoError: true},
+		{IDs: ids[:1], NoError: true},
+	} {
+		if _, err := a.Retry(ctx(t), bad); err == nil {
+			t.Errorf("Retry(%+v) accepted", bad)
+		}
+	}
+	if _, err := a.DeadLetterGroupMembers(ctx(t), outbox.RetrySelector{IDs: ids[:1]}, 0); err == nil {
+		t.Error("DeadLetterGroupMembers with IDs accepted")
+	}
+}
+
+// TestAdminLongErrorGroup: an error longer than the group key keeps its
+// start and its end, where a wrapped error says what went wrong, so two
+// causes behind one long prefix are two groups.
+func TestAdminLongErrorGroup(t *testing.T) {
+	e := setup(t)
+	ids := e.writeBatch(3)
+	prefix := "webhook: POST https://hooks.example.com/…: " + strings.Repeat("context ", 30)
+	e.execSQL(`UPDATE outbox_events SET dead_at = now(), attempts = 1, last_error = $1 WHERE id = ANY($2)`, prefix+"400 Bad Request: amount 12 is negative", ids[:2])
+	e.execSQL(`UPDATE outbox_events SET dead_at = now(), attempts = 1, last_error = $1 WHERE id = $2`, prefix+"400 Bad Request: currency missing", ids[2])
+	a := e.admin()
+	groups, err := a.DeadLetterGroups(ctx(t), true)
+	if err != nil || len(groups) != 2 {
+		t.Fatalf("groups = %+v, %v; want 2", groups, err)
+	}
+	g := groups[0]
+	if g.Count != 2 || len([]rune(g.Error)) != 200 || !strings.HasPrefix(g.Error, "webhook: POST https://hooks.example.com/…: context") ||
+		!strings.HasSuffix(g.Error, "<n> Bad Request: amount <n> is negative") || !strings.Contains(g.Error, " … ") {
+		t.Errorf("long group = %q (%d runes)", g.Error, len([]rune(g.Error)))
+	}
+	if n, err := a.Retry(ctx(t), outbox.RetrySelector{ErrorGroup: g.Error, DryRun: true}); err != nil || n != 2 {
+		t.Errorf("retry by the long group = %d, %v; want 2", n, err)
 	}
 }

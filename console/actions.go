@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"time"
+	"strings"
 
 	"github.com/google/uuid"
 
@@ -13,15 +13,19 @@ import (
 )
 
 // target is what an action applies to: one event (scope "one", ID) or a
-// dead-letter group (scope "group", EventType and Error, either may be empty
-// for "any"). The scope is explicit so that a request missing its id can
-// never widen into a group.
+// dead-letter group (scope "group"): EventType ("" for any type) and, when
+// ErrorSet, the error group Error, where "" is the group of the dead letters
+// that recorded no error; without ErrorSet, any error. The scope is explicit
+// so that a request missing its id can never widen into a group, and the
+// error is a parameter present or absent so that an empty error never
+// widens into every error.
 type target struct {
 	Action    string // retry or discard
 	Scope     string // one or group
 	ID        string
 	EventType string
 	Error     string
+	ErrorSet  bool
 }
 
 func (t target) group() bool { return t.Scope == "group" }
@@ -41,8 +45,15 @@ func (t target) selector(dryRun bool) (outbox.RetrySelector, error) {
 		}
 		return outbox.RetrySelector{IDs: []uuid.UUID{id}, DryRun: dryRun}, nil
 	}
-	return outbox.RetrySelector{EventType: t.EventType, ErrorGroup: t.Error,
-		All: t.EventType == "" && t.Error == "", DryRun: dryRun}, nil
+	return groupSelector(t.EventType, t.Error, t.ErrorSet, dryRun), nil
+}
+
+// groupSelector selects the dead letters of eventType ("" for any) and, when
+// errorSet, of the error group errorGroup ("" being the group without an
+// error).
+func groupSelector(eventType, errorGroup string, errorSet, dryRun bool) outbox.RetrySelector {
+	return outbox.RetrySelector{EventType: eventType, ErrorGroup: errorGroup, NoError: errorSet && errorGroup == "",
+		All: eventType == "" && !errorSet, DryRun: dryRun}
 }
 
 // String describes the selector for the audit log.
@@ -50,11 +61,19 @@ func (t target) String() string {
 	if !t.group() {
 		return "id=" + t.ID
 	}
-	return fmt.Sprintf("event_type=%q error_group=%q", t.EventType, t.Error)
+	typ, grp := "any", "any"
+	if t.EventType != "" {
+		typ = fmt.Sprintf("%q", t.EventType)
+	}
+	if t.ErrorSet {
+		grp = fmt.Sprintf("%q", t.Error)
+	}
+	return "event_type=" + typ + " error_group=" + grp
 }
 
 func targetOf(v url.Values, action string) target {
-	return target{Action: action, Scope: v.Get("scope"), ID: v.Get("id"), EventType: v.Get("type"), Error: v.Get("error")}
+	return target{Action: action, Scope: v.Get("scope"), ID: v.Get("id"), EventType: v.Get("type"),
+		Error: v.Get("error"), ErrorSet: v.Has("error")}
 }
 
 type confirmData struct {
@@ -155,7 +174,8 @@ func (c *Console) action(w http.ResponseWriter, r *http.Request) {
 }
 
 type loginData struct {
-	Failed bool
+	Failed    bool
+	Throttled string // why the sign-in was not even checked
 }
 
 func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
@@ -167,22 +187,25 @@ func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
 }
 
 // login exchanges a token for a session cookie. Cross-origin posts are
-// refused before this (login CSRF).
+// refused before this (login CSRF); wrong tokens are throttled.
 func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	if len(c.cfg.Tokens) == 0 {
 		c.fail(w, r, http.StatusNotFound, "no console token is configured: the console is read-only")
 		return
 	}
-	name := c.tokenName(r.PostFormValue("token"))
+	name, wait := c.checkToken(r, strings.TrimSpace(r.PostFormValue("token")))
+	if wait > 0 {
+		c.tooMany(w, r, wait, "login")
+		return
+	}
 	if name == "" {
 		c.log.Warn("console login refused", "remote", r.RemoteAddr)
-		time.Sleep(250 * time.Millisecond) // slows guessing
 		c.render(w, r, http.StatusUnauthorized, "login", c.newPage(r, "Sign in", "", loginData{Failed: true}))
 		return
 	}
 	id, _ := c.newSession(name)
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: id, Path: c.cfg.Prefix, HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: int(c.cfg.SessionTTL.Seconds())})
+		SameSite: http.SameSiteStrictMode, Secure: secureRequest(r), MaxAge: int(c.cfg.SessionTTL.Seconds())})
 	c.log.Info("console login", "token", name, "remote", r.RemoteAddr)
 	http.Redirect(w, r, c.cfg.Prefix, http.StatusSeeOther)
 }
@@ -200,6 +223,6 @@ func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
 		c.mu.Unlock()
 	}
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: c.cfg.Prefix, HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: -1})
+		SameSite: http.SameSiteStrictMode, Secure: secureRequest(r), MaxAge: -1})
 	http.Redirect(w, r, c.cfg.Prefix, http.StatusSeeOther)
 }

@@ -3,6 +3,7 @@ package console_test
 import (
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -242,4 +243,59 @@ func TestLogin(t *testing.T) {
 	if r := e.post(c, "/actions/retry", url.Values{"csrf": {csrf}, "scope": {"one"}, "id": {uuid.NewString()}}, nil); r.status != http.StatusUnauthorized {
 		t.Errorf("after logout: %d", r.status)
 	}
+}
+
+// A dead-letter group whose error is empty is a group of its own: listed
+// with one member, it opens, counts and acts on that member only, in both
+// views, never on every dead letter of its type (or every dead letter).
+func TestEmptyErrorGroup(t *testing.T) {
+	t.Parallel()
+	e := setup(t, withToken())
+	blank := deadGroup(e, 1, "o-1", "")
+	boom := deadGroup(e, 2, "o-2", "boom")
+	other := e.insert(ev{aggType: "invoice", aggID: "i-1", eventType: "invoice.issued"})
+	e.exec(`UPDATE {T} SET dead_at = now(), attempts = 3, last_error = NULL WHERE id = $1`, other[0])
+	c := e.client()
+	e.login(c)
+
+	list := e.get(c, "/dead-letters")
+	mustContain(t, list.body, "(no error recorded)")
+	link := regexp.MustCompile(`href="(/dead-letters/group\?type=order.created&amp;error=)"`).FindStringSubmatch(list.body)
+	if link == nil {
+		t.Fatalf("no link to the empty-error group of order.created:\n%s", list.body)
+	}
+	g := e.get(c, strings.ReplaceAll(link[1], "&amp;", "&"))
+	mustContain(t, g.body, `id="group-count">1<`, `id="group-error">none recorded<`, blank[0].String())
+	mustNotContain(t, g.body, boom[0].String(), other[0].String())
+	retryLink := regexp.MustCompile(`id="retry-group" href="([^"]+)"`).FindStringSubmatch(g.body)
+	if retryLink == nil {
+		t.Fatalf("no retry button:\n%s", g.body)
+	}
+	conf := e.get(c, strings.ReplaceAll(retryLink[1], "&amp;", "&"))
+	mustContain(t, conf.body, `id="confirm-count">1<`, "that recorded no error", `name="error" value=""`)
+
+	// By error alone: the empty group holds the two without an error.
+	byErr := e.get(c, "/dead-letters?by=error")
+	link = regexp.MustCompile(`href="(/dead-letters/group\?type=&amp;error=)"`).FindStringSubmatch(byErr.body)
+	if link == nil {
+		t.Fatalf("no link to the empty-error group by error:\n%s", byErr.body)
+	}
+	mustContain(t, e.get(c, strings.ReplaceAll(link[1], "&amp;", "&")).body, `id="group-count">2<`)
+
+	csrf := e.csrf(c)
+	r := e.post(c, "/actions/discard", url.Values{"csrf": {csrf}, "scope": {"group"}, "type": {"order.created"}, "error": {""}}, nil)
+	if r.status != http.StatusSeeOther {
+		t.Fatalf("discard the empty group: %d\n%s", r.status, r.body)
+	}
+	mustContain(t, e.get(c, r.header.Get("Location")).body, "Discarded 1 dead letter(s).")
+	if n := e.count("id = ANY($1)", append(boom, other...)); n != 3 {
+		t.Errorf("discarding the empty-error group of order.created deleted %d other dead letters", 3-n)
+	}
+	audit := e.auditLines()
+	if len(audit) != 1 || audit[0]["selector"] != `event_type="order.created" error_group=""` {
+		t.Errorf("audit = %v", audit)
+	}
+	// Without the error parameter the group is every error of the type, as
+	// the overview's per-type link means it.
+	mustContain(t, e.get(c, "/dead-letters/group?type=order.created").body, `id="group-count">2<`, `id="group-error">any<`)
 }

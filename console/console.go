@@ -12,7 +12,10 @@
 //
 // Security model: without a token the console is read-only. With tokens,
 // the actions (retry, discard) need one, as a bearer header or through the
-// login form, which sets an HttpOnly, SameSite=Strict session cookie. Every
+// login form, which sets an HttpOnly, SameSite=Strict session cookie (Secure
+// over HTTPS, X-Forwarded-Proto: https included). Tokens are compared as
+// SHA-256 digests in constant time; wrong ones are throttled per client
+// address and in all (429 with Retry-After). Every
 // state-changing request is a POST checked against cross-origin requests
 // (Sec-Fetch-Site and Origin), and a POST authenticated by the cookie must
 // also carry the session's CSRF token. No GET changes anything. Every value
@@ -20,7 +23,8 @@
 // Content-Security-Policy that allows no script at all. Payloads are shown
 // only on an explicit click, only to a signed-in user when tokens are set, and
 // never with HidePayloads. Each action is logged (token name, action,
-// selector, count).
+// selector, count). A parameter holding a NUL byte or invalid UTF-8 is
+// refused with 400 naming it.
 package console
 
 import (
@@ -33,6 +37,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -60,7 +65,7 @@ type Config struct {
 	Table  string
 	// Tokens maps each token's name, which the audit log records, to its
 	// secret (at least MinTokenLength bytes). Without tokens the console is
-	// read-only.
+	// read-only. A token is given as its secret, or as name:secret.
 	Tokens map[string]string
 	// ReadOnly disables the actions even for a signed-in user.
 	ReadOnly bool
@@ -103,8 +108,17 @@ type Console struct {
 	log     *slog.Logger
 	handler http.Handler
 
+	tokens   []namedToken // sorted by name
+	throttle *throttle
+
 	mu       sync.Mutex
 	sessions map[string]*session
+}
+
+// namedToken is one of Config.Tokens, kept as a digest.
+type namedToken struct {
+	name   string
+	digest tokenDigest
 }
 
 // session is one login.
@@ -170,10 +184,14 @@ func New(pool *pgxpool.Pool, cfg Config) (*Console, error) {
 	if cfg.QueryTimeout == 0 {
 		cfg.QueryTimeout = DefaultQueryTimeout
 	}
-	c := &Console{admin: admin, cfg: cfg, log: cfg.Logger, sessions: map[string]*session{}}
+	c := &Console{admin: admin, cfg: cfg, log: cfg.Logger, sessions: map[string]*session{}, throttle: newThrottle(time.Now)}
 	if c.log == nil {
 		c.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	for name, secret := range cfg.Tokens {
+		c.tokens = append(c.tokens, namedToken{name: name, digest: digest(secret)})
+	}
+	sort.Slice(c.tokens, func(i, j int) bool { return c.tokens[i].name < c.tokens[j].name })
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", c.overview)
 	mux.HandleFunc("GET /dead-letters", c.deadLetters)
@@ -212,7 +230,24 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("X-Frame-Options", "DENY")
-	c.handler.ServeHTTP(w, r)
+	r = withCaller(r, caller{}) // until authenticated: the error pages below need one
+	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+	if err := r.ParseForm(); err != nil {
+		c.log.Debug("console: unreadable request", "path", r.URL.Path, "err", err, "remote", r.RemoteAddr)
+		c.fail(w, r, http.StatusBadRequest, "cannot read the request's parameters")
+		return
+	}
+	if name, bad := badParameter(r); bad {
+		c.log.Debug("console: parameter refused", "path", r.URL.Path, "param", name, "remote", r.RemoteAddr)
+		c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("parameter %q: contains a NUL byte or invalid UTF-8", name))
+		return
+	}
+	who, wait := c.authenticate(r)
+	if wait > 0 {
+		c.tooMany(w, r, wait, "")
+		return
+	}
+	c.handler.ServeHTTP(w, withCaller(r, who))
 }
 
 // canAct says whether the console accepts actions at all.
@@ -226,43 +261,43 @@ type caller struct {
 	session *session // set when signed in by the cookie
 }
 
-// who authenticates r by its bearer header or its session cookie.
+// who is r's caller, as ServeHTTP authenticated it.
 func (c *Console) who(r *http.Request) caller {
+	who, _ := r.Context().Value(callerKey{}).(caller)
+	return who
+}
+
+// authenticate reads r's bearer header or session cookie. A bearer token is
+// checked through the throttle: wait is positive when r's client (or the
+// console) has failed too often. A wrong bearer token leaves the request
+// anonymous.
+func (c *Console) authenticate(r *http.Request) (_ caller, wait time.Duration) {
 	if auth := r.Header.Get("Authorization"); auth != "" {
-		if tok, ok := strings.CutPrefix(auth, "Bearer "); ok {
-			if name := c.tokenName(strings.TrimSpace(tok)); name != "" {
-				return caller{name: name}
-			}
+		tok, ok := strings.CutPrefix(auth, "Bearer ")
+		if !ok || len(c.tokens) == 0 {
+			return caller{}, 0 // another scheme (a proxy's own), or nothing to check against
 		}
-		return caller{}
+		name, wait := c.checkToken(r, strings.TrimSpace(tok))
+		if name == "" && wait == 0 {
+			c.log.Warn("console bearer token refused", "remote", r.RemoteAddr)
+		}
+		return caller{name: name}, wait
 	}
 	ck, err := r.Cookie(cookieName)
 	if err != nil || ck.Value == "" {
-		return caller{}
+		return caller{}, 0
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.sessions[ck.Value]
 	if s == nil {
-		return caller{}
+		return caller{}, 0
 	}
 	if time.Now().After(s.expires) {
 		delete(c.sessions, ck.Value)
-		return caller{}
+		return caller{}, 0
 	}
-	return caller{name: s.name, session: s}
-}
-
-// tokenName returns the name of the token tok, or "". Every token is
-// compared in constant time.
-func (c *Console) tokenName(tok string) string {
-	found := ""
-	for name, secret := range c.cfg.Tokens {
-		if subtle.ConstantTimeCompare([]byte(tok), []byte(secret)) == 1 {
-			found = name
-		}
-	}
-	return found
+	return caller{name: s.name, session: s}, 0
 }
 
 func randomHex(n int) string {

@@ -288,3 +288,22 @@ func TestServedUnderAPrefix(t *testing.T) {
 		t.Fatalf("retry: %d %s", r.status, r.header.Get("Location"))
 	}
 }
+
+// On an unordered relay a failed event holds nothing back: the events after
+// it are published, and the timeline does not say "Held back by". A dead
+// letter has no next attempt; a retrying event has one.
+func TestTimelineUnorderedAndNextAttempt(t *testing.T) {
+	t.Parallel()
+	e := setup(t, console.Config{})
+	ids := e.orders(3, "o-5")
+	e.dead("card declined", ids[0])
+	e.exec(`UPDATE {T} SET retry_after = now() WHERE id = $1`, ids[0]) // as the relay leaves it
+	e.published(ids[1])
+	r := e.get(nil, "/aggregates?type=order&id=o-5")
+	mustContain(t, r.body, `<tr class="st-dead">`, `<tr class="st-published">`, `<tr class="st-pending">`)
+	mustNotContain(t, r.body, `id="blocker"`, "Held back")
+
+	mustNotContain(t, e.get(nil, "/events/"+ids[0].String()).body, "next attempt")
+	e.exec(`UPDATE {T} SET attempts = 2, last_error = 'timeout', retry_after = now() + interval '1 minute' WHERE id = $1`, ids[2])
+	mustContain(t, e.get(nil, "/events/"+ids[2].String()).body, `id="state">retrying<`, `id="next-attempt"`)
+}

@@ -161,23 +161,27 @@ const groupLimit = 100
 type groupData struct {
 	EventType string
 	Error     string
-	Count     int64
-	Members   []outbox.EventInfo
-	Limit     int
+	// ErrorSet: the page is the error group Error ("" being the dead
+	// letters without an error); else every error of EventType.
+	ErrorSet bool
+	Count    int64
+	Members  []outbox.EventInfo
+	Limit    int
 }
 
 func (c *Console) deadLetterGroup(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := c.ctx(r)
 	defer cancel()
 	q := r.URL.Query()
-	d := groupData{EventType: q.Get("type"), Error: q.Get("error"), Limit: groupLimit}
-	n, err := c.admin.Retry(ctx, outbox.RetrySelector{EventType: d.EventType, ErrorGroup: d.Error, All: d.EventType == "" && d.Error == "", DryRun: true})
+	d := groupData{EventType: q.Get("type"), Error: q.Get("error"), ErrorSet: q.Has("error"), Limit: groupLimit}
+	sel := groupSelector(d.EventType, d.Error, d.ErrorSet, true)
+	n, err := c.admin.Retry(ctx, sel)
 	if err != nil {
 		c.dbFail(w, r, err)
 		return
 	}
 	d.Count = n
-	if d.Members, err = c.admin.DeadLetterGroupMembers(ctx, d.EventType, d.Error, groupLimit); err != nil {
+	if d.Members, err = c.admin.DeadLetterGroupMembers(ctx, sel, groupLimit); err != nil {
 		c.dbFail(w, r, err)
 		return
 	}
@@ -236,8 +240,11 @@ type timelineData struct {
 	Events        []outbox.EventInfo
 	Limit         int
 	Window        int
-	// Blocker is the earliest unprocessed event that failed (dead letter or
-	// waiting for its retry): in ordered mode, what holds the rest back.
+	// Blocker is the earliest failed event (dead letter or waiting for its
+	// retry) that holds later events of the aggregate back: an ordered relay
+	// parks them behind it (held_by). An unordered relay holds nothing
+	// back, so a failed event alone is no blocker. Behind counts the
+	// unprocessed events after it.
 	Blocker *outbox.EventInfo
 	Behind  int
 }
@@ -257,13 +264,19 @@ func (c *Console) timeline(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d.Events = evs
+	holders := map[uuid.UUID]bool{}
+	for _, e := range evs {
+		if e.HeldBy != nil {
+			holders[*e.HeldBy] = true
+		}
+	}
 	for i := range evs {
 		e := &evs[i]
-		if d.Blocker == nil && (e.State == outbox.StateDead || e.State == outbox.StateRetrying) {
+		if d.Blocker == nil && holders[e.ID] && (e.State == outbox.StateDead || e.State == outbox.StateRetrying) {
 			d.Blocker = e
 			continue
 		}
-		if d.Blocker != nil && e.State != outbox.StatePublished && e.Seq > d.Blocker.Seq {
+		if d.Blocker != nil && e.State != outbox.StatePublished {
 			d.Behind++
 		}
 	}

@@ -48,6 +48,9 @@ var funcs = template.FuncMap{
 	"oneline": func(s string) string { return strings.Join(strings.Fields(s), " ") },
 	"short":   func(s string) string { return s[:min(len(s), 8)] },
 	"isDead":  func(s outbox.EventState) bool { return s == outbox.StateDead },
+	// Only a retrying event has a next attempt: a dead letter's
+	// retry_after is left from its last failure.
+	"isRetrying": func(s outbox.EventState) bool { return s == outbox.StateRetrying },
 	"unprocessed": func(s outbox.EventState) bool {
 		return s != outbox.StatePublished
 	},

@@ -44,17 +44,21 @@ func ParseURL(u *url.URL) (Config, error) {
 	if u.Scheme != "kafka" {
 		return Config{}, fmt.Errorf("kafka: URL %s: scheme must be kafka", u.Redacted())
 	}
-	if u.Host == "" {
-		return Config{}, fmt.Errorf("kafka: URL %s: no brokers (want kafka://host:9092,host2:9092)", u.Redacted())
-	}
 	cfg := Config{}
 	for _, b := range strings.Split(u.Host, ",") {
 		if b = strings.TrimSpace(b); b != "" {
 			if _, _, err := net.SplitHostPort(b); err != nil {
-				b = net.JoinHostPort(b, "9092")
+				b = net.JoinHostPort(strings.TrimSuffix(strings.TrimPrefix(b, "["), "]"), "9092") // [::1] too
+			}
+			host, port, err := net.SplitHostPort(b)
+			if n, perr := strconv.ParseUint(port, 10, 16); err != nil || host == "" || perr != nil || n == 0 {
+				return Config{}, fmt.Errorf("kafka: URL %s: broker %q: want host:port, e.g. broker1:9092", u.Redacted(), b)
 			}
 			cfg.Brokers = append(cfg.Brokers, b)
 		}
+	}
+	if len(cfg.Brokers) == 0 { // no host, or commas alone
+		return Config{}, fmt.Errorf("kafka: URL %s: no brokers (want kafka://host:9092,host2:9092)", u.Redacted())
 	}
 	q := u.Query()
 	bad := func(key string, err error) (Config, error) {

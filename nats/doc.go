@@ -49,6 +49,16 @@
 // EnsureStream function does the same once, for tests, demos and
 // deployment scripts.
 //
+// The subjects default to exactly what the Subject template can render
+// (StreamSubjectsFor): its literal tokens up to the first placeholder, then
+// ">", since a placeholder may render dots ("order.created"):
+// "nc.cli.{event_type}" claims "nc.cli.>", so a second relay on
+// "nc.wal.{event_type}" gets a stream of its own. A subject an existing
+// stream of any name already captures is left to that stream; the named
+// stream, when it exists, gets the missing subjects added and keeps its
+// other settings. Subjects that overlap another stream without being
+// captured by it are an outage whose error names that stream.
+//
 // # Connecting
 //
 // New takes a connection the caller made. Dial and NewFromURL connect

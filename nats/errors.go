@@ -68,18 +68,26 @@ func classify(err error, subject string) error {
 type NoStreamError struct {
 	Subject string
 	Err     error
+	// capture is the stream subject to suggest, from the publisher's
+	// template; "" for one derived from Subject.
+	capture string
 }
 
 func (e NoStreamError) Error() string {
+	capture := e.capture
+	if capture == "" {
+		capture = streamSubjectFor(e.Subject)
+	}
 	return fmt.Sprintf("%v: no JetStream stream captures subject %q (or its stream has no leader); create one, "+
 		"e.g. `nats stream add OUTBOX --subjects %q --storage file --defaults`, or let the publisher do it "+
-		"(ensure_stream=OUTBOX in the broker URL, Config.EnsureStream)", e.Err, e.Subject, streamSubjectFor(e.Subject))
+		"(ensure_stream=OUTBOX in the broker URL, Config.EnsureStream)", e.Err, e.Subject, capture)
 }
 
 func (e NoStreamError) Unwrap() error { return e.Err }
 
-// streamSubjectFor suggests a stream subject capturing subj: its first token
-// followed by ">" ("orders.created" -> "orders.>").
+// streamSubjectFor suggests a stream subject capturing subj when the
+// template is not known: its first token followed by ">" ("orders.created"
+// -> "orders.>").
 func streamSubjectFor(subj string) string {
 	first, _, found := strings.Cut(subj, ".")
 	if !found {

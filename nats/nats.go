@@ -25,14 +25,16 @@ type Config struct {
 	MaxPending int
 	// EnsureStream, when set, names a stream the publisher creates, or
 	// updates to add StreamSubjects, before its first publish (and again
-	// after a publish finds no stream): opt-in topology creation. Empty
-	// (the default): the publisher creates nothing, and a subject no stream
-	// captures is an outage naming the command that fixes it.
+	// after a publish finds no stream), unless an existing stream of any
+	// name already captures them (see the EnsureStream function): opt-in
+	// topology creation. Empty (the default): the publisher creates
+	// nothing, and a subject no stream captures is an outage naming the
+	// command that fixes it.
 	EnsureStream string
 	// StreamSubjects are the subjects EnsureStream's stream captures.
-	// Default: the Subject template's literal first token followed by ">"
-	// ("orders.{event_type}" -> "orders.>"); a template starting with a
-	// placeholder needs them set.
+	// Defaults to StreamSubjectsFor(Subject): the template's literal tokens
+	// up to its first placeholder, then ">" ("nc.cli.{event_type}" ->
+	// "nc.cli.>"); a template starting with a placeholder needs them set.
 	StreamSubjects []string
 }
 
@@ -77,11 +79,14 @@ func New(nc *natsgo.Conn, cfg Config) (*Publisher, error) {
 			return nil, fmt.Errorf("nats: Config.EnsureStream: %q: a stream name cannot contain white space, '.', '*', '>', '/' or '\\'", cfg.EnsureStream)
 		}
 		if len(p.subjects) == 0 {
-			first, _, _ := strings.Cut(cfg.Subject, ".")
-			if first == "" || strings.Contains(first, "{") || first == cfg.Subject {
-				return nil, fmt.Errorf("nats: Config.StreamSubjects: required with EnsureStream when Config.Subject %q has no literal first token", cfg.Subject)
+			if p.subjects, err = StreamSubjectsFor(cfg.Subject); err != nil {
+				return nil, fmt.Errorf("nats: Config.StreamSubjects: required with EnsureStream: %w", err)
 			}
-			p.subjects = []string{first + ".>"}
+		}
+		for _, subj := range p.subjects {
+			if strings.Contains("."+subj+".", "..") {
+				return nil, fmt.Errorf("nats: Config.StreamSubjects: %q has an empty token", subj)
+			}
 		}
 	} else if len(cfg.StreamSubjects) > 0 {
 		return nil, errors.New("nats: Config.StreamSubjects: set without Config.EnsureStream")
@@ -234,6 +239,11 @@ func (p *Publisher) classify(err error, msg *outbox.Message) error {
 	var noStream NoStreamError
 	if errors.As(err, &noStream) {
 		p.ensured.Store(false)
+		// Suggest what captures the template's subjects, not only this one.
+		if subjects, serr := StreamSubjectsFor(p.subject.String()); serr == nil {
+			noStream.capture = subjects[0]
+			err = outbox.Unavailable(noStream)
+		}
 	}
 	return err
 }
@@ -249,24 +259,6 @@ func deadline(ctx context.Context) time.Time {
 func (p *Publisher) Health(context.Context) error {
 	if !p.nc.IsConnected() {
 		return fmt.Errorf("nats: not connected (status %s)", p.nc.Status())
-	}
-	return nil
-}
-
-// EnsureStream creates the stream, or updates its subjects, so that it
-// captures subjects. It is an explicit, opt-in operator action: the publisher
-// never calls it. duplicates is JetStream's dedup window (0: server default,
-// two minutes).
-func EnsureStream(ctx context.Context, nc *natsgo.Conn, name string, subjects []string, duplicates time.Duration) error {
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("nats: jetstream: %w", err)
-	}
-	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name: name, Subjects: subjects, Storage: jetstream.FileStorage, Duplicates: duplicates,
-	})
-	if err != nil {
-		return fmt.Errorf("nats: ensure stream %q: %w", name, err)
 	}
 	return nil
 }

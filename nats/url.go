@@ -82,7 +82,7 @@ func ParseURL(u *url.URL) (DialConfig, Config, error) {
 		return dc, cfg, fmt.Errorf("nats: URL %s: scheme %q, want nats or tls", u.Redacted(), u.Scheme)
 	}
 	if u.Host == "" {
-		return dc, cfg, fmt.Errorf("%q: missing host, e.g. nats://127.0.0.1:4222", u.Redacted())
+		return dc, cfg, fmt.Errorf("nats: URL %s: missing host, e.g. nats://127.0.0.1:4222", u.Redacted())
 	}
 	err := brokerurl.Each("nats", u, func(name, v string) string {
 		switch name {

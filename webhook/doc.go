@@ -18,7 +18,9 @@
 //   - webhook-signature: "v1,<base64(HMAC-SHA256(key, id.timestamp.body))>",
 //     one entry per Config.Secrets, space-separated: give two secrets during
 //     a key rotation. Secrets are "whsec_<base64 key>" as the specification
-//     has it; any other string is used as raw key bytes;
+//     has it; any other string is used as raw key bytes. New refuses a key
+//     shorter than MinSecretBytes (16), decoded: "foo" is a placeholder,
+//     not a secret;
 //   - the standard outbox headers (outbox-event-id, outbox-event-type,
 //     outbox-aggregate-type, outbox-aggregate-id, outbox-created-at) as HTTP
 //     headers of those names, and the row's own headers prefixed with
@@ -56,7 +58,11 @@
 //	                                                   through; transient otherwise
 //	408, 500, other 5xx                              → transient
 //	payload over MaxBodyBytes, bad rendered URL,
-//	target refused by the SSRF policy                → outbox.Permanent
+//	a host taken from the event (a placeholder in
+//	the URL's host) refused by the SSRF policy       → outbox.Permanent
+//	the configured endpoint refused by the SSRF
+//	policy (every event would be)                    → outbox.Unavailable,
+//	                                                   and Health reports it
 //	connection refused or reset, DNS failure         → outbox.Unavailable
 //	timeouts and dropped connections, when no
 //	request of the batch got an answer               → outbox.Unavailable
@@ -84,7 +90,10 @@
 // connection and before any packet is sent, so a hostname that resolves (or
 // re-resolves: DNS rebinding) to such an address is refused too. Environment
 // proxies (HTTP_PROXY) are not used, since the check would then judge the
-// proxy. Set Config.AllowPrivateNetworks to deliver to internal services.
+// proxy. Set Config.AllowPrivateNetworks to deliver to internal services
+// (outbox_allow_private_networks=true in a broker URL). A refused endpoint
+// is a configuration error: the relay keeps the backlog, counts no attempt
+// and is not ready, and the error names that option.
 //
 // # Usage
 //

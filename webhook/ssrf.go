@@ -7,11 +7,15 @@ import (
 	"syscall"
 )
 
-// ErrBlockedAddress is returned (wrapped, and classified permanent) when a
-// webhook target resolves to an address the SSRF policy refuses: loopback,
-// private, link-local (including the 169.254.169.254 cloud metadata
-// service), unspecified, multicast, carrier-grade NAT, or another reserved
-// range. Set Config.AllowPrivateNetworks to deliver to internal services.
+// ErrBlockedAddress is returned (wrapped) when a webhook target resolves to
+// an address the SSRF policy refuses: loopback, private, link-local
+// (including the 169.254.169.254 cloud metadata service), unspecified,
+// multicast, carrier-grade NAT, or another reserved range. The configured
+// endpoint refused is a configuration error that every event would hit: it
+// is classified unavailable (the relay keeps the events, counts no attempt
+// and reports not ready). A host taken from the event (a placeholder in
+// Config.URL's host) refused is that event's: permanent. Set
+// Config.AllowPrivateNetworks to deliver to internal services.
 var ErrBlockedAddress = errors.New("webhook: target address refused by the SSRF policy")
 
 // blockedPrefixes are ranges netip's predicates do not cover.

@@ -54,7 +54,7 @@ func TestDefaultRefusesNonPublicTargets(t *testing.T) {
 		"http://100.64.0.1/hook",
 		"http://0.0.0.0:" + port + "/hook",
 	} {
-		p, err := New(Config{URL: target, Secrets: []string{"whsec_c2VjcmV0"}, Timeout: 5 * time.Second})
+		p, err := New(Config{URL: target, Secrets: []string{testSecret}, Timeout: 5 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -72,8 +72,13 @@ func TestDefaultRefusesNonPublicTargets(t *testing.T) {
 		if v := leaked.Load(); v != nil {
 			t.Errorf("%s: the SSRF policy let a dial to %s through", target, v)
 		}
-		if !errors.Is(err, ErrBlockedAddress) || outbox.Classify(err) != outbox.ClassPermanent {
-			t.Errorf("%s: err = %v (%s), want a permanent ErrBlockedAddress", target, err, outbox.Classify(err))
+		// The configured endpoint refused: every event would be, so it is
+		// an outage, not this event's failure.
+		if !errors.Is(err, ErrBlockedAddress) || outbox.Classify(err) != outbox.ClassUnavailable {
+			t.Errorf("%s: err = %v (%s), want an unavailable ErrBlockedAddress", target, err, outbox.Classify(err))
+		}
+		if h := p.Health(ctx); !errors.Is(h, ErrBlockedAddress) {
+			t.Errorf("%s: Health = %v, want the refusal", target, h)
 		}
 		// The way out for a library user and for the outbox command's.
 		if err != nil && (!strings.Contains(err.Error(), "Config.AllowPrivateNetworks") || !strings.Contains(err.Error(), "outbox_allow_private_networks=true")) {
@@ -82,5 +87,28 @@ func TestDefaultRefusesNonPublicTargets(t *testing.T) {
 	}
 	if n := hits.Load(); n != 0 {
 		t.Errorf("the loopback server received %d requests", n)
+	}
+}
+
+// testSecret is a Standard Webhooks secret: base64 of 24 bytes.
+const testSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+// A host taken from the event is that event's: its refusal is permanent,
+// and another event's host is still reached.
+func TestRefusedEventHostIsPermanent(t *testing.T) {
+	t.Parallel()
+	p, err := New(Config{URL: "http://{aggregate_id}/hook", Secrets: []string{testSecret}, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.dialGuard = func(ap netip.AddrPort) error { return fmt.Errorf("test guard: refusing to dial %s", ap) }
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = p.Publish(ctx, &outbox.Message{ID: uuid.New(), EventType: "e", AggregateType: "a", AggregateID: "10.1.2.3", Payload: []byte(`{}`)})
+	if !errors.Is(err, ErrBlockedAddress) || outbox.Classify(err) != outbox.ClassPermanent {
+		t.Errorf("event host refused: %v (%s), want a permanent ErrBlockedAddress", err, outbox.Classify(err))
+	}
+	if h := p.Health(ctx); h != nil {
+		t.Errorf("Health = %v after one event's host was refused, want nil", h)
 	}
 }

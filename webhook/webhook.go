@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pgoutbox/outbox"
@@ -28,6 +29,10 @@ const (
 	DefaultMaxBodyBytes = 1 << 20
 	DefaultConcurrency  = 8
 	DefaultUserAgent    = "pgoutbox-webhook/1"
+	// MinSecretBytes is the shortest HMAC key New accepts, decoded: a
+	// "whsec_" secret's key or a raw secret. Standard Webhooks advises 24
+	// to 64 bytes; "openssl rand -base64 32" after "whsec_" makes one.
+	MinSecretBytes = 16
 )
 
 // HeaderRowPrefix prefixes the row's own headers (outbox.Message.Headers)
@@ -44,8 +49,8 @@ type Config struct {
 	// Required.
 	URL string
 	// Secrets sign every request, one webhook-signature entry per secret:
-	// "whsec_<base64>" (Standard Webhooks) or raw key bytes. Give two
-	// during a key rotation. Required.
+	// "whsec_<base64>" (Standard Webhooks) or raw key bytes, each key at
+	// least MinSecretBytes long. Give two during a key rotation. Required.
 	Secrets []string
 	// Timeout bounds one request, connection included. Default 10s.
 	Timeout time.Duration
@@ -83,6 +88,12 @@ type Publisher struct {
 	userAgent    string
 	client       *http.Client
 	transport    *http.Transport
+	// hostVaries: Config.URL's host has a placeholder, so a refused address
+	// is one event's, not the configuration's.
+	hostVaries bool
+	// refused is the last SSRF refusal of the configured host, until an
+	// endpoint answers again: Health reports it.
+	refused atomic.Pointer[error]
 
 	// dialGuard, when set (by tests), vets every dial after the SSRF policy.
 	dialGuard func(netip.AddrPort) error
@@ -91,6 +102,7 @@ type Publisher struct {
 var (
 	_ outbox.BatchPublisher = (*Publisher)(nil)
 	_ outbox.Describer      = (*Publisher)(nil)
+	_ outbox.HealthChecker  = (*Publisher)(nil)
 )
 
 // New validates cfg and returns a Publisher. It sends no request.
@@ -102,12 +114,19 @@ func New(cfg Config) (*Publisher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("webhook: Config.URL: %w", err)
 	}
-	if _, err := checkURL(tmpl.Render(&outbox.Message{EventType: "x", AggregateType: "x", AggregateID: "x"})); err != nil {
+	probe, err := checkURL(tmpl.Render(&outbox.Message{EventType: "x", AggregateType: "x", AggregateID: "x"}))
+	if err != nil {
 		return nil, fmt.Errorf("webhook: Config.URL: %w", err)
 	}
+	other, _ := url.Parse(tmpl.Render(&outbox.Message{EventType: "y", AggregateType: "y", AggregateID: "y"}))
 	keys, err := decodeSecrets(cfg.Secrets)
 	if err != nil {
 		return nil, fmt.Errorf("webhook: Config.Secrets: %w", err)
+	}
+	for i, k := range keys {
+		if err := checkKey(cfg.Secrets[i], k); err != nil {
+			return nil, fmt.Errorf("webhook: Config.Secrets: secret %d: %w", i+1, err) // never the secret itself
+		}
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = DefaultTimeout
@@ -145,6 +164,7 @@ func New(cfg Config) (*Publisher, error) {
 	p := &Publisher{
 		url: tmpl, keys: keys, timeout: cfg.Timeout, maxBody: cfg.MaxBodyBytes, concurrency: cfg.Concurrency,
 		allowPrivate: cfg.AllowPrivateNetworks, header: cfg.Header.Clone(), userAgent: cfg.UserAgent,
+		hostVaries: other == nil || other.Host != probe.Host,
 	}
 	dialer := &net.Dialer{Timeout: cfg.Timeout, KeepAlive: 30 * time.Second, Control: p.control}
 	p.transport = &http.Transport{
@@ -168,6 +188,20 @@ func New(cfg Config) (*Publisher, error) {
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 	return p, nil
+}
+
+// checkKey refuses a key too short to be a secret: most often a value that
+// was meant to be a "whsec_..." secret and is not, such as a placeholder.
+func checkKey(secret string, key []byte) error {
+	if len(key) >= MinSecretBytes {
+		return nil
+	}
+	if strings.HasPrefix(secret, SecretPrefix) {
+		return fmt.Errorf("its key is %d bytes, want at least %d (%q followed by the base64 of the key, e.g. of openssl rand -base64 32)",
+			len(key), MinSecretBytes, SecretPrefix)
+	}
+	return fmt.Errorf("%d bytes and no %q prefix: want a Standard Webhooks secret, %q followed by the base64 of a key of at least %d bytes, or a raw key of at least %d bytes",
+		len(key), SecretPrefix, SecretPrefix, MinSecretBytes, MinSecretBytes)
 }
 
 // reservedHeader reports the headers the publisher sets itself.
@@ -197,6 +231,17 @@ func checkURL(s string) (*url.URL, error) {
 		return nil, errors.New("credentials in the URL are not supported; use Config.Header")
 	}
 	return u, nil
+}
+
+// Health implements outbox.HealthChecker: it reports the SSRF policy's
+// refusal of the configured endpoint's address, which names the option that
+// allows it, until an endpoint answers again. Otherwise nil: it sends no
+// request of its own.
+func (p *Publisher) Health(context.Context) error {
+	if err := p.refused.Load(); err != nil {
+		return *err
+	}
+	return nil
 }
 
 // Close closes idle connections.
@@ -351,14 +396,21 @@ func (p *Publisher) post(ctx context.Context, msg *outbox.Message) error {
 	if err != nil {
 		err = fmt.Errorf("webhook: POST %s: %w", target, scrub(err))
 		switch {
+		case errors.Is(err, ErrBlockedAddress) && p.hostVaries:
+			return outbox.Permanent(err) // this event's host
 		case errors.Is(err, ErrBlockedAddress):
-			return outbox.Permanent(err)
+			// The configured host: every event would be refused alike. An
+			// outage keeps them (no attempt counted) until the
+			// configuration allows the address.
+			p.refused.Store(&err)
+			return outbox.Unavailable(err)
 		case outbox.Classify(err) == outbox.ClassUnavailable:
 			return outbox.Unavailable(err) // refused, reset, DNS failure
 		}
 		return err
 	}
 	defer resp.Body.Close()
+	p.refused.Store(nil)
 	// Read a little of the answer for the error message, and drain some
 	// more so the connection can be reused.
 	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 512))

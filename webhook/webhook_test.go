@@ -534,6 +534,8 @@ func TestNewValidates(t *testing.T) {
 		{webhook.Config{URL: "https://h/x"}, "Config.Secrets"},
 		{webhook.Config{URL: "https://h/x", Secrets: []string{""}}, "Config.Secrets"},
 		{webhook.Config{URL: "https://h/x", Secrets: []string{"whsec_!!"}}, "Config.Secrets"},
+		{webhook.Config{URL: "https://h/x", Secrets: []string{"foo"}}, `Config.Secrets: secret 1: 3 bytes and no "whsec_" prefix`},
+		{webhook.Config{URL: "https://h/x", Secrets: []string{testSecret, "whsec_Zm9vYmFy"}}, "Config.Secrets: secret 2: its key is 6 bytes, want at least 16"},
 		{webhook.Config{URL: "https://h/x", Secrets: s, Timeout: -1}, "Config.Timeout"},
 		{webhook.Config{URL: "https://h/x", Secrets: s, MaxBodyBytes: -1}, "Config.MaxBodyBytes"},
 		{webhook.Config{URL: "https://h/x", Secrets: s, Concurrency: 1000}, "Config.Concurrency"},
@@ -544,7 +546,7 @@ func TestNewValidates(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("New(%+v) = %v, want an error naming %s", tc.cfg, err, tc.want)
 		}
-		if err != nil && strings.Contains(err.Error(), "!!") {
+		if err != nil && (strings.Contains(err.Error(), "!!") || strings.Contains(err.Error(), "Zm9vYmFy") || strings.Contains(err.Error(), `"foo"`)) {
 			t.Errorf("error repeats the secret: %v", err)
 		}
 	}
@@ -552,7 +554,7 @@ func TestNewValidates(t *testing.T) {
 
 // Not parallel: it sets the secret's environment variable.
 func TestNewFromURL(t *testing.T) {
-	t.Setenv("TEST_WEBHOOK_SECRETS", testSecret+" whsec_"+base64.StdEncoding.EncodeToString([]byte("second")))
+	t.Setenv("TEST_WEBHOOK_SECRETS", testSecret+" whsec_"+base64.StdEncoding.EncodeToString([]byte("the-second-secret-key")))
 	rc := newReceiver(t)
 	u, err := url.Parse(rc.srv.URL + "/hooks/{event_type}?keep=1&outbox_timeout=3s&outbox_allow_private_networks=true&outbox_secret_env=TEST_WEBHOOK_SECRETS&outbox_concurrency=2")
 	if err != nil {
@@ -586,6 +588,12 @@ func TestNewFromURL(t *testing.T) {
 		} else if strings.Contains(err.Error(), "cGdvdXRib3gt") {
 			t.Errorf("error repeats a secret: %v", err)
 		}
+	}
+	// OUTBOX_WEBHOOK_SECRET=foo: not a secret, refused at construction.
+	u, _ = url.Parse("https://hooks.example.com/x")
+	_, err = webhook.NewFromURLEnv(u, func(string) string { return "foo" })
+	if err == nil || !strings.Contains(err.Error(), `Config.Secrets: secret 1: 3 bytes and no "whsec_" prefix`) {
+		t.Errorf("NewFromURL with OUTBOX_WEBHOOK_SECRET=foo: %v, want a refusal naming the format", err)
 	}
 }
 

@@ -2,19 +2,27 @@ package store
 
 import "github.com/pgoutbox/outbox/internal/ident"
 
-// ErrorGroupExpr normalises last_error into the key dead letters are grouped
-// by: event ids and numbers are replaced, so "offset 17 of 5a1e..." and
-// "offset 18 of 9b2c..." fall in one group. Retry and Discard select by the
-// same expression, so a group can be acted on as it is shown.
-const ErrorGroupExpr = `left(regexp_replace(regexp_replace(COALESCE(last_error, ''),
+// errorNorm is last_error with event ids and numbers replaced, so "offset
+// 17 of 5a1e..." and "offset 18 of 9b2c..." read alike.
+const errorNorm = `regexp_replace(regexp_replace(COALESCE(last_error, ''),
     '[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}', '<id>', 'g'),
-    '[0-9]+', '<n>', 'g'), 200)`
+    '[0-9]+', '<n>', 'g')`
+
+// ErrorGroupExpr is the key dead letters are grouped by: errorNorm, at most
+// 200 characters. A longer error keeps its first 80 and its last 117
+// characters around " … ": wrapped errors put the cause last, so the tail
+// is what tells two groups apart. An empty or NULL error makes the empty group.
+// Retry and Discard select by the same expression, so a group can be acted
+// on as it is shown.
+const ErrorGroupExpr = `(CASE WHEN length(` + errorNorm + `) <= 200 THEN ` + errorNorm + `
+    ELSE left(` + errorNorm + `, 80) || ' … ' || right(` + errorNorm + `, 117) END)`
 
 // deadFilter selects dead letters (held events excluded) by $1 event type
-// (” = any), $2 error group (” = any) and $3 minimum age (interval).
+// (empty: any), $2 error group (NULL: any; empty: the group of the dead
+// letters that recorded no error) and $3 minimum age (interval).
 const deadFilter = `dead_at IS NOT NULL AND processed_at IS NULL AND held_by IS NULL
   AND ($1 = '' OR event_type = $1)
-  AND ($2 = '' OR ` + ErrorGroupExpr + ` = $2)
+  AND ($2::text IS NULL OR ` + ErrorGroupExpr + ` = $2::text)
   AND created_at <= now() - $3::interval`
 
 var eventCols = `SELECT id, seq, aggregate_type, aggregate_id, event_type, payload, headers,

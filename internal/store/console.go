@@ -9,9 +9,9 @@ type ConsoleQueries struct {
 	// minutes (the current one included): minute, count. It reads the
 	// processed index only.
 	PublishedPerMinute string
-	// DeadInGroup lists the dead letters of $1 event type ('' = any) and $2
-	// error group ('' = any), in insertion order, at most $3, with the
-	// columns of EventsByID.
+	// DeadInGroup lists the dead letters deadFilter selects ($1 event type,
+	// $2 error group, $3 minimum age), in insertion order, at most $4, with
+	// the columns of EventsByID.
 	DeadInGroup string
 	// Timeline reads an aggregate's events ($1 type, '' = any; $2 id), the
 	// latest $3 first. Unprocessed events come from the aggregate index;
@@ -35,11 +35,9 @@ WHERE processed_at IS NOT NULL
 GROUP BY 1
 ORDER BY 1`,
 		DeadInGroup: eventCols + t + `
-WHERE dead_at IS NOT NULL AND processed_at IS NULL AND held_by IS NULL
-  AND ($1 = '' OR event_type = $1)
-  AND ($2 = '' OR ` + ErrorGroupExpr + ` = $2)
+WHERE ` + deadFilter + `
 ORDER BY seq
-LIMIT $3`,
+LIMIT $4`,
 		Timeline: `SELECT * FROM (
   (SELECT id, seq, aggregate_type, aggregate_id, event_type, payload, headers,
           attempts, ` + shownEventTimes + `, COALESCE(last_error, ''), held_by

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -71,6 +72,36 @@ func (f *consoleFlags) validateRelay(httpAddr string) error {
 	return nil
 }
 
+// warnIfExposed warns when a console without a token listens beyond
+// loopback: anyone who reaches addr then reads every event, payloads
+// included unless hidden, since a token is what payloads are shown behind.
+// It warns rather than refuses: in a container the console must listen on
+// every interface, behind the platform's own authenticating proxy.
+func warnIfExposed(log *slog.Logger, addr string, cfg console.Config) {
+	if len(cfg.Tokens) > 0 || loopback(addr) {
+		return
+	}
+	shown := "every event, payloads included,"
+	if cfg.HidePayloads {
+		shown = "every event (payloads hidden),"
+	}
+	log.Warn("the console has no token and listens beyond loopback: "+shown+" is shown to anyone who reaches it; "+
+		"set --console-token, listen on 127.0.0.1, or put an authenticating proxy in front", "addr", addr)
+}
+
+// loopback says whether addr (host:port) listens on loopback only.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
+}
+
 // mountConsole mounts the console at /console/ on the relay's HTTP server
 // when --console is set; the overview then shows the relay's state.
 func (c *cli) mountConsole(srv *http.Server, o *options, f *consoleFlags, s *relaySettings, pool *pgxpool.Pool, relay *outbox.Relay, broker string, log *slog.Logger) error {
@@ -103,6 +134,7 @@ func (c *cli) mountConsole(srv *http.Server, o *options, f *consoleFlags, s *rel
 	}
 	mux.Handle(consolePrefix, h)
 	mux.Handle("GET /console", http.RedirectHandler(consolePrefix, http.StatusMovedPermanently))
+	warnIfExposed(log, s.httpAddr, cfg)
 	log.Info("serving the operator console", "path", consolePrefix, "actions", len(cfg.Tokens) > 0 && !cfg.ReadOnly,
 		"hide_payloads", cfg.HidePayloads)
 	return nil
@@ -128,7 +160,9 @@ the token, as "Authorization: Bearer <token>" or through the sign-in form.
 Each action is logged (token name, action, selector, count). Payloads are
 shown only on request, to a signed-in user when a token is set, and never
 with --console-hide-payloads. It listens on 127.0.0.1 by default: put it
-behind your own authenticating proxy (with TLS) before exposing it.
+behind your own authenticating proxy (with TLS) before exposing it; on
+another address without a token it warns, since it then shows every payload
+to anyone who reaches it. Wrong tokens are throttled (429).
 
 To serve the console from the relay instead, run outbox relay --console.`)
 	d.register(o)
@@ -185,6 +219,7 @@ To serve the console from the relay instead, run outbox relay --console.`)
 			mode = "actions need a token"
 		}
 		fmt.Fprintf(c.stdout, "outbox console for %s on http://%s/ (%s)\n", admin.Table(), ln.Addr(), mode)
+		warnIfExposed(log, httpAddr, cfg)
 		select {
 		case err := <-served:
 			return fmt.Errorf("console: %w", err)

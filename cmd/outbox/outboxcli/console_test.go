@@ -158,3 +158,72 @@ func TestRelayMountsTheConsole(t *testing.T) {
 		t.Errorf("--console without --http-addr: %v", err)
 	}
 }
+
+// A console without a token that listens beyond loopback warns: it shows
+// every payload to anyone who reaches it. On loopback, or with a token, it
+// does not.
+func TestConsoleWarnsWhenExposed(t *testing.T) {
+	f := setup(t)
+	serve := func(addr string, vars map[string]string) string {
+		t.Helper()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		stdout, stderr := &syncBuffer{}, &syncBuffer{}
+		done := make(chan int, 1)
+		go func() {
+			done <- runWith(ctx, stdout, stderr, vars, "console", "--schema", f.schema, "--http-addr", addr)
+		}()
+		stdout.waitFor(t, `outbox console for .* on http://`)
+		cancel()
+		if code := <-done; code != ExitOK {
+			t.Fatalf("console --http-addr %s: exit %d\n%s", addr, code, stderr.String())
+		}
+		return stderr.String()
+	}
+	const warning = "listens beyond loopback"
+	if out := serve("0.0.0.0:0", dbEnv()); !strings.Contains(out, warning) || !strings.Contains(out, "payloads included") {
+		t.Errorf("0.0.0.0 without a token: no warning:\n%s", out)
+	}
+	if out := serve("127.0.0.1:0", dbEnv()); strings.Contains(out, warning) {
+		t.Errorf("127.0.0.1: warned:\n%s", out)
+	}
+	withToken := dbEnv()
+	withToken["OUTBOX_CONSOLE_TOKEN"] = consoleTestToken
+	if out := serve("0.0.0.0:0", withToken); strings.Contains(out, warning) {
+		t.Errorf("0.0.0.0 with a token: warned:\n%s", out)
+	}
+
+	// The relay's console too, on its --http-addr.
+	s := &relaySettings{db: dbOptions{Schema: f.schema}, httpAddr: ":9090"}
+	cf := &consoleFlags{}
+	o := newOptions("relay", "", "")
+	cf.registerRelay(o)
+	if err := o.parse([]string{"--console"}, env(nil), io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	relay, err := outbox.NewRelay(f.pool, memory.New(), s.relayConfig(nil, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newCLI(io.Discard, io.Discard, env(nil))
+	var logs syncBuffer
+	srv := c.httpServer(relay, prometheus.NewRegistry())
+	if err := c.mountConsole(srv, o, cf, s, f.pool, relay, "", slog.New(slog.NewTextHandler(&logs, nil))); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), warning) {
+		t.Errorf("relay --console on :9090 without a token: no warning:\n%s", logs.String())
+	}
+}
+
+func TestLoopback(t *testing.T) {
+	t.Parallel()
+	for addr, want := range map[string]bool{
+		"127.0.0.1:8080": true, "[::1]:8080": true, "localhost:8080": true, "127.0.0.2:1": true,
+		":8080": false, "0.0.0.0:8080": false, "[::]:8080": false, "10.0.0.5:8080": false, "console.internal:8080": false, "8080": false,
+	} {
+		if got := loopback(addr); got != want {
+			t.Errorf("loopback(%q) = %v, want %v", addr, got, want)
+		}
+	}
+}

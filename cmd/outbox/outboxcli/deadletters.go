@@ -55,6 +55,9 @@ named on stderr and the command exits 6 after deleting the others.`)
 			return err
 		}
 		defer done()
+		if err := sel.checkErrorGroup(ctx, admin); err != nil {
+			return notMigrated(admin.Table(), &d, err)
+		}
 		start := time.Now()
 		var skipped []uuid.UUID
 		if len(s.IDs) > 0 {
@@ -117,9 +120,10 @@ func printDeadLetterGroups(ctx context.Context, c *cli, admin *outbox.Admin, d *
 		if groupBy == "type" {
 			fmt.Fprintf(tw, "%s\t", g.EventType)
 		}
+		// Whole: it is what --error-group takes (at most 200 characters).
 		msg := strings.ReplaceAll(oneLine(g.Error), "\t", " ")
-		if len(msg) > maxErrorWidth {
-			msg = strings.ToValidUTF8(msg[:maxErrorWidth], "") + "…"
+		if g.Error == "" {
+			msg = `(none: --error-group "")`
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", g.Count, g.FirstSeen.UTC().Format(time.RFC3339),
 			g.LastSeen.UTC().Format(time.RFC3339), g.SampleID, msg)
@@ -127,6 +131,21 @@ func printDeadLetterGroups(ctx context.Context, c *cli, admin *outbox.Admin, d *
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintln(c.stdout, `act on a group with: outbox retry --error-group "ERROR" [--type T], or outbox dead-letters discard --error-group "ERROR" [--type T] (--json gives the whole error)`)
+	fmt.Fprintln(c.stdout, `act on a group with: outbox retry --error-group "ERROR" [--type T], or outbox dead-letters discard --error-group "ERROR" [--type T]`)
 	return nil
+}
+
+// clipError fits an error on one line of at most width characters for a
+// table: a longer one keeps its start and its end, around " … ", because a
+// wrapped error ("webhook: POST https://…: 400 Bad Request: <the
+// receiver's reason>") says what went wrong last. --json has it whole.
+func clipError(s string, width int) string {
+	s = strings.ReplaceAll(oneLine(s), "\t", " ") // tabs would break the table's columns
+	r := []rune(s)
+	if len(r) <= width {
+		return s
+	}
+	head := width / 3
+	tail := width - head - 3
+	return strings.TrimRight(string(r[:head]), " ") + " … " + strings.TrimLeft(string(r[len(r)-tail:]), " ")
 }

@@ -79,6 +79,9 @@ re-queuing the others. --dry-run counts without changing anything.`)
 			return err
 		}
 		defer done()
+		if err := sel.checkErrorGroup(ctx, admin); err != nil {
+			return notMigrated(admin.Table(), &d, err)
+		}
 		start := time.Now()
 		var skipped []uuid.UUID
 		if len(s.IDs) > 0 {

@@ -1,6 +1,10 @@
 package outboxcli
 
 import (
+	"context"
+	"flag"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -75,11 +79,14 @@ type selectorFlags struct {
 	all        bool
 	dryRun     bool
 	asJSON     bool
+	// groupSet: --error-group was given, "" included, which names the
+	// group of the dead letters that recorded no error.
+	groupSet bool
 }
 
 func (s *selectorFlags) register(o *options, verb string) {
 	o.fs.StringVar(&s.eventType, "type", "", verb+" the dead letters of this event type")
-	o.fs.StringVar(&s.errorGroup, "error-group", "", verb+" the dead letters whose normalised error is this (the ERROR column of outbox dead-letters --group-by error)")
+	o.fs.StringVar(&s.errorGroup, "error-group", "", verb+` the dead letters of this error group, whole, as the ERROR column of outbox dead-letters --group-by error shows it ("" for the dead letters without an error); a group that does not exist is refused`)
 	o.fs.DurationVar(&s.olderThan, "older-than", 0, "only dead letters created at least this long ago, e.g. 24h (alone: every such dead letter)")
 	o.fs.BoolVar(&s.all, "all", false, verb+" every dead letter")
 	o.fs.BoolVar(&s.dryRun, "dry-run", false, "count without changing anything")
@@ -89,7 +96,9 @@ func (s *selectorFlags) register(o *options, verb string) {
 
 // selector checks the flags and the id arguments and returns the selector.
 func (s *selectorFlags) selector(o *options) (outbox.RetrySelector, error) {
-	sel := outbox.RetrySelector{EventType: s.eventType, ErrorGroup: s.errorGroup, OlderThan: s.olderThan, All: s.all, DryRun: s.dryRun}
+	o.fs.Visit(func(f *flag.Flag) { s.groupSet = s.groupSet || f.Name == "error-group" })
+	sel := outbox.RetrySelector{EventType: s.eventType, ErrorGroup: s.errorGroup, NoError: s.groupSet && s.errorGroup == "",
+		OlderThan: s.olderThan, All: s.all, DryRun: s.dryRun}
 	var err error
 	if sel.IDs, err = eventIDs(o); err != nil {
 		return sel, err
@@ -97,14 +106,102 @@ func (s *selectorFlags) selector(o *options) (outbox.RetrySelector, error) {
 	if err := checkOlderThan(s.olderThan); err != nil {
 		return sel, err
 	}
-	filter := s.eventType != "" || s.errorGroup != "" || s.olderThan != 0
+	filter := s.eventType != "" || s.groupSet || s.olderThan != 0
 	switch {
 	case len(sel.IDs) > 0 && (filter || s.all):
 		return sel, usageErr("%s: event ids cannot be combined with --type, --error-group, --older-than or --all", o.cmd)
-	case s.all && (s.eventType != "" || s.errorGroup != ""):
+	case s.all && (s.eventType != "" || s.groupSet):
 		return sel, usageErr("%s: --all cannot be combined with --type or --error-group (--older-than can)", o.cmd)
 	case len(sel.IDs) == 0 && !filter && !s.all:
 		return sel, usageErr("%s: give event ids, --all, or at least one of --type, --error-group, --older-than", o.cmd)
 	}
 	return sel, nil
+}
+
+// maxGroupsNamed bounds the groups an --error-group refusal lists.
+const maxGroupsNamed = 10
+
+// checkErrorGroup refuses an --error-group that names no current group (of
+// --type, when given): a group is matched whole, so a prefix or a copy of a
+// clipped error would otherwise match nothing and exit 0. The refusal names
+// the groups the value could have meant (those it begins, or whose start
+// and end it holds around "…"), or else the known groups.
+func (s *selectorFlags) checkErrorGroup(ctx context.Context, admin *outbox.Admin) error {
+	if !s.groupSet {
+		return nil
+	}
+	groups, err := admin.DeadLetterGroups(ctx, s.eventType == "")
+	if err != nil {
+		return err
+	}
+	var known, close []string
+	for _, g := range groups {
+		if s.eventType != "" && g.EventType != s.eventType {
+			continue
+		}
+		if g.Error == s.errorGroup {
+			return nil
+		}
+		known = append(known, g.Error)
+		if s.errorGroup != "" && clippedFrom(s.errorGroup, g.Error) {
+			close = append(close, g.Error)
+		}
+	}
+	of := ""
+	if s.eventType != "" {
+		of = fmt.Sprintf(" of type %q", s.eventType)
+	}
+	what := fmt.Sprintf("--error-group %s: no dead-letter group%s has this error", quoteGroup(s.errorGroup), of)
+	switch {
+	case len(known) == 0:
+		return usageErr("%s: there are no dead letters%s", what, of)
+	case len(close) > 0:
+		return usageErr("%s (a group is matched whole); it could be %s", what, listGroups(close))
+	}
+	return usageErr("%s; the groups are %s (outbox dead-letters --group-by error --json prints them whole)", what, listGroups(known))
+}
+
+// clippedFrom says whether v reads as group g cut short: a prefix of it, or
+// pieces of it around "…" (g's start, its end, what lies between in order).
+func clippedFrom(v, g string) bool {
+	parts := strings.Split(v, "…")
+	for i := range parts {
+		parts[i] = strings.TrimSpace(parts[i])
+	}
+	if !strings.HasPrefix(g, parts[0]) {
+		return false
+	}
+	rest := g[len(parts[0]):]
+	for i, p := range parts[1:] {
+		if i == len(parts)-2 {
+			return strings.HasSuffix(rest, p)
+		}
+		j := strings.Index(rest, p)
+		if j < 0 {
+			return false
+		}
+		rest = rest[j+len(p):]
+	}
+	return true
+}
+
+// quoteGroup quotes a group for an error message; "" is the group of the
+// dead letters without an error.
+func quoteGroup(g string) string {
+	if g == "" {
+		return `"" (the dead letters without an error)`
+	}
+	return fmt.Sprintf("%q", g)
+}
+
+func listGroups(gs []string) string {
+	q := make([]string, 0, min(len(gs), maxGroupsNamed))
+	for _, g := range gs[:min(len(gs), maxGroupsNamed)] {
+		q = append(q, quoteGroup(g))
+	}
+	s := strings.Join(q, ", ")
+	if len(gs) > maxGroupsNamed {
+		s += fmt.Sprintf(" and %d more", len(gs)-maxGroupsNamed)
+	}
+	return s
 }

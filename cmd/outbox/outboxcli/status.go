@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -156,8 +155,9 @@ type deadLetterJSON struct {
 	Headers       map[string]string `json:"headers,omitempty"`
 }
 
-// maxErrorWidth bounds the last error in the text table; --json has it whole.
-const maxErrorWidth = 120
+// maxErrorWidth bounds the last error in the text table (clipError keeps
+// its start and end); --json has it whole.
+const maxErrorWidth = 160
 
 func deadLettersCommand() (*options, func(context.Context, *cli, *options) error) {
 	var (
@@ -239,12 +239,7 @@ type and error. A group's error is what retry and discard take as
 		}
 		fmt.Fprintln(tw, header)
 		for _, r := range recs {
-			lastErr := oneLine(r.LastError)
-			if len(lastErr) > maxErrorWidth {
-				lastErr = strings.ToValidUTF8(lastErr[:maxErrorWidth], "") + "…"
-			}
-			// Tabs would break the table's columns.
-			lastErr = strings.ReplaceAll(lastErr, "\t", " ")
+			lastErr := clipError(r.LastError, maxErrorWidth)
 			fmt.Fprintf(tw, "%s\t%s\t%s/%s\t%d\t%s\t%s", r.ID, r.EventType, r.AggregateType, r.AggregateID,
 				r.Attempts, r.CreatedAt.UTC().Format(time.RFC3339), lastErr)
 			if showPayload {
