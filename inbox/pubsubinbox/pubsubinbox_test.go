@@ -137,7 +137,7 @@ func (b *broker) CheckSettled(t *testing.T) {
 	t.Helper()
 	// Two ack deadlines: a message neither acked nor refused would be back.
 	time.Sleep(2 * ackDeadline)
-	resp, err := b.client.SubscriptionAdminClient.Pull(inboxtest.Ctx(t), &pb.PullRequest{Subscription: subName, ReturnImmediately: true})
+	resp, err := b.client.SubscriptionAdminClient.Pull(inboxtest.Ctx(t), &pb.PullRequest{Subscription: subName})
 	if err != nil {
 		t.Fatal(err)
 	}
