@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	gpubsub "cloud.google.com/go/pubsub/v2"
+	"cloud.google.com/go/pubsub/v2/pstest"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -41,7 +43,7 @@ const (
 
 // allBrokers are --brokers' choices, in table order. The in-memory drain is
 // not among them: it always runs, as the reference of every ratio.
-var allBrokers = []string{pubNATS, pubKafka, pubRabbitMQ, pubRedis, pubSQS, pubWebhook}
+var allBrokers = []string{pubNATS, pubKafka, pubRabbitMQ, pubRedis, pubSQS, pubWebhook, pubPubSub, pubMQTT}
 
 // brokerLabel is figure 5's row label: the broker and what confirms an event.
 func brokerLabel(pub string) string {
@@ -60,6 +62,10 @@ func brokerLabel(pub string) string {
 		return "SQS, sqsfake in the harness process (SendMessageBatch reply)"
 	case pubWebhook:
 		return "webhook, receiver in the harness process (signed POST, 2xx)"
+	case pubPubSub:
+		return "Pub/Sub, pstest in the harness process (publish result, ordering key = aggregate id)"
+	case pubMQTT:
+		return "MQTT 3.1.1 (QoS 1 PUBACK, Mosquitto)"
 	}
 	return pub
 }
@@ -81,6 +87,10 @@ type brokers struct {
 	amqp     *amqp.Connection
 	redis    *goredis.Client
 	redisURL string
+
+	pubsubFake *pstest.Server // nil unless started here
+	pubsubAddr string
+	pubsub     *gpubsub.Client
 }
 
 // openBrokers connects to (or starts) every broker --brokers names, NATS
@@ -141,6 +151,14 @@ func (h *harness) openBrokers(ctx context.Context) error {
 			if err != nil {
 				return fmt.Errorf("redis at %s (--redis-url) is not reachable: %w; start it, or leave redis out of --brokers", opts.Addr, err)
 			}
+		case pubPubSub:
+			if err := h.openPubSub(ctx); err != nil {
+				return err
+			}
+		case pubMQTT:
+			if err := h.openMQTT(); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -165,6 +183,7 @@ func (h *harness) closeBrokers() {
 	if b.redis != nil {
 		_ = b.redis.Close()
 	}
+	h.closePubSub()
 }
 
 // newSQSClient is an SDK client for the fake at endpoint: static
@@ -274,6 +293,15 @@ func (h *harness) openDestination(ctx context.Context, spec *relaySpec) (*destin
 		spec.Target, spec.Secret = recv.url+"/hooks/{event_type}", recv.secret
 		d = &destination{what: "webhook receiver " + recv.url, count: recv.count,
 			remove: func(context.Context) error { return recv.close() }}
+	case pubPubSub, pubMQTT:
+		open := h.pubsubDestination
+		if spec.Publisher == pubMQTT {
+			open = h.mqttDestination
+		}
+		var err error
+		if d, err = open(ctx, spec, name); err != nil {
+			return nil, err
+		}
 	default:
 		return nil, fmt.Errorf("publisher %q", spec.Publisher)
 	}

@@ -14,18 +14,24 @@ import (
 	"testing"
 	"time"
 
+	gpubsub "cloud.google.com/go/pubsub/v2"
+	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"cloud.google.com/go/pubsub/v2/pstest"
 	"github.com/nats-io/nats.go/jetstream"
 	amqp "github.com/rabbitmq/amqp091-go"
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/sqsfake"
 	"github.com/pgoutbox/outbox/internal/testdb"
 	"github.com/pgoutbox/outbox/internal/testnats"
 	"github.com/pgoutbox/outbox/publishertest"
+	"github.com/pgoutbox/outbox/pubsub"
 	"github.com/pgoutbox/outbox/rabbitmq"
 	"github.com/pgoutbox/outbox/webhook"
 )
@@ -51,6 +57,7 @@ func redisURL() string {
 type brokerLeftovers struct {
 	kafka   *kfake.Cluster
 	sqs     *sqsfake.Server
+	pubsub  *pstest.Server
 	mu      sync.Mutex
 	created map[string][]string // publisher → names
 }
@@ -68,8 +75,10 @@ func startBrokers(t *testing.T, opt *options) *brokerLeftovers {
 	t.Cleanup(c.Close)
 	f := sqsfake.Start()
 	t.Cleanup(f.Close)
-	l := &brokerLeftovers{kafka: c, sqs: f, created: map[string][]string{}}
-	opt.kafkaCluster, opt.sqsServer = c, f
+	ps := pstest.NewServer()
+	t.Cleanup(func() { _ = ps.Close() })
+	l := &brokerLeftovers{kafka: c, sqs: f, pubsub: ps, created: map[string][]string{}}
+	opt.kafkaCluster, opt.sqsServer, opt.pubsubServer = c, f, ps
 	opt.onCreate = func(pub, name string) {
 		l.mu.Lock()
 		l.created[pub] = append(l.created[pub], name)
@@ -146,6 +155,20 @@ func (l *brokerLeftovers) check(ctx context.Context, t *testing.T) {
 		t.Errorf("SQS queues left behind: %v", qs)
 	}
 
+	psc, err := gpubsub.NewClient(ctx, benchProject, pubsub.DialConfig{Emulator: l.pubsub.Addr}.ClientOptions()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer psc.Close()
+	for _, name := range l.created[pubPubSub] {
+		topic := "projects/" + benchProject + "/topics/" + name
+		if _, err := psc.TopicAdminClient.GetTopic(ctx, &pb.GetTopicRequest{Topic: topic}); status.Code(err) != codes.NotFound {
+			t.Errorf("Pub/Sub topic %s left behind (%v)", name, err)
+		}
+	}
+	// MQTT: each drain's counting subscriber has a clean session, which
+	// ends with its connection; the broker keeps nothing of it.
+
 	for _, u := range l.created[pubWebhook] {
 		if resp, err := http.Post(u+"/hooks/x", "application/json", strings.NewReader("{}")); err == nil {
 			resp.Body.Close()
@@ -197,6 +220,8 @@ func TestUnreachableBroker(t *testing.T) {
 		{"RabbitMQ silent", pubRabbitMQ, "RabbitMQ at", silent},
 		{"Redis refused", pubRedis, "redis at", refused},
 		{"Redis silent", pubRedis, "redis at", silent},
+		{"MQTT refused", pubMQTT, "MQTT broker at", refused},
+		{"MQTT silent", pubMQTT, "MQTT broker at", silent},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -205,6 +230,7 @@ func TestUnreachableBroker(t *testing.T) {
 				DatabaseURL: testdb.URL(), Runs: 1, Events: 10, BrokerEvents: 10, Timeout: time.Minute,
 				Only: map[string]bool{"brokers": true}, Log: testLog{t}, Prefix: "bench_" + randHex(4),
 				Brokers: []string{tc.broker}, RabbitMQURL: "amqp://guest:secret-pw@" + addr + "/", RedisURL: "redis://" + addr + "/0",
+				MQTTURL: "mqtt://relay:secret-pw@" + addr,
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"cloud.google.com/go/pubsub/v2/pstest"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	natsgo "github.com/nats-io/nats.go"
@@ -56,6 +57,7 @@ type options struct {
 	BrokerEvents int      // figure 5's backlog
 	RabbitMQURL  string
 	RedisURL     string
+	MQTTURL      string
 	JSONOut      string // --json: results file
 	WriteWaits   bool   // write: sample the writers' and relay's sessions
 	WriteRate    int    // write: writers paced at this many orders/s in all (0: full speed)
@@ -76,6 +78,7 @@ type options struct {
 	// queue and webhook receiver the harness creates.
 	kafkaCluster *kfake.Cluster
 	sqsServer    *sqsfake.Server
+	pubsubServer *pstest.Server
 	onCreate     func(pub, name string)
 }
 

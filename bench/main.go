@@ -98,6 +98,11 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 	fs.IntVar(&opt.BrokerEvents, "broker-events", 0, "brokers: backlog of each drain (default min(events, 100k), --quick min(events, 20k))")
 	fs.StringVar(&opt.RabbitMQURL, "rabbitmq-url", rabbitDef, "brokers: RabbitMQ AMQP URL (default $RABBITMQ_URL)")
 	fs.StringVar(&opt.RedisURL, "redis-url", redisDef, "brokers: Redis URL (default $REDIS_URL)")
+	mqttDef := os.Getenv("MQTT_URL")
+	if mqttDef == "" {
+		mqttDef = defaultMQTTURL
+	}
+	fs.StringVar(&opt.MQTTURL, "mqtt-url", mqttDef, "brokers: MQTT broker URL (default $MQTT_URL)")
 	fs.BoolVar(&opt.Keep, "keep", false, "keep the schemas and streams")
 	fs.IntVar(&opt.Writers, "writers", 8, "concurrent writers")
 	fs.DurationVar(&opt.WriteWindow, "write-window", 0, "write-cost window per phase (default 10s, --quick 3s)")

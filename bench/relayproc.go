@@ -52,8 +52,8 @@ type relaySpec struct {
 	Publisher    string        `json:"publisher"` // pubMemory, pubNATS, pubKafka, ...
 	NatsURL      string        `json:"nats_url,omitempty"`
 	Subject      string        `json:"subject,omitempty"`    // NATS subject prefix
-	BrokerURL    string        `json:"broker_url,omitempty"` // Kafka seed host:port, AMQP URL, Redis URL or SQS endpoint
-	Target       string        `json:"target,omitempty"`     // Kafka topic, RabbitMQ queue, Redis stream, SQS queue URL or webhook URL template
+	BrokerURL    string        `json:"broker_url,omitempty"` // Kafka seed host:port, AMQP URL, Redis URL, SQS endpoint, pstest host:port or MQTT URL
+	Target       string        `json:"target,omitempty"`     // Kafka topic, RabbitMQ queue, Redis stream, SQS queue URL, webhook URL template, Pub/Sub topic or MQTT topic
 	Secret       string        `json:"secret,omitempty"`     // webhook signing secret
 	Expect       int           `json:"expect,omitempty"`     // drain mode: events to wait for
 	Timed        bool          `json:"timed,omitempty"`      // record confirmation times
@@ -283,6 +283,18 @@ func publisherFor(spec relaySpec, rec *recorder) (*recordingPublisher, func(), e
 			return nil, nil, err
 		}
 		return &recordingPublisher{rec: rec, next: p}, p.Close, nil
+	case pubPubSub:
+		p, err := pubsubPublisher(spec)
+		if err != nil {
+			return nil, nil, err
+		}
+		return &recordingPublisher{rec: rec, next: p}, func() { _ = p.Close() }, nil
+	case pubMQTT:
+		p, err := mqttPublisher(spec)
+		if err != nil {
+			return nil, nil, err
+		}
+		return &recordingPublisher{rec: rec, next: p}, func() { _ = p.Close() }, nil
 	}
 	return nil, nil, fmt.Errorf("publisher %q", spec.Publisher)
 }

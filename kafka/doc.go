@@ -81,9 +81,30 @@
 // # Credentials
 //
 // Through ClientOpts (kgo.SASL, kgo.DialTLSConfig), or from a URL: sasl=plain,
-// scram-sha-256 or scram-sha-512 with the user and password in the URL's user
-// info; tls=true for TLS with the system roots, tls_ca for private CAs,
-// tls_cert and tls_key for a client certificate (mutual TLS).
+// scram-sha-256 or scram-sha-512 with the user in the URL's user info and the
+// password there too or in the environment variable sasl_password_env names;
+// tls=true for TLS with the system roots, tls_ca for private CAs, tls_cert
+// and tls_key for a client certificate (mutual TLS).
+//
+// # Azure Event Hubs
+//
+// Event Hubs (Standard tier and above) speaks the Kafka protocol on port
+// 9093 of its namespace: TLS, SASL PLAIN, the user "$ConnectionString" and the
+// namespace's (or one event hub's) connection string as the password. An
+// event hub is a topic. Keep the connection string out of the URL:
+//
+//	export EVENTHUBS_CONNECTION_STRING='Endpoint=sb://NAMESPACE.servicebus.windows.net/;SharedAccessKeyName=outbox;SharedAccessKey=...'
+//	outbox relay --broker 'kafka://$ConnectionString@NAMESPACE.servicebus.windows.net:9093?tls=true&sasl=plain&sasl_password_env=EVENTHUBS_CONNECTION_STRING' --topic orders
+//
+// (in a URL's password the connection string would need percent-encoding:
+// its '/', ';' and '=' are URL delimiters). Give the shared access policy the
+// Send claim. Create the event hub with Azure's tooling (az eventhubs
+// eventhub create --resource-group RG --namespace-name NAMESPACE --name
+// orders --partition-count 4); one that does not exist is a missing topic,
+// an outage naming it. A wrong or revoked connection string fails SASL for
+// every record: an outage, never a dead letter. Event Hubs accepts messages
+// up to 1 MB (Standard), so Kafka's default MaxMessageBytes fits. This path
+// is tested against kfake with SASL PLAIN over TLS, not against Azure.
 //
 // # Timeouts
 //
@@ -122,6 +143,7 @@
 // From the command line, NewFromURL takes
 //
 //	kafka://user:pass@broker1:9092,broker2:9092?topic={event_type}&sasl=scram-sha-512&tls=true
+//	kafka://$ConnectionString@NAMESPACE.servicebus.windows.net:9093?tls=true&sasl=plain&sasl_password_env=EVENTHUBS_CONNECTION_STRING
 //
 // # Tests
 //

@@ -21,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/tcpproxy"
@@ -35,6 +36,8 @@ type cluster struct {
 	c     *kfake.Cluster
 	proxy *tcpproxy.Proxy
 	addr  string // the proxy's: the address the broker advertises
+	// readOpts are the reading client's extra options (TLS, SASL).
+	readOpts []kgo.Opt
 }
 
 // advertised is kfake's listener reporting the proxy's address, which kfake
@@ -87,8 +90,8 @@ type received struct {
 
 // read consumes topic from the start until it has n records or ctx ends.
 func (c *cluster) read(ctx context.Context, topic string, n int) ([]received, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.addr), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.addr), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}, c.readOpts...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -649,6 +652,85 @@ func TestTLSFromURL(t *testing.T) {
 			t.Errorf("with the client certificate: %v", err)
 		case !tc.ok && (err == nil || outbox.Classify(err) != outbox.ClassUnavailable):
 			t.Errorf("without the client certificate: %v (%s), want unavailable", err, outbox.Classify(err))
+		}
+	}
+}
+
+// Azure Event Hubs' Kafka endpoint: TLS, SASL PLAIN, the user
+// "$ConnectionString" and a connection string (full of URL delimiters) as the
+// password, from the environment or percent-encoded in the URL. A wrong
+// connection string fails every record alike: unavailable.
+func TestEventHubsConnectionString(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	testcerts.Write(t, dir)
+	serverCert, err := tls.LoadX509KeyPair(filepath.Join(dir, "server.pem"), filepath.Join(dir, "server-key.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const conn = "Endpoint=sb://pgoutbox-test.servicebus.windows.net/;SharedAccessKeyName=outbox;SharedAccessKey=c2VjcmV0/K+ey=="
+	c := newCluster(t, kfake.SeedTopics(2, "orders"), kfake.TLS(&tls.Config{Certificates: []tls.Certificate{serverCert}}),
+		kfake.EnableSASL(), kfake.Superuser("PLAIN", "$ConnectionString", conn))
+	caPEM, err := os.ReadFile(filepath.Join(dir, "ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(caPEM)
+	c.readOpts = []kgo.Opt{kgo.DialTLSConfig(&tls.Config{RootCAs: roots}),
+		kgo.SASL(plain.Auth{User: "$ConnectionString", Pass: conn}.AsMechanism())}
+	env := map[string]string{"EVENTHUBS_CONNECTION_STRING": conn, "WRONG": strings.Replace(conn, "c2VjcmV0", "d3Jvbmc=", 1)}
+	getenv := func(k string) string { return env[k] }
+	base := "kafka://$ConnectionString@" + c.addr + "?topic=orders&tls=true&sasl=plain&delivery_timeout=2s&tls_ca=" + filepath.Join(dir, "ca.pem")
+	for _, tc := range []struct {
+		name, url string
+		ok        bool
+	}{
+		{"from the environment", base + "&sasl_password_env=EVENTHUBS_CONNECTION_STRING", true},
+		{"percent-encoded in the URL", strings.Replace(base, "$ConnectionString@", "$ConnectionString:"+url.QueryEscape(conn)+"@", 1), true},
+		{"wrong connection string", base + "&sasl_password_env=WRONG", false},
+	} {
+		u, err := url.Parse(tc.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := kafka.NewFromURLEnv(u, getenv)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		err = p.Publish(timeout(t, 30*time.Second), message("ord-1", 1))
+		p.Close()
+		switch {
+		case tc.ok && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case !tc.ok && (err == nil || outbox.Classify(err) != outbox.ClassUnavailable):
+			t.Errorf("%s: %v (%s), want unavailable", tc.name, err, outbox.Classify(err))
+		case !tc.ok && strings.Contains(err.Error(), "SharedAccessKey"):
+			t.Errorf("%s: the error repeats the connection string: %v", tc.name, err)
+		}
+	}
+	got, err := c.read(timeout(t, 30*time.Second), "orders", 2)
+	if err != nil || len(got) != 2 {
+		t.Fatalf("read back %d of 2 records: %v", len(got), err)
+	}
+}
+
+func TestSASLPasswordEnvErrors(t *testing.T) {
+	t.Parallel()
+	getenv := func(k string) string { return map[string]string{"SET": "s3cret"}[k] }
+	for _, tc := range []struct{ url, want string }{
+		{"kafka://u@h:9093?sasl=plain&sasl_password_env=UNSET", "UNSET is empty or not set"},
+		{"kafka://u:s3cret@h:9093?sasl=plain&sasl_password_env=SET", "give it in one place"},
+		{"kafka://h:9093?sasl_password_env=SET", "given without sasl="},
+		{"kafka://u@h:9093?sasl=plain", "needs a password"},
+	} {
+		u, _ := url.Parse(tc.url)
+		_, err := kafka.NewFromURLEnv(u, getenv)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error saying %q", u.Redacted(), err, tc.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("%s: the error repeats the password: %v", u.Redacted(), err)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -26,10 +27,23 @@ import (
 // topic_partitions and topic_replication_factor, tls=true (TLS with the
 // system roots), tls_ca (a PEM file of private CAs), tls_cert and tls_key
 // (a client certificate, PEM), sasl=plain|scram-sha-256|scram-sha-512 with
-// the user and password taken from the URL's user info. Setting tls_ca or
-// tls_cert turns TLS on. Errors never repeat the password.
-func NewFromURL(u *url.URL) (*Publisher, error) {
-	cfg, err := ParseURL(u)
+// the user and password taken from the URL's user info, or the password
+// from the environment variable sasl_password_env names (a secret such as
+// an Azure Event Hubs connection string stays out of the URL and the process
+// list). Setting tls_ca or tls_cert turns TLS on. Errors never repeat the
+// password.
+//
+// Azure Event Hubs, through its Kafka endpoint (port 9093, TLS, SASL PLAIN
+// with the user "$ConnectionString" and the namespace's connection string as
+// the password):
+//
+//	kafka://$ConnectionString@NAMESPACE.servicebus.windows.net:9093?tls=true&sasl=plain&sasl_password_env=EVENTHUBS_CONNECTION_STRING
+func NewFromURL(u *url.URL) (*Publisher, error) { return NewFromURLEnv(u, os.Getenv) }
+
+// NewFromURLEnv is NewFromURL reading sasl_password_env's variable through
+// getenv.
+func NewFromURLEnv(u *url.URL, getenv func(string) string) (*Publisher, error) {
+	cfg, err := ParseURLEnv(u, getenv)
 	if err != nil {
 		return nil, err
 	}
@@ -37,7 +51,11 @@ func NewFromURL(u *url.URL) (*Publisher, error) {
 }
 
 // ParseURL turns a broker URL into a Config; see NewFromURL for the options.
-func ParseURL(u *url.URL) (Config, error) {
+func ParseURL(u *url.URL) (Config, error) { return ParseURLEnv(u, os.Getenv) }
+
+// ParseURLEnv is ParseURL reading sasl_password_env's variable through
+// getenv.
+func ParseURLEnv(u *url.URL, getenv func(string) string) (Config, error) {
 	if u == nil {
 		return Config{}, errors.New("kafka: URL is nil")
 	}
@@ -65,7 +83,7 @@ func ParseURL(u *url.URL) (Config, error) {
 		return Config{}, fmt.Errorf("kafka: URL %s: %s=%q: %w", u.Redacted(), key, q.Get(key), err)
 	}
 	if err := brokerurl.Known("kafka", u, "topic", "delivery_timeout", "request_timeout", "max_message_bytes", "client_id", "tls", "sasl",
-		"tls_ca", "tls_cert", "tls_key", "create_topics", "topic_partitions", "topic_replication_factor"); err != nil {
+		"tls_ca", "tls_cert", "tls_key", "create_topics", "topic_partitions", "topic_replication_factor", "sasl_password_env"); err != nil {
 		return Config{}, err
 	}
 	cfg.Topic = q.Get("topic")
@@ -131,9 +149,22 @@ func ParseURL(u *url.URL) (Config, error) {
 	}
 	if mech := q.Get("sasl"); mech != "" {
 		user := u.User.Username()
-		pass, _ := u.User.Password()
+		pass, inURL := u.User.Password()
 		if user == "" {
-			return Config{}, fmt.Errorf("kafka: URL %s: sasl=%s needs a user and password in the URL", u.Redacted(), mech)
+			return Config{}, fmt.Errorf("kafka: URL %s: sasl=%s needs a user in the URL, and a password there or in sasl_password_env", u.Redacted(), mech)
+		}
+		if env := q.Get("sasl_password_env"); env != "" {
+			if inURL {
+				return bad("sasl_password_env", errors.New("the URL has a password too; give it in one place"))
+			}
+			if getenv == nil {
+				getenv = os.Getenv
+			}
+			if pass = getenv(env); pass == "" {
+				return bad("sasl_password_env", fmt.Errorf("the environment variable %s is empty or not set", env))
+			}
+		} else if !inURL {
+			return Config{}, fmt.Errorf("kafka: URL %s: sasl=%s needs a password in the URL or sasl_password_env", u.Redacted(), mech)
 		}
 		switch strings.ToLower(mech) {
 		case "plain":
@@ -147,6 +178,8 @@ func ParseURL(u *url.URL) (Config, error) {
 		}
 	} else if u.User != nil {
 		return Config{}, fmt.Errorf("kafka: URL %s: user info given without sasl=", u.Redacted())
+	} else if q.Get("sasl_password_env") != "" {
+		return bad("sasl_password_env", errors.New("given without sasl="))
 	}
 	return cfg, nil
 }

@@ -1,7 +1,8 @@
 // Package inboxtest is the conformance suite every inbox broker adapter runs
-// (natsinbox, rabbitmqinbox, kafkainbox, redisinbox), on the real PostgreSQL
-// and the real broker: the same delivery stories, the same assertions on
-// rows and outcomes, whatever the broker. An adapter's own tests keep only
+// (natsinbox, rabbitmqinbox, kafkainbox, redisinbox, pubsubinbox, mqttinbox),
+// on the real PostgreSQL and the real broker (or its official fake): the same
+// delivery stories, the same assertions on rows and outcomes, whatever the
+// broker. An adapter's own tests keep only
 // what is particular to its broker.
 //
 // Env is the consumer's side shared by all of them, httpinbox included: a

@@ -35,8 +35,9 @@ type BrokerOptions struct {
 	// the subject's first token (nats ensure_stream=), Kafka topics
 	// (create_topics=true), the RabbitMQ exchange named in the URL, as a
 	// durable topic exchange (declare_exchange=topic), SQS queues
-	// (create_queues=true). Redis creates streams anyway unless the URL says
-	// require_stream=true; webhook endpoints are not created. What the URL
+	// (create_queues=true), Pub/Sub topics (create_topics=true). Redis
+	// creates streams anyway unless the URL says require_stream=true;
+	// webhook endpoints and MQTT sessions are not created. What the URL
 	// says itself wins.
 	CreateTopology bool
 	// StreamName names the JetStream stream CreateTopology creates. Default

@@ -38,13 +38,15 @@ func withOption(u *url.URL, param, value string) *url.URL {
 	return &c
 }
 
-// openKafka: kafka://host:9092,host2:9092?topic=...; see package kafka.
+// openKafka: kafka://host:9092,host2:9092?topic=...; see package kafka
+// (sasl_password_env= reads the SASL password, an Azure Event Hubs
+// connection string say, from the environment).
 func openKafka(_ context.Context, u *url.URL, o BrokerOptions) (outbox.Publisher, io.Closer, error) {
 	u = withOption(u, "topic", o.Topic)
 	if o.CreateTopology {
 		u = withOption(u, "create_topics", "true")
 	}
-	pub, err := kafka.NewFromURL(u)
+	pub, err := kafka.NewFromURLEnv(u, o.Getenv)
 	if err != nil {
 		return nil, nil, err
 	}

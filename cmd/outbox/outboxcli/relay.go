@@ -115,6 +115,12 @@ process at once.
                      Redis Streams (XADD); --topic is the stream
   sqs://?queue_url=<escaped URL or template>&region=eu-west-1
                      Amazon SQS (credentials from the AWS default chain)
+  pubsub://PROJECT/{event_type}   (the path, or --topic, is the topic)
+                     Google Cloud Pub/Sub (ordering key = aggregate id;
+                     Application Default Credentials; ?emulator=host:port)
+  mqtt://user:pw@host:1883   (or mqtts://)
+                     MQTT 3.1.1, QoS 1 (PUBACK); headers in a JSON
+                     envelope; --topic is the topic
   https://hooks.example.com/{event_type}   (or http://)
                      signed webhooks (Standard Webhooks); secrets from
                      OUTBOX_WEBHOOK_SECRET (space-separated whsec_...)
@@ -149,7 +155,7 @@ Logs are JSON on stderr, or text when stderr is a terminal.`)
 	}
 	f.StringVar(&s.httpAddr, "http-addr", "", "address serving /metrics, /healthz and /readyz, e.g. 127.0.0.1:9090 (empty: off)")
 	s.console.registerRelay(o)
-	f.BoolVar(&s.createTopology, "create-topology", false, "create a missing destination: JetStream stream, Kafka topics, the RabbitMQ exchange named in the URL, SQS queues (opt-in)")
+	f.BoolVar(&s.createTopology, "create-topology", false, "create a missing destination: JetStream stream, Kafka topics, the RabbitMQ exchange named in the URL, SQS queues, Pub/Sub topics (opt-in)")
 	f.StringVar(&s.ensureStream, "ensure-stream", "", "NATS: JetStream stream to create or update so it captures --topic's subjects (default OUTBOX with --create-topology)")
 	f.StringVar(&s.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&s.logFormat, "log-format", "", "json or text (default: text when stderr is a terminal, else json)")

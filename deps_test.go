@@ -1,0 +1,45 @@
+package outbox_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestCoreImportsNoCloudSDK: an application importing outbox and outbox/nats
+// (and the inbox with its NATS adapter) builds none of the cloud SDKs or the
+// MQTT client; each lives in its broker's package only. The pubsub and mqtt
+// packages are listed too, to show the check sees an SDK where there is one.
+func TestCoreImportsNoCloudSDK(t *testing.T) {
+	t.Parallel()
+	forbidden := []string{"cloud.google.com/", "google.golang.org/api/", "github.com/aws/", "github.com/eclipse/paho"}
+	deps := func(pkgs ...string) []string {
+		t.Helper()
+		out, err := exec.Command("go", append([]string{"list", "-deps", "-f", "{{.ImportPath}}"}, pkgs...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list -deps %v: %v\n%s", pkgs, err, out)
+		}
+		return strings.Fields(string(out))
+	}
+	sdks := func(list []string) []string {
+		var bad []string
+		for _, p := range list {
+			for _, f := range forbidden {
+				if strings.HasPrefix(p, f) {
+					bad = append(bad, p)
+					break
+				}
+			}
+		}
+		return bad
+	}
+	const mod = "github.com/pgoutbox/outbox"
+	if bad := sdks(deps(mod, mod+"/nats", mod+"/inbox", mod+"/inbox/natsinbox")); len(bad) > 0 {
+		t.Errorf("outbox, outbox/nats, inbox and inbox/natsinbox build %d SDK packages, want none: %v", len(bad), bad)
+	}
+	for _, pkg := range []string{mod + "/pubsub", mod + "/mqtt"} {
+		if len(sdks(deps(pkg))) == 0 {
+			t.Errorf("%s builds no SDK package: the check above would miss one", pkg)
+		}
+	}
+}
