@@ -118,6 +118,9 @@ func (f *Server) eventBridgeOp(op string, decode func(any) *apiError) (any, *api
 		return map[string]string{"EventBusArn": EventBusARN(in.Name)}, nil
 	case "DescribeEventBus":
 		name := busName(in.Name)
+		if aerr := f.callFault(Call{Service: EventBridge, Op: op, Target: name}); aerr != nil {
+			return nil, aerr
+		}
 		if _, ok := f.buses[name]; !ok {
 			return nil, errBusNotFound(name)
 		}
@@ -157,7 +160,7 @@ func (f *Server) putEvents(entries []ebEntry) (any, *apiError) {
 	for i, e := range entries {
 		bodies[i] = e.Detail
 	}
-	if aerr := f.callFault(Call{Service: EventBridge, Bodies: bodies}); aerr != nil {
+	if aerr := f.callFault(Call{Service: EventBridge, Op: "PutEvents", Bodies: bodies}); aerr != nil {
 		return nil, aerr
 	}
 	if len(entries) == 0 || len(entries) > ebMaxEntries {
@@ -208,8 +211,7 @@ func (f *Server) putEvents(entries []ebEntry) (any, *apiError) {
 		}
 		ev := Event{ID: uuid.NewString(), Bus: name, Source: e.Source, DetailType: e.DetailType, Detail: e.Detail, Resources: e.Resources}
 		if e.Time != nil {
-			sec, frac := math.Modf(*e.Time)
-			ev.Time = time.Unix(int64(sec), int64(frac*1e9)).UTC()
+			ev.Time = time.UnixMilli(int64(math.Round(*e.Time * 1000))).UTC() // the SDK sends milliseconds
 		}
 		out.Entries = append(out.Entries, result{EventId: ev.ID})
 		if b, ok := f.buses[name]; ok { // else dropped, as EventBridge does

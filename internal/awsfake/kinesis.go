@@ -164,7 +164,7 @@ func (f *Server) kinesisOp(op string, decode func(any) *apiError) (any, *apiErro
 		for i, r := range in.Records {
 			bodies[i] = string(r.Data)
 		}
-		if aerr := f.callFault(Call{Service: Kinesis, Target: name, Bodies: bodies}); aerr != nil {
+		if aerr := f.callFault(Call{Service: Kinesis, Op: "PutRecords", Target: name, Bodies: bodies}); aerr != nil {
 			return nil, aerr
 		}
 		if !ok {

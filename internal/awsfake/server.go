@@ -74,11 +74,12 @@ type EntryFault struct {
 	SenderFault bool
 }
 
-// Call is one batch call (PublishBatch, PutEvents, PutRecords), as fault
-// injection sees it.
+// Call is one batch call (PublishBatch, PutEvents, PutRecords), or a
+// DescribeEventBus, as fault injection sees it.
 type Call struct {
 	Service string
-	Target  string   // topic ARN, or stream name; "" for PutEvents
+	Op      string   // PublishBatch, PutEvents, PutRecords, DescribeEventBus
+	Target  string   // topic ARN, stream name or event bus name; "" for PutEvents
 	Bodies  []string // the entries' bodies
 }
 
@@ -94,7 +95,7 @@ type Faults struct {
 	// Entry is asked about every entry of a batch call the call itself
 	// did not fail: a non-nil EntryFault fails that entry.
 	Entry func(Entry) *EntryFault
-	// Call may fail a whole batch call before it is judged.
+	// Call may fail a whole call before it is judged.
 	Call func(Call) *CallFault
 }
 

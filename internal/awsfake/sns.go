@@ -276,7 +276,7 @@ func (f *Server) publishBatch(arn string, entries []snsEntry) (string, *apiError
 	for i, e := range entries {
 		bodies[i] = e.message
 	}
-	if aerr := f.callFault(Call{Service: SNS, Target: arn, Bodies: bodies}); aerr != nil {
+	if aerr := f.callFault(Call{Service: SNS, Op: "PublishBatch", Target: arn, Bodies: bodies}); aerr != nil {
 		return "", aerr
 	}
 	t, ok := f.topics[arn]
