@@ -236,16 +236,22 @@ func TestOversizedAndInvalidFailWithoutRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The same event with a larger payload: the headers (created_at's
+	// digits) are what they were.
+	withPayload := func(n int) *outbox.Message {
+		c := *m
+		c.Payload = publishertest.JSONOfSize(n)
+		return &c
+	}
 	overhead := size - len(m.Payload)
-	fits := publishertest.NewMessage("a", string(publishertest.JSONOfSize(eventbridge.MaxEntryBytes-overhead)))
-	if err := p.Publish(timeout(t, 10*time.Second), fits); err != nil {
+	if err := p.Publish(timeout(t, 10*time.Second), withPayload(eventbridge.MaxEntryBytes-overhead)); err != nil {
 		t.Fatalf("an entry of exactly %d bytes: %v", eventbridge.MaxEntryBytes, err)
 	}
 	calls := e.fake.Calls("events.PutEvents")
 	long := publishertest.NewMessage("a", "{}")
 	long.EventType = strings.Repeat("t", 129)
 	for name, m := range map[string]*outbox.Message{
-		"one byte over":   publishertest.NewMessage("a", string(publishertest.JSONOfSize(eventbridge.MaxEntryBytes-overhead+1))),
+		"one byte over":   withPayload(eventbridge.MaxEntryBytes - overhead + 1),
 		"not JSON":        publishertest.NewMessage("a", `{"a":`),
 		"long event type": long,
 	} {
