@@ -115,6 +115,12 @@ process at once.
                      Redis Streams (XADD); --topic is the stream
   sqs://?queue_url=<escaped URL or template>&region=eu-west-1
                      Amazon SQS (credentials from the AWS default chain)
+  sns://?topic_arn=<escaped ARN or template>
+                     Amazon SNS (FIFO topics: group = aggregate id)
+  eventbridge://?bus=orders&source=com.example.orders
+                     Amazon EventBridge (detail-type = event type)
+  kinesis://?stream=orders
+                     Amazon Kinesis Data Streams (key = aggregate id)
   https://hooks.example.com/{event_type}   (or http://)
                      signed webhooks (Standard Webhooks); secrets from
                      OUTBOX_WEBHOOK_SECRET (space-separated whsec_...)
