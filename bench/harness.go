@@ -21,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/awsfake"
 	"github.com/pgoutbox/outbox/internal/ident"
 	"github.com/pgoutbox/outbox/internal/sqsfake"
 	"github.com/pgoutbox/outbox/internal/wal"
@@ -76,6 +77,7 @@ type options struct {
 	// queue and webhook receiver the harness creates.
 	kafkaCluster *kfake.Cluster
 	sqsServer    *sqsfake.Server
+	awsServer    *awsfake.Server
 	onCreate     func(pub, name string)
 }
 
