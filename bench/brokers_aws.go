@@ -121,7 +121,7 @@ func (h *harness) openAWSDestination(ctx context.Context, spec *relaySpec, name 
 			}}, nil
 	case pubKinesis:
 		if _, err := b.kin.CreateStream(ctx, &awskinesis.CreateStreamInput{StreamName: aws.String(name), ShardCount: aws.Int32(kinesisShards)}); err != nil {
-			return nil, fmt.Errorf("Kinesis: create stream %s: %w", name, err)
+			return nil, fmt.Errorf("kinesis: create stream %s: %w", name, err)
 		}
 		spec.Target = name
 		return &destination{what: "Kinesis stream " + name,
