@@ -43,7 +43,7 @@ const (
 
 // allBrokers are --brokers' choices, in table order. The in-memory drain is
 // not among them: it always runs, as the reference of every ratio.
-var allBrokers = []string{pubNATS, pubKafka, pubRabbitMQ, pubRedis, pubSQS, pubWebhook, pubPubSub, pubMQTT}
+var allBrokers = []string{pubNATS, pubKafka, pubRabbitMQ, pubRedis, pubSQS, pubSNS, pubEventBridge, pubKinesis, pubWebhook, pubPubSub, pubMQTT}
 
 // brokerLabel is figure 5's row label: the broker and what confirms an event.
 func brokerLabel(pub string) string {
@@ -60,6 +60,12 @@ func brokerLabel(pub string) string {
 		return "Redis Streams (XADD reply, no WAIT)"
 	case pubSQS:
 		return "SQS, sqsfake in the harness process (SendMessageBatch reply)"
+	case pubSNS:
+		return "SNS, awsfake in the harness process (PublishBatch reply)"
+	case pubEventBridge:
+		return "EventBridge, awsfake in the harness process (PutEvents reply)"
+	case pubKinesis:
+		return "Kinesis, awsfake in the harness process (PutRecords reply, 4 shards)"
 	case pubWebhook:
 		return "webhook, receiver in the harness process (signed POST, 2xx)"
 	case pubPubSub:
@@ -91,6 +97,7 @@ type brokers struct {
 	pubsubFake *pstest.Server // nil unless started here
 	pubsubAddr string
 	pubsub     *gpubsub.Client
+	aws        awsBrokers // SNS, EventBridge, Kinesis
 }
 
 // openBrokers connects to (or starts) every broker --brokers names, NATS
@@ -98,6 +105,10 @@ type brokers struct {
 func (h *harness) openBrokers(ctx context.Context) error {
 	b := &h.brokers
 	for _, pub := range h.opt.Brokers {
+		if isAWSFake(pub) {
+			h.openAWS()
+			continue
+		}
 		switch pub {
 		case pubKafka:
 			c := h.opt.kafkaCluster
@@ -177,6 +188,7 @@ func (h *harness) closeBrokers() {
 	if b.sqsFake != nil {
 		b.sqsFake.Close()
 	}
+	h.closeAWS()
 	if b.amqp != nil {
 		_ = b.amqp.Close()
 	}
@@ -284,6 +296,11 @@ func (h *harness) openDestination(ctx context.Context, spec *relaySpec) (*destin
 				_, err := b.sqs.DeleteQueue(ctx, &awssqs.DeleteQueueInput{QueueUrl: aws.String(qurl)})
 				return err
 			}}
+	case pubSNS, pubEventBridge, pubKinesis:
+		var err error
+		if d, err = h.openAWSDestination(ctx, spec, name); err != nil {
+			return nil, err
+		}
 	case pubWebhook:
 		recv, err := startReceiver("whsec_" + base64.StdEncoding.EncodeToString([]byte(randHex(24))))
 		if err != nil {

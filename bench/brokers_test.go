@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/awsfake"
 	"github.com/pgoutbox/outbox/internal/sqsfake"
 	"github.com/pgoutbox/outbox/internal/testdb"
 	"github.com/pgoutbox/outbox/internal/testnats"
@@ -58,11 +59,12 @@ type brokerLeftovers struct {
 	kafka   *kfake.Cluster
 	sqs     *sqsfake.Server
 	pubsub  *pstest.Server
+	aws     *awsfake.Server
 	mu      sync.Mutex
 	created map[string][]string // publisher → names
 }
 
-// startBrokers starts kfake and sqsfake for opt's harness (which leaves
+// startBrokers starts kfake, sqsfake and awsfake for opt's harness (which leaves
 // them running, so that the test can look inside afterwards) and records
 // every destination it creates.
 func startBrokers(t *testing.T, opt *options) *brokerLeftovers {
@@ -77,8 +79,10 @@ func startBrokers(t *testing.T, opt *options) *brokerLeftovers {
 	t.Cleanup(f.Close)
 	ps := pstest.NewServer()
 	t.Cleanup(func() { _ = ps.Close() })
-	l := &brokerLeftovers{kafka: c, sqs: f, pubsub: ps, created: map[string][]string{}}
-	opt.kafkaCluster, opt.sqsServer, opt.pubsubServer = c, f, ps
+	af := awsfake.Start()
+	t.Cleanup(af.Close)
+	l := &brokerLeftovers{kafka: c, sqs: f, pubsub: ps, aws: af, created: map[string][]string{}}
+	opt.kafkaCluster, opt.sqsServer, opt.pubsubServer, opt.awsServer = c, f, ps, af
 	opt.onCreate = func(pub, name string) {
 		l.mu.Lock()
 		l.created[pub] = append(l.created[pub], name)
@@ -153,6 +157,15 @@ func (l *brokerLeftovers) check(ctx context.Context, t *testing.T) {
 
 	if qs := l.sqs.Queues(); len(qs) > 0 {
 		t.Errorf("SQS queues left behind: %v", qs)
+	}
+	if ts := l.aws.Topics(); len(ts) > 0 {
+		t.Errorf("SNS topics left behind: %v", ts)
+	}
+	if bs := l.aws.Buses(); len(bs) != 1 {
+		t.Errorf("EventBridge buses left behind: %v (want only default)", bs)
+	}
+	if ss := l.aws.Streams(); len(ss) > 0 {
+		t.Errorf("Kinesis streams left behind: %v", ss)
 	}
 
 	psc, err := gpubsub.NewClient(ctx, benchProject, pubsub.DialConfig{Emulator: l.pubsub.Addr}.ClientOptions()...)

@@ -22,6 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/awsfake"
 	"github.com/pgoutbox/outbox/internal/ident"
 	"github.com/pgoutbox/outbox/internal/sqsfake"
 	"github.com/pgoutbox/outbox/internal/wal"
@@ -79,6 +80,7 @@ type options struct {
 	kafkaCluster *kfake.Cluster
 	sqsServer    *sqsfake.Server
 	pubsubServer *pstest.Server
+	awsServer    *awsfake.Server
 	onCreate     func(pub, name string)
 }
 

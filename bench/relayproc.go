@@ -277,6 +277,12 @@ func publisherFor(spec relaySpec, rec *recorder) (*recordingPublisher, func(), e
 			return nil, nil, err
 		}
 		return &recordingPublisher{rec: rec, next: p}, func() {}, nil
+	case pubSNS, pubEventBridge, pubKinesis:
+		p, err := awsPublisher(spec)
+		if err != nil {
+			return nil, nil, err
+		}
+		return &recordingPublisher{rec: rec, next: p}, func() {}, nil
 	case pubWebhook:
 		p, err := webhook.New(webhook.Config{URL: spec.Target, Secrets: []string{spec.Secret}, AllowPrivateNetworks: true})
 		if err != nil {

@@ -98,7 +98,7 @@ func TestUsageErrors(t *testing.T) {
 		{"unknown command", nil, []string{"frobnicate"}, `unknown command "frobnicate"`},
 		{"unknown flag", withDSN(), []string{"status", "--bogus"}, "status: unknown flag --bogus"},
 		{"unknown broker scheme", withDSN(), []string{"relay", "--broker", "carrier-pigeon://coop"},
-			`--broker: unknown scheme "carrier-pigeon" in "carrier-pigeon://coop" (known: amqp, amqps, http, https, kafka, mqtt, mqtts, nats, pubsub, redis, rediss, sqs, stdout, tls)`},
+			`--broker: unknown scheme "carrier-pigeon" in "carrier-pigeon://coop" (known: amqp, amqps, eventbridge, http, https, kafka, kinesis, mqtt, mqtts, nats, pubsub, redis, rediss, sns, sqs, stdout, tls)`},
 		{"broker missing", withDSN(), []string{"relay"}, "--broker: required"},
 		{"broker without scheme", withDSN(), []string{"relay", "--broker", "127.0.0.1:4222"}, "--broker:"},
 		{"malformed DSN", withDSN("DATABASE_URL", "postgres://postgres@127.0.0.1:notaport/test"), []string{"status"},

@@ -23,9 +23,10 @@
 //
 // --broker is a URL whose scheme selects the publisher: nats:// (and tls://
 // for NATS over TLS) for NATS JetStream, kafka://, amqp:// and amqps://
-// (RabbitMQ), redis:// and rediss:// (Redis Streams), sqs://, pubsub://
-// (Google Cloud Pub/Sub), mqtt:// and mqtts:// (MQTT 3.1.1), http:// and
-// https:// (signed webhooks), stdout: for one JSON line per event
+// (RabbitMQ), redis:// and rediss:// (Redis Streams), sqs://, sns://,
+// eventbridge://, kinesis:// (Amazon SQS, SNS, EventBridge, Kinesis),
+// pubsub:// (Google Cloud Pub/Sub), mqtt:// and mqtts:// (MQTT 3.1.1),
+// http:// and https:// (signed webhooks), stdout: for one JSON line per event
 // (debugging). The registry is the brokers map in brokers.go; an unknown
 // scheme is an error that lists the known ones. The relay never creates
 // streams or topics.

@@ -121,6 +121,12 @@ process at once.
   mqtt://user:pw@host:1883   (or mqtts://)
                      MQTT 3.1.1, QoS 1 (PUBACK); headers in a JSON
                      envelope; --topic is the topic
+  sns://?topic_arn=<escaped ARN or template>
+                     Amazon SNS (FIFO topics: group = aggregate id)
+  eventbridge://?bus=orders&source=com.example.orders
+                     Amazon EventBridge (detail-type = event type)
+  kinesis://?stream=orders
+                     Amazon Kinesis Data Streams (key = aggregate id)
   https://hooks.example.com/{event_type}   (or http://)
                      signed webhooks (Standard Webhooks); secrets from
                      OUTBOX_WEBHOOK_SECRET (space-separated whsec_...)
