@@ -4,14 +4,15 @@ import (
 	"fmt"
 
 	"github.com/pgoutbox/outbox/internal/ident"
+	"github.com/pgoutbox/outbox/outboxtype"
 )
 
-// Replay header names, set on the copies a replay queues (see the outbox
-// package's HeaderReplayOf and siblings).
+// Replay header names, set on the copies a replay queues (defined once, in
+// outboxtype, which consumers read).
 const (
-	HeaderReplayOf          = "outbox-replay-of"
-	HeaderReplayID          = "outbox-replay-id"
-	HeaderOriginalCreatedAt = "outbox-original-created-at"
+	HeaderReplayOf          = outboxtype.HeaderReplayOf
+	HeaderReplayID          = outboxtype.HeaderReplayID
+	HeaderOriginalCreatedAt = outboxtype.HeaderOriginalCreatedAt
 )
 
 // ReplayQueries are the statements of replay, archiving and cancel, on the
