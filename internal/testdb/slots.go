@@ -20,10 +20,16 @@ import (
 // own drop.
 func ReplicationObjects(t testing.TB, slot, publication string) {
 	t.Helper()
+	Shared().ReplicationObjects(t, slot, publication)
+}
+
+// ReplicationObjects is the package's ReplicationObjects on server s.
+func (s *Server) ReplicationObjects(t testing.TB, slot, publication string) {
+	t.Helper()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()
-		conn, err := pgx.Connect(ctx, URL())
+		conn, err := pgx.Connect(ctx, s.url)
 		if err != nil {
 			t.Errorf("testdb: connect to check slot %s: %v", slot, err)
 			return

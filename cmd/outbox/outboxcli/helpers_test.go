@@ -132,9 +132,26 @@ type fixture struct {
 
 func setup(t *testing.T) *fixture {
 	t.Helper()
+	return setupOn(t, testdb.Shared())
+}
+
+// setupLogical is setup on a server with wal_level=logical (testdb.Logical),
+// for the WAL source's tests; walEnv is its environment.
+func setupLogical(t *testing.T) *fixture {
+	t.Helper()
+	return setupOn(t, testdb.Logical(t))
+}
+
+// walEnv is the environment of a command against the WAL tests' server.
+func walEnv(t *testing.T) map[string]string {
+	return map[string]string{"DATABASE_URL": testdb.Logical(t).URL()}
+}
+
+func setupOn(t *testing.T, srv *testdb.Server) *fixture {
+	t.Helper()
 	t.Parallel()
-	schema := testdb.Schema(t)
-	pool := testdb.Pool(t, schema)
+	schema := srv.Schema(t)
+	pool := srv.Pool(t, schema)
 	if _, err := outbox.Migrate(testCtx(t), pool, outbox.MigrateConfig{Schema: schema}); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
