@@ -205,3 +205,19 @@ func TestAnchorsAndLinks(t *testing.T) {
 		t.Errorf("links = %q", got)
 	}
 }
+
+// readmeMaxLines keeps README a front page: what it is, install, the quick
+// start, the map of the docs, the library, testing, sources and brokers.
+// The rest belongs in docs/.
+const readmeMaxLines = 250
+
+func TestREADMELength(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), "\n"); n > readmeMaxLines {
+		t.Errorf("README.md has %d lines, more than %d: move a section to docs/ and link it from README's Documentation", n, readmeMaxLines)
+	}
+}

@@ -99,11 +99,10 @@ func run(ctx context.Context, out io.Writer, dsn, natsURL string) error {
 		}
 		if msg.Header.Get(outbox.HeaderEventID) == eventID { // earlier runs' events arrive too
 			fmt.Fprintf(out, "received %s on %s: %s\n", eventID, msg.Subject, msg.Data)
-			break
+			stop()
+			return <-done // the batch in flight is finished, never half-marked
 		}
 	}
-	stop()
-	return <-done // the batch in flight is finished, never half-marked
 }
 
 func main() {
