@@ -53,6 +53,8 @@ type ReplayQueries struct {
 	// (deleted, released).
 	Cancel       string
 	CancelCopies string
+	// HasPending says whether replay $1 has copies not yet delivered.
+	HasPending string
 	// List reads the last $1 replays with their pending and delivered
 	// counts; Totals counts replayed rows in the outbox table: pending,
 	// delivered, and replays still queuing or pending.
@@ -141,6 +143,7 @@ ON CONFLICT DO NOTHING`,
 WHERE id = $1 AND state = 'queuing'`,
 		Cancel: `UPDATE ` + reps + ` SET state = 'cancelled', finished_at = COALESCE(finished_at, now())
 WHERE id = $1 RETURNING id`,
+		HasPending: `SELECT EXISTS (SELECT 1 FROM ` + t + ` WHERE replay_id = $1 AND processed_at IS NULL)`,
 		CancelCopies: `WITH gone AS (
     DELETE FROM ` + t + ` WHERE replay_id = $1 AND processed_at IS NULL
     RETURNING id),
