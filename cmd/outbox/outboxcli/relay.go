@@ -1,6 +1,7 @@
 package outboxcli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -239,12 +240,20 @@ func (c *cli) relay(ctx context.Context, o *options, s *relaySettings) error {
 		"workers", s.cfg.Workers, "batch_size", s.cfg.BatchSize, "poll_interval", s.cfg.PollInterval,
 		"max_attempts", s.cfg.MaxAttempts, "retention", s.cfg.Retention, "ordered", s.cfg.Ordered, "listen", s.cfg.Listen,
 		"delete_on_publish", s.cfg.DeleteOnPublish, "batch_delay", s.cfg.BatchDelay)
+	wctx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		watchBroker(wctx, r.log, r.pub, cmp.Or(s.cfg.OutageBackoff.Max, outbox.DefaultOutageMax))
+	}()
+	defer func() { stopWatch(); <-watched }()
 	return c.runRelay(ctx, s, r)
 }
 
 // runningRelay is a relay ready to run, and what it holds.
 type runningRelay struct {
 	relay     *outbox.Relay
+	pub       outbox.Publisher
 	pool      *pgxpool.Pool
 	reg       *prometheus.Registry
 	log       *slog.Logger
@@ -341,7 +350,7 @@ func (c *cli) startRelay(ctx context.Context, o *options, s *relaySettings) (*ru
 		return nil, err
 	}
 	started = true
-	return &runningRelay{relay: relay, pool: pool, reg: reg, log: log, brokerURL: brokerURL.Redacted(), stopTracing: stopTracing, shutdown: func() {
+	return &runningRelay{relay: relay, pub: pub, pool: pool, reg: reg, log: log, brokerURL: brokerURL.Redacted(), stopTracing: stopTracing, shutdown: func() {
 		brokerCloser.Close()
 		pool.Close()
 	}}, nil
