@@ -520,3 +520,19 @@ func (a *Admin) Cleanup(ctx context.Context, olderThan time.Duration, batchSize 
 	}
 	return n, nil
 }
+
+// PublishedBefore counts the events published more than olderThan ago:
+// what Cleanup would delete and Archive would move, without touching them
+// (a dry run). Pending events and dead letters are not counted.
+func (a *Admin) PublishedBefore(ctx context.Context, olderThan time.Duration) (int64, error) {
+	if olderThan < 0 {
+		return 0, fmt.Errorf("outbox: PublishedBefore: age %s must not be negative", olderThan)
+	}
+	ctx, cancel := a.bound(ctx)
+	defer cancel()
+	var n int64
+	if err := a.pool.QueryRow(ctx, a.q.CountProcessedBefore, olderThan).Scan(&n); err != nil {
+		return 0, a.fail(ctx, "count published events", err)
+	}
+	return n, nil
+}

@@ -138,8 +138,7 @@
 //	   not delivered yet; named on stderr); the others were done.
 //	   replay cancel: no such replay
 //
-// Durations are Go durations (90s, 15m, 168h); "7d" is refused with the
-// equivalent in hours.
+// Durations are Go durations (90s, 15m, 168h) or days (7d, 1.5d, 7d12h).
 //
 // Every failure prints exactly one line on stderr, starting with "outbox: ".
 package outboxcli

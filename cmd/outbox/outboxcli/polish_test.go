@@ -3,6 +3,7 @@ package outboxcli
 import (
 	"bytes"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -65,9 +66,9 @@ func TestFlagErrors(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{nil, []string{"cleanup", "--retention", "7d"}, []string{`--retention: invalid value "7d"`, "168h"}},
-		{nil, []string{"cleanup", "-retention", "1.5d"}, []string{`--retention: invalid value "1.5d"`, "1.5 days is 36h"}},
-		{map[string]string{"OUTBOX_RETENTION": "7d"}, []string{"cleanup"}, []string{"--retention", "168h", "OUTBOX_RETENTION"}},
+		{nil, []string{"cleanup", "--retention", "7days"}, []string{`--retention: invalid value "7days"`, "168h or 7d"}},
+		{nil, []string{"cleanup", "-retention", "1w"}, []string{`--retention: invalid value "1w"`, "7d"}},
+		{map[string]string{"OUTBOX_RETENTION": "7x"}, []string{"cleanup"}, []string{"--retention", "7d", "OUTBOX_RETENTION"}},
 		{nil, []string{"status", "-json=maybe"}, []string{`--json: invalid value "maybe"`}},
 		{nil, []string{"status", "--bogus"}, []string{"unknown flag --bogus"}},
 		{nil, []string{"cleanup", "--retention"}, []string{"flag needs an argument: --retention"}},
@@ -401,4 +402,65 @@ func forward(t *testing.T, addr, target string) {
 			}()
 		}
 	}()
+}
+
+// Durations take days: 7d is 168h, and days combine with the other units.
+func TestDayDurations(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]time.Duration{
+		"7d": 168 * time.Hour, "1.5d": 36 * time.Hour, "1d12h": 36 * time.Hour, "-2d": -48 * time.Hour,
+		"90s": 90 * time.Second, "0": 0,
+	} {
+		var d time.Duration
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.DurationVar(&d, "d", 0, "")
+		acceptDays(fs)
+		if err := fs.Set("d", in); err != nil || d != want {
+			t.Errorf("%q = %s, %v; want %s", in, d, err, want)
+		}
+	}
+	for _, in := range []string{"7days", "d", "1d-2h", "1w"} {
+		var d time.Duration
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.DurationVar(&d, "d", 0, "")
+		acceptDays(fs)
+		if err := fs.Set("d", in); err == nil {
+			t.Errorf("%q accepted as %s", in, d)
+		}
+	}
+}
+
+// cleanup and archive --dry-run count what they would take, change nothing,
+// and take durations in days.
+func TestCleanupArchiveDryRun(t *testing.T) {
+	f := setup(t)
+	f.write("order.created", 5)
+	if _, err := f.pool.Exec(testCtx(t), `UPDATE outbox_events SET processed_at = now() - interval '10 days'
+		WHERE id IN (SELECT id FROM outbox_events ORDER BY seq LIMIT 3)`); err != nil {
+		t.Fatal(err)
+	}
+	vars := dbEnv()
+	vars["OUTBOX_SCHEMA"] = f.schema
+	r := run(t, vars, "cleanup", "--retention", "7d", "--dry-run")
+	wantExit(t, r, ExitOK)
+	if !strings.Contains(r.stdout, "dry run: would delete 3 event(s) published more than 168h0m0s ago") {
+		t.Errorf("cleanup --dry-run:\n%s", r)
+	}
+	r = run(t, vars, "archive", "--older-than", "11d", "--dry-run", "--json")
+	wantExit(t, r, ExitOK)
+	if !strings.Contains(r.stdout, `"dry_run": true`) || strings.Contains(r.stdout, `"would_move"`) || !strings.Contains(r.stdout, `"moved": 0`) {
+		t.Errorf("archive --dry-run --json, nothing that old:\n%s", r)
+	}
+	r = run(t, vars, "archive", "--older-than", "7d", "--dry-run", "--json")
+	if !strings.Contains(r.stdout, `"would_move": 3`) {
+		t.Errorf("archive --dry-run --json:\n%s", r)
+	}
+	if n := f.count("true"); n != 5 {
+		t.Fatalf("%d events left after dry runs, want 5", n)
+	}
+	r = run(t, vars, "cleanup", "--retention", "7d")
+	wantExit(t, r, ExitOK)
+	if n := f.count("true"); n != 2 {
+		t.Errorf("%d events left after cleanup, want 2", n)
+	}
 }
