@@ -65,7 +65,10 @@ func TestWatchBroker(t *testing.T) {
 	// Stopped with the relay, however long the outage.
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { watchBroker(ctx, slog.New(slog.DiscardHandler), &fakeHealth{fails: 1 << 30}, time.Hour); close(done) }()
+	go func() {
+		watchBroker(ctx, slog.New(slog.DiscardHandler), &fakeHealth{fails: 1 << 30}, time.Hour)
+		close(done)
+	}()
 	cancel()
 	select {
 	case <-done:

@@ -464,3 +464,35 @@ func TestCleanupArchiveDryRun(t *testing.T) {
 		t.Errorf("%d events left after cleanup, want 2", n)
 	}
 }
+
+// A server that answers but refuses the database or the role says which and
+// how to fix it; "unreachable" is kept for a server that does not answer.
+func TestConnectRefusalsNamed(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(testdb.URL())
+	if err != nil {
+		t.Skipf("TEST_DATABASE_URL is not a URL: %v", err)
+	}
+	noDB := *u
+	noDB.Path = "/" + testdb.NewSchemaName("nosuchdb")
+	noRole := *u
+	noRole.User = url.User(testdb.NewSchemaName("nosuchrole"))
+	for _, tc := range []struct {
+		dsn  string
+		want []string
+	}{
+		{noDB.String(), []string{"outbox: database \"" + strings.TrimPrefix(noDB.Path, "/") + "\" does not exist on ", "createdb", "3D000"}},
+		{noRole.String(), []string{"refused role \"" + noRole.User.Username() + "\"", "fix the user in --database-url", "28000"}},
+	} {
+		r := run(t, map[string]string{"DATABASE_URL": tc.dsn}, "status")
+		wantExit(t, r, ExitDatabase)
+		for _, w := range tc.want {
+			if !strings.Contains(r.stderr, w) {
+				t.Errorf("status on %s: stderr lacks %q:\n%s", tc.dsn, w, r.stderr)
+			}
+		}
+		if strings.Contains(r.stderr, "unreachable") {
+			t.Errorf("status on %s: a server that answered is called unreachable:\n%s", tc.dsn, r.stderr)
+		}
+	}
+}
