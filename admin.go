@@ -170,6 +170,9 @@ func (a *Admin) Table() string { return a.names.QTable }
 
 func (a *Admin) wrap(op string, err error) error {
 	if engine.IsUndefined(err) {
+		if ferr := foreignTable(context.Background(), a.pool, a.names); ferr != nil {
+			return ferr
+		}
 		return fmt.Errorf("outbox: %s: table %s: %w (run `outbox migrate`): %v", op, a.names.QTable, ErrNotMigrated, err)
 	}
 	return fmt.Errorf("outbox: %s: %w", op, err)

@@ -496,3 +496,22 @@ func TestConnectRefusalsNamed(t *testing.T) {
 		}
 	}
 }
+
+// status, migrate and the relay agree on a table of the outbox's name that
+// is something else: exit 4, the columns it lacks, and the fix (not "run
+// outbox migrate", which would fail on it).
+func TestForeignTable(t *testing.T) {
+	t.Parallel()
+	schema := testdb.Schema(t)
+	if _, err := testdb.Pool(t, schema).Exec(testCtx(t), `CREATE TABLE outbox_events (id serial PRIMARY KEY, name text)`); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"status"}, {"migrate"}, {"relay", "--broker", "stdout:"}} {
+		r := run(t, dbEnv(), append(args, "--schema", schema)...)
+		wantExit(t, r, ExitNotMigrated)
+		if !strings.Contains(r.stderr, "exists but is not an outbox table") || !strings.Contains(r.stderr, "another table name (--table") ||
+			strings.Contains(r.stderr, "run outbox migrate") {
+			t.Errorf("outbox %s on a foreign table:\n%s", args[0], r)
+		}
+	}
+}

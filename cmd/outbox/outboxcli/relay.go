@@ -319,6 +319,9 @@ func (c *cli) startRelay(ctx context.Context, o *options, s *relaySettings) (*ru
 	if err := probe.CheckSchema(ctx); errors.Is(err, outbox.ErrNotMigrated) {
 		pool.Close()
 		return nil, s.notMigrated(err)
+	} else if errors.Is(err, outbox.ErrNotOutboxTable) {
+		pool.Close()
+		return nil, &exitError{code: ExitNotMigrated, err: err}
 	} else if err != nil {
 		log.Warn("outbox relay cannot check its table yet; the relay will retry", "err", redactDSN(err.Error()))
 	}
