@@ -141,5 +141,7 @@
 //
 // Durations are Go durations (90s, 15m, 168h) or days (7d, 1.5d, 7d12h).
 //
-// Every failure prints exactly one line on stderr, starting with "outbox: ".
+// Every failure prints exactly one line on stderr, starting with "outbox: ";
+// the relay logs it first as a log entry too (JSON unless stderr is a
+// terminal), with its exit code.
 package outboxcli

@@ -2,6 +2,7 @@ package outboxcli
 
 import (
 	"bytes"
+	"encoding/json"
 	"context"
 	"fmt"
 	"io"
@@ -59,14 +60,19 @@ func runWith(ctx context.Context, stdout, stderr io.Writer, vars map[string]stri
 }
 
 // wantExit fails the test unless r exited with code; on failure it also
-// requires the one-line reason on stderr.
+// requires the one-line reason on stderr, besides the relay's log entries.
 func wantExit(t *testing.T, r result, code int) {
 	t.Helper()
 	if r.code != code {
 		t.Fatalf("want exit %d, got:\n%s", code, r)
 	}
 	if code != ExitOK {
-		lines := strings.Split(strings.TrimRight(r.stderr, "\n"), "\n")
+		var lines []string
+		for _, l := range strings.Split(strings.TrimRight(r.stderr, "\n"), "\n") {
+			if !json.Valid([]byte(l)) && !strings.HasPrefix(l, "time=") { // not a log entry
+				lines = append(lines, l)
+			}
+		}
 		if len(lines) != 1 || !strings.HasPrefix(lines[0], "outbox: ") {
 			t.Fatalf("want one line \"outbox: ...\" on stderr, got:\n%s", r)
 		}

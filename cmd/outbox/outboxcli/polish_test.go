@@ -515,3 +515,25 @@ func TestForeignTable(t *testing.T) {
 		}
 	}
 }
+
+// With --log-format json, a relay that cannot start because its table is
+// not migrated logs it as JSON, with its exit code, before the one line.
+func TestRelayNotMigratedLoggedAsJSON(t *testing.T) {
+	t.Parallel()
+	schema := testdb.Schema(t)
+	r := run(t, dbEnv(), "relay", "--broker", "stdout:", "--schema", schema, "--log-format", "json")
+	wantExit(t, r, ExitNotMigrated)
+	lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+	var entry struct {
+		Msg      string `json:"msg"`
+		Err      string `json:"err"`
+		ExitCode int    `json:"exit_code"`
+	}
+	if len(lines) < 2 || json.Unmarshal([]byte(lines[len(lines)-2]), &entry) != nil || entry.Msg != "outbox relay cannot start" ||
+		entry.ExitCode != ExitNotMigrated || !strings.Contains(entry.Err, "run outbox migrate") {
+		t.Errorf("want a JSON log entry with exit_code 4 naming the fix before the last line:\n%s", r.stderr)
+	}
+	if !strings.HasPrefix(lines[len(lines)-1], "outbox: table ") {
+		t.Errorf("the last line is not the command's reason:\n%s", r.stderr)
+	}
+}

@@ -266,7 +266,7 @@ type runningRelay struct {
 // startRelay checks the settings, connects and opens the broker. Every
 // setting is checked before the database is, so a bad flag is exit 2
 // whatever the database.
-func (c *cli) startRelay(ctx context.Context, o *options, s *relaySettings) (*runningRelay, error) {
+func (c *cli) startRelay(ctx context.Context, o *options, s *relaySettings) (_ *runningRelay, err error) {
 	if len(o.args) > 0 {
 		return nil, usageErr("relay: unexpected argument %q", o.args[0])
 	}
@@ -282,6 +282,13 @@ func (c *cli) startRelay(ctx context.Context, o *options, s *relaySettings) (*ru
 	if err != nil {
 		return nil, err
 	}
+	// From here on a failure is logged too (as JSON with --log-format json),
+	// with its exit code, before the command prints its one line.
+	defer func() {
+		if err != nil {
+			err = logged(ctx, log, err)
+		}
+	}()
 	tp, stopTracing, err := c.tracing(ctx, log)
 	if err != nil {
 		return nil, err
@@ -311,7 +318,7 @@ func (c *cli) startRelay(ctx context.Context, o *options, s *relaySettings) (*ru
 	}
 	if err := c.waitForDB(ctx, o, pool, log, s); err != nil {
 		pool.Close()
-		return nil, logged(ctx, log, err)
+		return nil, err
 	}
 	// A missing or old table stops the command at once with its exit code; any
 	// other failure of the check (a statement timeout, a session killed) is
