@@ -125,7 +125,7 @@ func (c *cli) demo(ctx context.Context, o *options, s *demoSettings) error {
 			return o.settingErr("broker", "%v", err)
 		}
 		if u.Scheme != "nats" && u.Scheme != "tls" {
-			return o.settingErr("broker", "the demo consumes with JetStream: want a nats:// or tls:// URL, got %q", u.Redacted())
+			return o.settingErr("broker", "the demo consumes with JetStream: want a nats:// or tls:// URL, got %q", displayURL(u))
 		}
 	}
 	if s.schema == "" {

@@ -360,7 +360,7 @@ func (c *cli) startRelay(ctx context.Context, o *options, s *relaySettings) (_ *
 		return nil, err
 	}
 	started = true
-	return &runningRelay{relay: relay, pub: pub, pool: pool, reg: reg, log: log, brokerURL: brokerURL.Redacted(), stopTracing: stopTracing, shutdown: func() {
+	return &runningRelay{relay: relay, pub: pub, pool: pool, reg: reg, log: log, brokerURL: displayURL(brokerURL), stopTracing: stopTracing, shutdown: func() {
 		brokerCloser.Close()
 		pool.Close()
 	}}, nil
