@@ -31,12 +31,18 @@ import (
 // DefaultURL is used when TEST_DATABASE_URL is unset.
 const DefaultURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 
-// URL returns the shared test database's URL.
+// URL returns the shared test database's URL. Its database is created, once
+// per test binary, if it does not exist yet, so that tests connecting with
+// the URL directly find it too.
 func URL() string {
-	if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
-		return u
+	u := DefaultURL
+	if v := os.Getenv("TEST_DATABASE_URL"); v != "" {
+		u = v
 	}
-	return DefaultURL
+	v, _ := ensured.LoadOrStore(u, &ensureOnce{})
+	e := v.(*ensureOnce)
+	e.once.Do(func() { e.err = createDatabaseIfMissing(u) })
+	return u
 }
 
 // Server is a PostgreSQL database tests create schemas in: the shared one
