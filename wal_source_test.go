@@ -16,7 +16,6 @@ import (
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/ident"
-	"github.com/pgoutbox/outbox/internal/testdb"
 	"github.com/pgoutbox/outbox/internal/wal"
 	"github.com/pgoutbox/outbox/memory"
 )
@@ -25,7 +24,7 @@ import (
 // dropped (then checked gone) when the test ends.
 func setupWAL(t *testing.T) (*env, wal.Names) {
 	t.Helper()
-	e := setup(t)
+	e := setupLogical(t)
 	n := walNames(t, e)
 	if _, err := outbox.SetupReplication(ctx(t), e.pool, outbox.MigrateConfig{Schema: e.schema}); err != nil {
 		t.Fatalf("SetupReplication: %v", err)
@@ -48,8 +47,8 @@ func walNames(t *testing.T, e *env) wal.Names {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := wal.NamesFor(in, testdb.DatabaseName())
-	testdb.ReplicationObjects(t, n.Slot, n.Publication)
+	n := wal.NamesFor(in, e.srv.DatabaseName())
+	e.srv.ReplicationObjects(t, n.Slot, n.Publication)
 	return n
 }
 
@@ -267,7 +266,7 @@ func TestWALSourceSlotLostFallsBack(t *testing.T) {
 
 	// Lose the slot: what max_slot_wal_keep_size or a DBA would do.
 	c := ctx(t)
-	admin := testdb.Pool(t, e.schema)
+	admin := e.srv.Pool(t, e.schema)
 	stop := make(chan struct{})
 	var during []uuid.UUID
 	var mu sync.Mutex
@@ -421,8 +420,8 @@ func TestWALSourceTakeover(t *testing.T) {
 // TestWALSourcePrerequisiteMissing: a role without REPLICATION gets an
 // error naming the missing privilege and its fix, not a hang.
 func TestWALSourcePrerequisiteMissing(t *testing.T) {
-	e := setup(t)
-	pool := rolePool(t, e.schema, "norepl_"+e.schema, "NOREPLICATION")
+	e := setupLogical(t)
+	pool := rolePool(t, e.srv, e.schema, "norepl_"+e.schema, "NOREPLICATION")
 	c := ctx(t)
 	r, err := outbox.NewRelay(pool, memory.New(), walConfig(outbox.RelayConfig{Schema: e.schema}))
 	if err != nil {

@@ -10,18 +10,20 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/outboxtype"
 )
 
-// Stream entry field names. Headers (the standard outbox-* headers and the
-// event's own) follow as one field each, named HeaderPrefix + header name.
+// Stream entry field names (defined in outboxtype, which consumers read).
+// Headers (the standard outbox-* headers and the event's own) follow as one
+// field each, named HeaderPrefix + header name.
 const (
-	FieldID            = "id"
-	FieldEventType     = "event_type"
-	FieldAggregateType = "aggregate_type"
-	FieldAggregateID   = "aggregate_id"
-	FieldCreatedAt     = "created_at" // RFC 3339 with nanoseconds, UTC
-	FieldPayload       = "payload"
-	HeaderPrefix       = "h:"
+	FieldID            = outboxtype.RedisFieldID
+	FieldEventType     = outboxtype.RedisFieldEventType
+	FieldAggregateType = outboxtype.RedisFieldAggregateType
+	FieldAggregateID   = outboxtype.RedisFieldAggregateID
+	FieldCreatedAt     = outboxtype.RedisFieldCreatedAt // RFC 3339 with nanoseconds, UTC
+	FieldPayload       = outboxtype.RedisFieldPayload
+	HeaderPrefix       = outboxtype.RedisHeaderPrefix
 )
 
 // Defaults for Config's zero values.
