@@ -37,6 +37,10 @@ func (e *Engine) SourceState() SourceState {
 	return st
 }
 
+// streamProgress is how long a stream must stay open, relaying nothing, to
+// count as one that worked (see stream).
+const streamProgress = 10 * time.Second
+
 // standbyRetry is how often a standby relay tries to stream the slot: the
 // takeover delay after the streaming relay dies.
 const standbyRetry = 500 * time.Millisecond
@@ -182,9 +186,12 @@ func (s *walSource) run(ctx context.Context) {
 	failures := 0
 	standby := false
 	for ctx.Err() == nil {
-		err := s.stream(ctx)
+		progressed, err := s.stream(ctx)
 		if ctx.Err() != nil {
 			return
+		}
+		if progressed {
+			failures = 0 // a stream that worked: this interruption is a first one
 		}
 		s.setState(func(st *SourceState) { st.Streaming, st.Err = false, err })
 		if m != nil {
@@ -329,18 +336,25 @@ func (s *walSource) replaceSlot(ctx context.Context) error {
 	return nil
 }
 
-// stream opens the slot and relays from it until an error.
-func (s *walSource) stream(ctx context.Context) error {
+// stream opens the slot and relays from it until an error. progressed: it
+// relayed a batch, or stayed open streamProgress, so the backoff of the
+// reopens starts again.
+func (s *walSource) stream(ctx context.Context) (progressed bool, err error) {
 	e := s.e
 	n := s.slot()
+	opened := time.Now()
 	st, err := wal.Open(ctx, wal.StreamConfig{ConnConfig: &e.pool.Config().ConnConfig.Config, Names: n,
 		Timeout: max(wal.DefaultTimeout, 3*e.cfg.StatementTimeout),
 		// What waits for the next batch, bounded as one batch is.
 		BufferBytes: e.cfg.MaxBatchBytes,
 		Pace:        e.cfg.BatchDelay, PaceAbove: e.cfg.BatchDelayAbove})
 	if err != nil {
-		return err
+		return false, err
 	}
+	batches := 0
+	defer func() {
+		progressed = batches > 0 || time.Since(opened) >= streamProgress
+	}()
 	defer func() {
 		_ = s.del.barrier()
 		s.del.close()
@@ -371,12 +385,13 @@ func (s *walSource) stream(ctx context.Context) error {
 	for {
 		rows, err := s.gather(ctx, st)
 		if err != nil {
-			return err
+			return false, err
 		}
 		res, err := s.batch(ctx, st, rows)
 		if err != nil {
-			return err
+			return false, err
 		}
+		batches++
 		s.setState(func(x *SourceState) { x.Confirmed = st.Confirmed().String() })
 		if res.Unavailable == 0 {
 			outages = 0
@@ -387,7 +402,7 @@ func (s *walSource) stream(ctx context.Context) error {
 		e.cfg.Logger.Warn("broker unavailable, relay backing off; no attempt counted",
 			"events", res.Unavailable, "err", res.UnavailableErr, "retry_in", wait, "source", "wal")
 		if !e.sleep(ctx, wait, false) {
-			return ctx.Err()
+			return false, ctx.Err()
 		}
 	}
 }
