@@ -252,9 +252,17 @@ func (s *walSource) fallBack(ctx context.Context, log interface {
 		m.Source.WithLabelValues("table").Set(1)
 	}
 	for attempt := 1; ctx.Err() == nil; attempt++ {
+		// Creating a slot waits for every transaction open on the server to
+		// end: the pending rows are handed over meanwhile, not after.
 		cctx, cancel := context.WithTimeout(ctx, max(e.cfg.StatementTimeout, 30*time.Second))
-		err := s.replaceSlot(cctx)
+		done := make(chan error, 1)
+		go func() { done <- s.replaceSlot(cctx) }()
+		err, ok := s.handOverUntil(ctx, done)
 		cancel()
+		if !ok {
+			<-done
+			return
+		}
 		if err == nil {
 			break
 		}
@@ -288,16 +296,8 @@ func (s *walSource) handOver(ctx context.Context, d time.Duration) bool {
 	}
 	end := time.Now().Add(d)
 	for {
-		cctx, cancel := context.WithTimeout(ctx, e.cfg.StatementTimeout)
-		tag, err := e.pool.Exec(cctx, s.slot().MarkBacklogSQL())
-		cancel()
-		switch {
-		case ctx.Err() != nil:
+		if !s.markBacklog(ctx) {
 			return false
-		case err != nil:
-			e.cfg.Logger.Warn("outbox WAL source: cannot hand the pending rows to the table path", "err", err)
-		case tag.RowsAffected() > 0:
-			e.Wake()
 		}
 		left := time.Until(end)
 		if left <= 0 {
@@ -307,6 +307,74 @@ func (s *walSource) handOver(ctx context.Context, d time.Duration) bool {
 			return false
 		}
 	}
+}
+
+// markBacklog hands the pending rows to the table path once; false when
+// ctx ended.
+func (s *walSource) markBacklog(ctx context.Context) bool {
+	e := s.e
+	cctx, cancel := context.WithTimeout(ctx, e.cfg.StatementTimeout)
+	tag, err := e.pool.Exec(cctx, s.slot().MarkBacklogSQL())
+	cancel()
+	switch {
+	case ctx.Err() != nil:
+		return false
+	case err != nil:
+		e.cfg.Logger.Warn("outbox WAL source: cannot hand the pending rows to the table path", "err", err)
+	case tag.RowsAffected() > 0:
+		e.Wake()
+	}
+	return true
+}
+
+// handOverUntil hands the pending rows over every handEvery, when the
+// fallback does so, until done yields; ok is false when ctx ended first.
+// A slot creation still waiting after slotWaitLog is logged once, with the
+// transaction it waits for.
+func (s *walSource) handOverUntil(ctx context.Context, done <-chan error) (err error, ok bool) {
+	start := time.Now()
+	logged := false
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case err := <-done:
+			return err, true
+		case <-ctx.Done():
+			return nil, false
+		case <-t.C:
+		}
+		if !logged && time.Since(start) >= slotWaitLog {
+			logged = true
+			s.logSlotWait(ctx)
+		}
+		if s.handing.Load() {
+			s.markBacklog(ctx)
+		}
+		t.Reset(handEvery)
+	}
+}
+
+// slotWaitLog is how long a slot creation may wait before the relay says
+// what it waits for.
+const slotWaitLog = 2 * time.Second
+
+// logSlotWait logs the oldest open transaction that holds an id: creating
+// a logical slot waits for it to end.
+func (s *walSource) logSlotWait(ctx context.Context) {
+	e := s.e
+	sctx, cancel := e.stmtCtx(ctx)
+	defer cancel()
+	var pid int
+	var app, state string
+	var age time.Duration
+	err := e.pool.QueryRow(sctx, wal.OldestTransactionSQL).Scan(&pid, &app, &state, &age)
+	if err != nil {
+		e.cfg.Logger.Warn("outbox WAL source: the fresh slot waits for open transactions to end; relaying from the table meanwhile")
+		return
+	}
+	e.cfg.Logger.Warn("outbox WAL source: the fresh slot waits for the transactions open on the server to end; relaying from the table meanwhile",
+		"oldest_pid", pid, "oldest_application", app, "oldest_state", state, "oldest_age", age.Round(time.Second))
 }
 
 // replaceSlot creates a fresh slot, dropping the old one first if it was
