@@ -430,7 +430,8 @@ func (s *walSource) stream(ctx context.Context) (progressed bool, err error) {
 	n := s.slot()
 	opened := time.Now()
 	st, err := wal.Open(ctx, wal.StreamConfig{ConnConfig: &e.pool.Config().ConnConfig.Config, Names: n,
-		Timeout: max(wal.DefaultTimeout, 3*e.cfg.StatementTimeout),
+		Timeout:       max(wal.DefaultTimeout, 3*e.cfg.StatementTimeout),
+		SenderTimeout: e.cfg.SenderTimeout,
 		// What waits for the next batch, bounded as one batch is.
 		BufferBytes: e.cfg.MaxBatchBytes,
 		Pace:        e.cfg.BatchDelay, PaceAbove: e.cfg.BatchDelayAbove})
