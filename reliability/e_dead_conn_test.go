@@ -56,10 +56,11 @@ func TestE_DeadConnection(t *testing.T) {
 		t.Errorf("relay exit code %d after SIGTERM, want 0", code)
 	}
 	// Relay.Run returns within a statement deadline of the signal (the
-	// library test checks it); the process then closes its pool, and pgx
-	// gives each frozen idle connection up to 15s to close.
-	if stopped > 19*time.Second {
-		t.Errorf("relay took %s to exit after SIGTERM with frozen connections, want under 19s", stopped.Round(time.Millisecond))
+	// library test checks it); the process then closes its pool, waiting at
+	// most a second for the frozen connections (pgx would wait 15 s each):
+	// well within the 10 s a container runtime gives before SIGKILL.
+	if stopped > 8*time.Second {
+		t.Errorf("relay took %s to exit after SIGTERM with frozen connections, want under 8s", stopped.Round(time.Millisecond))
 	}
 	attempts := e.count("attempts > 0")
 	dead := e.dead()
@@ -69,7 +70,7 @@ func TestE_DeadConnection(t *testing.T) {
 		Details: []string{
 			fmt.Sprintf("statement timeout %s: the 200 events written after the freeze were delivered %s after it (bound %s); %d timed-out statements logged",
 				stmt, sinceFreeze.Round(10*time.Millisecond), bound, timeouts),
-			fmt.Sprintf("SIGTERM with frozen connections: exit %d after %s (pgx closing the frozen idle connections of the pool takes up to 15s of it)", code, stopped.Round(10*time.Millisecond)),
+			fmt.Sprintf("SIGTERM with frozen connections: exit %d after %s (the pool's close is bounded at 1 s)", code, stopped.Round(10*time.Millisecond)),
 		}})
 	if res.Duplicated > 0 || attempts > 0 || dead > 0 {
 		t.Errorf("duplicated %d, attempts burned %d, dead letters %d; want 0, 0, 0", res.Duplicated, attempts, dead)

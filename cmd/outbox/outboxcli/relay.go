@@ -375,7 +375,7 @@ func (c *cli) startRelay(ctx context.Context, o *options, s *relaySettings) (_ *
 	started = true
 	return &runningRelay{relay: relay, pub: pub, pool: pool, reg: reg, log: log, brokerURL: displayURL(brokerURL), stopTracing: stopTracing, shutdown: func() {
 		brokerCloser.Close()
-		pool.Close()
+		closePool(pool) // bounded: frozen connections could hold the exit 15 s each
 	}}, nil
 }
 
