@@ -536,6 +536,9 @@ func (r *Relay) Ready(ctx context.Context) error {
 		return fmt.Errorf("database: %w", err)
 	}
 	if r.eng.BrokerDown() {
+		if err := r.eng.BrokerErr(); err != nil {
+			return fmt.Errorf("broker: unavailable on the last batch: %w", err)
+		}
 		return errors.New("broker: unavailable on the last batch")
 	}
 	if hc, ok := r.pub.(HealthChecker); ok {

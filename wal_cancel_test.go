@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -44,6 +45,9 @@ func TestWALSourceCancel(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the relay never found the broker down")
 		}
+	}
+	if err := r.Ready(ctx(t)); err == nil || !strings.Contains(err.Error(), "broker down (test)") {
+		t.Errorf("Ready = %v, want the publisher's reason", err)
 	}
 	a, err := outbox.NewAdmin(e.pool, outbox.AdminConfig{Schema: e.schema})
 	if err != nil {

@@ -57,6 +57,7 @@ type Engine struct {
 	alone       aloneTracker // tells a message failing alone from an outage
 	outage      outageState  // the workers' shared backoff while the destination is down
 	brokerDown  atomic.Bool
+	brokerErr   atomic.Pointer[error] // why, when brokerDown
 	lastClaim   atomic.Int64 // when the last claim started, Unix ns
 	lastRelease atomic.Int64 // when a claim last released due scheduled events, Unix ns
 	pacing      atomic.Bool  // a worker paces the claims of a heavy stream
@@ -119,6 +120,15 @@ func (e *Engine) Wake() {
 
 // BrokerDown reports whether the last batch found the broker unreachable.
 func (e *Engine) BrokerDown() bool { return e.brokerDown.Load() }
+
+// BrokerErr is the error that made the last batch find the broker down,
+// nil when it did not.
+func (e *Engine) BrokerErr() error {
+	if p := e.brokerErr.Load(); p != nil && e.brokerDown.Load() {
+		return *p
+	}
+	return nil
+}
 
 // claimQueries are the statements the table workers claim with: only the
 // rows handed to the table path when a WAL source streams the rest, or

@@ -165,6 +165,10 @@ func (e *Engine) report(rows []*Row, s *settlement) {
 			}
 		}
 	}
+	if s.unavailable > 0 && s.unavailableErr != nil {
+		err := s.unavailableErr
+		e.brokerErr.Store(&err)
+	}
 	e.brokerDown.Store(s.unavailable > 0)
 	if m != nil {
 		if s.unavailable > 0 {
