@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -130,5 +131,47 @@ func TestOutageBackoffSharedByWorkers(t *testing.T) {
 	}
 	if n := mem.Len(); n != 0 {
 		t.Errorf("%d messages recorded by a broker that is down", n)
+	}
+}
+
+// TestThrottledAloneCountsNoAttempt: a message the destination keeps
+// refusing alone as unavailable with a wait (a throttled Kinesis shard,
+// while the other shards take their records) is back-pressure: it waits
+// its turn with retry_after set and no attempt counted, never a dead
+// letter, and is delivered once the destination takes it.
+func TestThrottledAloneCountsNoAttempt(t *testing.T) {
+	e := setup(t)
+	hot := e.write(1)[0]
+	e.write(20)
+	var throttled atomic.Bool
+	throttled.Store(true)
+	mem := memory.New()
+	mem.FailWith(func(m *outbox.Message) error {
+		if m.ID == hot && throttled.Load() {
+			return outbox.Unavailable(outbox.RetryAfter(errors.New("throughput exceeded (test)"), 30*time.Millisecond))
+		}
+		return nil
+	})
+	r := e.relay(batchPub{mem}, outbox.RelayConfig{MaxAttempts: 2, PollInterval: 10 * time.Millisecond,
+		RetryBackoff: outbox.Backoff{Base: 10 * time.Millisecond, Max: 20 * time.Millisecond}})
+	e.run(r)
+	if err := mem.WaitDistinct(ctx(t), 20); err != nil {
+		t.Fatal(err)
+	}
+	e.write(5) // keeps the destination busy beside the hot event
+	deadline := time.Now().Add(10 * time.Second)
+	for e.count(fmt.Sprintf("id = '%s' AND last_error IS NOT NULL", hot)) == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond) // many more rounds than MaxAttempts
+	if n := e.count(fmt.Sprintf("id = '%s' AND dead_at IS NULL AND attempts = 0 AND retry_after IS NOT NULL", hot)); n != 1 {
+		var attempts int
+		var dead bool
+		_ = e.pool.QueryRow(ctx(t), `SELECT attempts, dead_at IS NOT NULL FROM outbox_events WHERE id = $1`, hot).Scan(&attempts, &dead)
+		t.Fatalf("the throttled event: attempts %d, dead %v; want waiting with no attempt counted", attempts, dead)
+	}
+	throttled.Store(false)
+	if err := mem.WaitDistinct(ctx(t), 26); err != nil {
+		t.Fatalf("the throttled event was not delivered once accepted: %v", err)
 	}
 }

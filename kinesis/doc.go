@@ -48,13 +48,11 @@
 // or the stream, is over its write throughput) is outbox.Unavailable: the
 // relay leaves it untouched, counts no attempt and backs off as a whole, as
 // for an outage, since sending less for a while is the cure and the record
-// itself is fine. One limit remains: the relay counts an attempt for an
-// event that keeps failing unavailable while later events of its batch are
-// confirmed (so that one event that always fails so cannot hold the relay
-// in backoff forever). A single hot shard throttled while the others accept
-// can therefore still cost its events attempts; give the stream more
-// shards (or on-demand mode) for a hot aggregate, or raise
-// RelayConfig.MaxAttempts.
+// itself is fine. A single hot shard throttled while the others accept is
+// back-pressure too: its records carry a one-second wait, and the relay
+// retries them after it without counting an attempt (retry_after set),
+// however long the shard stays hot; give the stream more shards (or
+// on-demand mode) for a hot aggregate.
 //
 // # Errors
 //

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
@@ -40,9 +41,22 @@ var refusalCodes = map[string]bool{
 	"ResourceInUseException": true, // the stream is being created, updated or deleted
 }
 
+// throttleCodes are a record's throttling codes; throttleWait is how long
+// such a record waits when its shard alone is throttled (a shard's
+// throughput is counted per second).
+var throttleCodes = map[string]bool{"ProvisionedThroughputExceededException": true, "ThrottlingException": true, "Throttling": true}
+
+const throttleWait = time.Second
+
 // classifyRecord classifies one failed record of a PutRecords response.
 func classifyRecord(stream, code, msg string) error {
 	err := fmt.Errorf("kinesis: PutRecords to %s: record failed: %s: %s", stream, code, msg)
+	if throttleCodes[code] {
+		// A shard over its throughput: back-pressure. If the others take
+		// their records meanwhile, the relay retries this one after the
+		// wait without counting an attempt.
+		return outbox.Unavailable(outbox.RetryAfter(err, throttleWait))
+	}
 	if refusalCodes[code] {
 		return outbox.Unavailable(err)
 	}

@@ -44,7 +44,10 @@ func (e *Engine) markArgsOf(rows []*Row, s *settlement) markArgs {
 			a.failErrs = append(a.failErrs, truncate(o.err.Error(), lastErrorMax))
 			a.failDelays = append(a.failDelays, o.delay.Milliseconds())
 			a.failDead = append(a.failDead, o.verdict == dead)
-			a.failCount = append(a.failCount, r.counted)
+			a.failCount = append(a.failCount, r.counted || o.free) // counted already, or not to count
+			if o.free && r.counted {
+				a.refundIDs = append(a.refundIDs, r.ID)
+			}
 		default:
 			if r.counted {
 				a.refundIDs = append(a.refundIDs, r.ID)

@@ -29,6 +29,10 @@ type outcome struct {
 	err     error                 // the publish error; nil when published
 	class   outboxtype.ErrorClass // err's class, after the batch-wide rules
 	delay   time.Duration         // retry (and dead at MaxAttempts): the backoff
+	// free: a retry that counts no attempt: the destination refused this
+	// message alone for now and said when to come back (a throttled
+	// partition or shard), which is back-pressure, not a failure.
+	free bool
 }
 
 // settlement is the settle phase's result: one outcome per row, at the
@@ -117,10 +121,12 @@ func (e *Engine) settleRow(r *Row, a Attempt, laterOK, alone bool) outcome {
 	// alone is the message's own failure, not an outage: it counts an
 	// attempt, so the message ends as a dead letter instead of holding the
 	// relay in outage backoff forever.
+	free := false
 	if class == outboxtype.ClassUnavailable && alone {
 		class = outboxtype.ClassTransient
+		free = a.RetryAfter > 0
 	}
-	o := outcome{err: a.Err, class: class}
+	o := outcome{err: a.Err, class: class, free: free}
 	switch class {
 	case outboxtype.ClassUnavailable:
 		o.verdict = unavailable
@@ -128,7 +134,7 @@ func (e *Engine) settleRow(r *Row, a Attempt, laterOK, alone bool) outcome {
 		o.verdict = dead
 	default:
 		o.verdict = retry
-		if r.Attempt >= e.cfg.MaxAttempts {
+		if r.Attempt >= e.cfg.MaxAttempts && !free {
 			o.verdict = dead
 		}
 		o.delay = e.cfg.RetryBackoff.Delay(r.Attempt)
@@ -155,6 +161,8 @@ func (e *Engine) report(rows []*Row, s *settlement) {
 			log.Error("publish failed permanently; event dead-lettered", "err", o.err)
 		case o.verdict == dead:
 			log.Error("publish failed; max attempts reached, event dead-lettered", "err", o.err, "max_attempts", e.cfg.MaxAttempts)
+		case o.free:
+			log.Warn("destination asked to wait for this event alone (throttled); will retry, no attempt counted", "err", o.err, "retry_in", o.delay)
 		default:
 			log.Warn("publish failed; will retry", "err", o.err, "retry_in", o.delay)
 		}
