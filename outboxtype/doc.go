@@ -1,10 +1,15 @@
 // Package outboxtype holds the types that the outbox package's API and the
 // relay's engine share: the Message a Publisher receives, the Backoff that
-// spaces retries, and the ErrorClass that decides what a publish error does.
+// spaces retries, and the ErrorClass that decides what a publish error does;
+// and the CloudEvents mapping every publisher and the inbox share
+// (Envelope, Message.CloudEvent, ReadCloudEvent).
 //
 // It is a leaf (it imports nothing of pgoutbox), so the engine under
 // internal/ can use the very types users see instead of mirrors of them.
 // Package outbox re-exports each one under its usual name (outbox.Message,
-// outbox.Backoff, outbox.ErrorClass...): applications and publishers use
-// those and never need to import this package.
+// outbox.Backoff, outbox.ErrorClass, outbox.Envelope...): applications use
+// those and never need to import this package. Publishers and consumers
+// call its CloudEvents helpers (Message.CloudEvent, CloudEvent.Attributes,
+// CloudEvent.Structured, EncodeHeaderValue, ReadCloudEvent) from here: the
+// inbox links this package, not the relay's.
 package outboxtype
