@@ -224,6 +224,16 @@ func (m *Message) CloudEvent() (*CloudEvent, error) {
 	return e, nil
 }
 
+// StructuredCloudEvent returns m as structured content mode's body: the
+// JSON event format of m.CloudEvent (see CloudEvent.Structured).
+func (m *Message) StructuredCloudEvent() ([]byte, error) {
+	e, err := m.CloudEvent()
+	if err != nil {
+		return nil, err
+	}
+	return e.Structured()
+}
+
 // validString reports whether s is a CloudEvents String: valid UTF-8
 // without control characters (U+0000-U+001F, U+007F-U+009F) or
 // noncharacters.
