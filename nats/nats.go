@@ -174,7 +174,6 @@ func (p *Publisher) natsMsg(msg *outbox.Message) (*natsgo.Msg, error) {
 // binary content mode (the NATS protocol binding): ce-id, ce-type...
 const HeaderCloudEventsPrefix = "ce-"
 
-
 // Publish sends msg and waits for the stream's acknowledgement.
 func (p *Publisher) Publish(ctx context.Context, msg *outbox.Message) error {
 	return p.PublishBatch(ctx, []*outbox.Message{msg})[0]
