@@ -204,7 +204,7 @@ func testCloudEvents(t *testing.T, b *Broker) {
 	for _, env := range envs {
 		batch := []*outbox.Message{
 			NewMessage("42", `{"order_id":"42","total":12.5}`),
-			NewMessage("order 43% é", `{"unicode":"é ✓ 😀","nested":{"a":[1,2,3]}}`),
+			NewMessage("43%25&+", `{"unicode":"é ✓ 😀","nested":{"a":[1,2,3]}}`),
 			NewMessage("44", `  {"spaces" :  true }  `),
 		}
 		batch[1].Headers = nil
