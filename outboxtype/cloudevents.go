@@ -384,18 +384,23 @@ var binaryPrefixes = []string{"ce-", "ce_", "cloudevents_", "cloudevents:"}
 //     that prefix is an attribute (ce- values percent-decoded),
 //     datacontenttype may be the content-type header, data is the body;
 //   - structured content mode: a content-type header of
-//     application/cloudevents+json, or no headers saying otherwise and a
-//     body that is a JSON object with a specversion member (MQTT 3.1.1,
-//     Kinesis and EventBridge carry no headers).
+//     application/cloudevents+json, or, in a message without a
+//     HeaderEventID header or another content type, a body that is a JSON
+//     object with a specversion member (MQTT 3.1.1, Kinesis and
+//     EventBridge carry no headers).
 //
 // An error means a CloudEvent that breaks the specification: a specversion
 // other than 1.0, a missing id, source or type, a time that is not RFC
 // 3339, a malformed body.
 func ReadCloudEvent(headers map[string]string, body []byte) (*CloudEvent, error) {
 	var contentType string
+	outboxID := false
 	for k, v := range headers {
-		if strings.EqualFold(k, "content-type") {
+		switch {
+		case strings.EqualFold(k, "content-type"):
 			contentType = v
+		case strings.EqualFold(k, HeaderEventID):
+			outboxID = true
 		}
 	}
 	for _, prefix := range binaryPrefixes {
@@ -409,8 +414,9 @@ func ReadCloudEvent(headers map[string]string, body []byte) (*CloudEvent, error)
 	switch {
 	case mt == CloudEventsJSON:
 		return readStructured(body)
-	case contentType == "" || mt == "application/json":
-		// Headerless brokers: sniff for the JSON event format.
+	case !outboxID && (contentType == "" || mt == "application/json"):
+		// Headerless brokers: sniff for the JSON event format (an outbox
+		// message's payload may be a JSON object with a specversion too).
 		t := bytes.TrimSpace(body)
 		if len(t) > 0 && t[0] == '{' && bytes.Contains(t, []byte(`"specversion"`)) {
 			var probe struct {

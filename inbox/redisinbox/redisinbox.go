@@ -129,6 +129,8 @@ func ToMessage(x goredis.XMessage) (inbox.Message, error) {
 			payload = []byte(s)
 		case strings.HasPrefix(k, redis.HeaderPrefix):
 			h[strings.TrimPrefix(k, redis.HeaderPrefix)] = s
+		case strings.HasPrefix(k, redis.FieldCloudEventsPrefix), k == redis.FieldContentType:
+			h[k] = s // a CloudEvent's attributes
 		}
 	}
 	fallbacks := map[string]string{
