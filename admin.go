@@ -195,6 +195,9 @@ func (a *Admin) Table() string { return a.names.QTable }
 
 func (a *Admin) wrap(op string, err error) error {
 	if engine.IsUndefined(err) {
+		if ferr := foreignTable(context.Background(), a.pool, a.names); ferr != nil {
+			return ferr
+		}
 		return fmt.Errorf("outbox: %s: table %s: %w (run `outbox migrate`): %v", op, a.names.QTable, ErrNotMigrated, err)
 	}
 	return fmt.Errorf("outbox: %s: %w", op, err)
@@ -573,6 +576,22 @@ func (a *Admin) Cleanup(ctx context.Context, olderThan time.Duration, batchSize 
 	n, err := engine.Cleanup(ctx, a.pool, a.q, olderThan, batchSize, each)
 	if err != nil {
 		return n, a.fail(ctx, "cleanup", err)
+	}
+	return n, nil
+}
+
+// PublishedBefore counts the events published more than olderThan ago:
+// what Cleanup would delete and Archive would move, without touching them
+// (a dry run). Pending events and dead letters are not counted.
+func (a *Admin) PublishedBefore(ctx context.Context, olderThan time.Duration) (int64, error) {
+	if olderThan < 0 {
+		return 0, fmt.Errorf("outbox: PublishedBefore: age %s must not be negative", olderThan)
+	}
+	ctx, cancel := a.bound(ctx)
+	defer cancel()
+	var n int64
+	if err := a.pool.QueryRow(ctx, a.q.CountProcessedBefore, olderThan).Scan(&n); err != nil {
+		return 0, a.fail(ctx, "count published events", err)
 	}
 	return n, nil
 }

@@ -490,6 +490,10 @@ type ReplayCancelResult struct {
 	Released int64 `json:"released"`
 	// Delivered counts the copies already delivered (not undone).
 	Delivered int64 `json:"delivered"`
+	// AlreadyFinished says the replay had finished (all its copies
+	// delivered, or it failed with none pending): nothing was changed, and
+	// it keeps its state.
+	AlreadyFinished bool `json:"already_finished"`
 }
 
 // ReplayCancel cancels replay id: it stops the queuing if Replay is still
@@ -497,7 +501,9 @@ type ReplayCancelResult struct {
 // delivered, releasing what they held in ordered mode. A copy a relay is
 // publishing at that moment is waited for, and counts as delivered if the
 // broker confirmed it. The originals are untouched (a same-id replay's
-// originals stay in the archive). Cancelling twice is harmless.
+// originals stay in the archive). Cancelling twice is harmless. A replay
+// that had finished, with no copy pending, is left as it was (its state
+// stays done or failed) and AlreadyFinished says so.
 func (a *Admin) ReplayCancel(ctx context.Context, id uuid.UUID) (ReplayCancelResult, error) {
 	var res ReplayCancelResult
 	bctx, cancel := a.bound(ctx)
@@ -507,10 +513,25 @@ func (a *Admin) ReplayCancel(ctx context.Context, id uuid.UUID) (ReplayCancelRes
 		return res, a.fail(bctx, "replay cancel", err)
 	}
 	err = pgx.BeginFunc(bctx, a.pool, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(bctx, rq.Cancel, id).Scan(new(uuid.UUID)); err != nil {
+		var state string
+		if err := tx.QueryRow(bctx, rq.State, id).Scan(&state); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
 				return fmt.Errorf("%s: %w", id, ErrReplayNotFound)
 			}
+			return err
+		}
+		if state != "queuing" && state != "cancelled" {
+			// Queued or failed: cancelling only makes sense while copies wait.
+			var pending bool
+			if err := tx.QueryRow(bctx, rq.HasPending, id).Scan(&pending); err != nil {
+				return err
+			}
+			if !pending {
+				res.AlreadyFinished = true
+				return nil
+			}
+		}
+		if err := tx.QueryRow(bctx, rq.Cancel, id).Scan(new(uuid.UUID)); err != nil {
 			return err
 		}
 		return tx.QueryRow(bctx, rq.CancelCopies, id).Scan(&res.Removed, &res.Released)

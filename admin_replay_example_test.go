@@ -3,12 +3,12 @@ package outbox_test
 import (
 	"context"
 	"fmt"
+	"os"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox"
-	"github.com/pgoutbox/outbox/internal/testdb"
 	"github.com/pgoutbox/outbox/memory"
 )
 
@@ -16,23 +16,20 @@ import (
 // with fresh ids: the relay publishes copies that name their originals.
 func ExampleAdmin_Replay() {
 	ctx := context.Background()
-	schema := testdb.NewSchemaName("example")
-	pool, err := pgxpool.New(ctx, testdb.URL())
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	defer pool.Close()
-	defer pool.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE") //nolint:errcheck
-	if _, err := outbox.Migrate(ctx, pool, outbox.MigrateConfig{Schema: schema}); err != nil {
+	if _, err := outbox.Migrate(ctx, pool, outbox.MigrateConfig{}); err != nil {
 		fmt.Println(err)
 		return
 	}
-	w, _ := outbox.NewWriter(outbox.WriterConfig{Schema: schema})
 	var ids []string
 	for _, typ := range []string{"order.created", "order.paid"} {
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			got, err := w.Write(ctx, tx, outbox.Event{AggregateType: "order", AggregateID: "42", EventType: typ, Payload: []byte(`{}`)})
+			got, err := outbox.Write(ctx, tx, outbox.Event{AggregateType: "order", AggregateID: "R-42", EventType: typ, Payload: []byte(`{}`)})
 			ids = append(ids, got[0].String())
 			return err
 		})
@@ -42,14 +39,22 @@ func ExampleAdmin_Replay() {
 		}
 	}
 	pub := memory.New()
-	relay, _ := outbox.NewRelay(pool, pub, outbox.RelayConfig{Schema: schema, Ordered: true})
+	relay, err := outbox.NewRelay(pool, pub, outbox.RelayConfig{Ordered: true})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	if _, err := relay.ProcessBatch(ctx); err != nil {
 		fmt.Println(err)
 		return
 	}
 
-	admin, _ := outbox.NewAdmin(pool, outbox.AdminConfig{Schema: schema})
-	res, err := admin.Replay(ctx, outbox.ReplaySelector{AggregateType: "order", AggregateID: "42", Mode: outbox.ReplayNewID})
+	admin, err := outbox.NewAdmin(pool, outbox.AdminConfig{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	res, err := admin.Replay(ctx, outbox.ReplaySelector{AggregateType: "order", AggregateID: "R-42", Mode: outbox.ReplayNewID})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -59,7 +64,10 @@ func ExampleAdmin_Replay() {
 		fmt.Println(err)
 		return
 	}
-	for _, m := range pub.Messages()[2:] {
+	for _, m := range pub.Messages() {
+		if m.AggregateID != "R-42" || m.Headers[outbox.HeaderReplayOf] == "" {
+			continue // other events, and the originals
+		}
 		n := 0
 		if m.Headers[outbox.HeaderReplayOf] != ids[0] {
 			n = 1

@@ -292,6 +292,15 @@ func TestReplayCancelRemovesPendingCopies(t *testing.T) {
 	if err != nil || tot.Pending != 0 || tot.Delivered != 5 {
 		t.Errorf("totals = %+v (%v), want 0 pending, 5 delivered", tot, err)
 	}
+	// Cancelling the finished replay changes nothing and says so.
+	cres, err = a.ReplayCancel(ctx(t), done.ID)
+	if err != nil || !cres.AlreadyFinished || cres.Removed != 0 || cres.Delivered != 4 {
+		t.Errorf("cancel of a finished replay = %+v, %v; want already finished, 4 delivered", cres, err)
+	}
+	list, _ = a.ReplayList(ctx(t), 1)
+	if list[0].State != "done" || list[0].FinishedAt == nil {
+		t.Errorf("a finished replay after cancel: %+v, want it still done", list[0])
+	}
 }
 
 // TestReplayOrderedAfterPendingBeforeLive is the ordering guarantee on one

@@ -26,6 +26,12 @@ var (
 	// ErrNotMigrated is returned when the outbox table is missing or older than
 	// this version of pgoutbox: run `outbox migrate` (or Migrate).
 	ErrNotMigrated = errors.New("outbox table not migrated")
+	// ErrNotOutboxTable is returned when a table of the outbox table's name
+	// exists but is some other table (it lacks the outbox's columns):
+	// Migrate refuses it before changing anything, and the relay and Admin
+	// report it instead of ErrNotMigrated, since migrating cannot help. Name
+	// the outbox table otherwise (MigrateConfig.Table), or rename the other.
+	ErrNotOutboxTable = errors.New("not an outbox table")
 	// ErrTableSetUpForWAL is returned, with ErrNotMigrated, by a relay with
 	// the table source on a table set up for the WAL source: SetupReplication
 	// (`outbox migrate --source wal`) dropped the indexes only a table

@@ -4,12 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"os"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/jackc/pgx/v5/stdlib" // the database/sql driver "pgx"
 
 	"github.com/pgoutbox/outbox"
-	"github.com/pgoutbox/outbox/internal/testdb"
 	"github.com/pgoutbox/outbox/memory"
 )
 
@@ -36,8 +36,8 @@ func (s *OrderService) CreateOrder(ctx context.Context, order Order) error {
 	defer tx.Rollback() //nolint:errcheck // no-op after Commit
 
 	if _, err := tx.ExecContext(ctx, `
-        INSERT INTO orders (id, customer_id, total, created_at)
-        VALUES ($1, $2, $3, NOW())
+        INSERT INTO orders (id, customer_id, total)
+        VALUES ($1, $2, $3)
     `, order.ID, order.CustomerID, order.Total); err != nil {
 		return fmt.Errorf("insert order: %w", err)
 	}
@@ -61,63 +61,63 @@ func (s *OrderService) CreateOrder(ctx context.Context, order Order) error {
 	return tx.Commit()
 }
 
-// Example_createOrder runs CreateOrder against the local
-// PostgreSQL, then one relay batch that delivers the event.
+// Example_createOrder runs CreateOrder against the database of
+// DATABASE_URL, then one relay batch that delivers the event.
 func Example_createOrder() {
 	ctx := context.Background()
-	dsn := testdb.URL()
-	schema := testdb.NewSchemaName("example")
+	dsn := os.Getenv("DATABASE_URL") // e.g. postgres://app@127.0.0.1:5432/shop
 	pool, err := pgxpool.New(ctx, dsn)
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	defer pool.Close()
-	defer pool.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE") //nolint:errcheck
 
 	// Once, at deploy time (or `outbox migrate`).
-	if _, err := outbox.Migrate(ctx, pool, outbox.MigrateConfig{Schema: schema}); err != nil {
+	if _, err := outbox.Migrate(ctx, pool, outbox.MigrateConfig{}); err != nil {
 		fmt.Println(err)
 		return
 	}
-	if _, err := pool.Exec(ctx, `CREATE TABLE `+pgx.Identifier{schema, "orders"}.Sanitize()+
-		` (id TEXT PRIMARY KEY, customer_id TEXT NOT NULL, total NUMERIC NOT NULL, created_at TIMESTAMPTZ NOT NULL)`); err != nil {
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS orders (id TEXT PRIMARY KEY, customer_id TEXT,
+		total NUMERIC NOT NULL, created_at TIMESTAMPTZ NOT NULL DEFAULT now())`); err != nil {
 		fmt.Println(err)
 		return
 	}
 
-	// The application: database/sql, the outbox in its schema.
-	db, err := sql.Open("pgx", dsn+"&search_path="+schema)
+	// The application: database/sql on the same database.
+	db, err := sql.Open("pgx", dsn)
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	defer db.Close()
-	w, err := outbox.NewWriter(outbox.WriterConfig{Schema: schema})
+	w, err := outbox.NewWriter(outbox.WriterConfig{})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	svc := &OrderService{db: db, outbox: w}
-	if err := svc.CreateOrder(ctx, Order{ID: "42", CustomerID: "c-7", Total: 99.5}); err != nil {
+	if err := svc.CreateOrder(ctx, Order{ID: "A-1001", CustomerID: "c-7", Total: 99.5}); err != nil {
 		fmt.Println(err)
 		return
 	}
 
 	// The relay (usually relay.Run(ctx) in a goroutine, or `outbox relay`).
 	pub := memory.New()
-	relay, err := outbox.NewRelay(pool, pub, outbox.RelayConfig{Schema: schema})
+	relay, err := outbox.NewRelay(pool, pub, outbox.RelayConfig{})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	res, err := relay.ProcessBatch(ctx)
-	if err != nil {
+	if _, err := relay.ProcessBatch(ctx); err != nil {
 		fmt.Println(err)
 		return
 	}
-	m := pub.Messages()[0]
-	fmt.Printf("published %d: %s %s/%s %s\n", res.Published, m.EventType, m.AggregateType, m.AggregateID, m.Payload)
+	for _, m := range pub.Messages() {
+		if m.AggregateID == "A-1001" {
+			fmt.Printf("published: %s %s/%s %s\n", m.EventType, m.AggregateType, m.AggregateID, m.Payload)
+		}
+	}
 	// Output:
-	// published 1: order.created order/42 {"total": 99.5, "order_id": "42", "customer_id": "c-7"}
+	// published: order.created order/A-1001 {"total": 99.5, "order_id": "A-1001", "customer_id": "c-7"}
 }

@@ -18,6 +18,7 @@ import (
 // env is one test's isolated outbox: its own schema, migrated.
 type env struct {
 	t      *testing.T
+	srv    *testdb.Server // where schema is
 	pool   *pgxpool.Pool
 	schema string
 	writer *outbox.Writer
@@ -25,9 +26,20 @@ type env struct {
 
 func setup(t *testing.T) *env {
 	t.Helper()
+	return setupOn(t, testdb.Shared())
+}
+
+// setupLogical is setup on a server with wal_level=logical (testdb.Logical).
+func setupLogical(t *testing.T) *env {
+	t.Helper()
+	return setupOn(t, testdb.Logical(t))
+}
+
+func setupOn(t *testing.T, srv *testdb.Server) *env {
+	t.Helper()
 	t.Parallel()
-	schema := testdb.Schema(t)
-	pool := testdb.Pool(t, schema)
+	schema := srv.Schema(t)
+	pool := srv.Pool(t, schema)
 	if _, err := outbox.Migrate(ctx(t), pool, outbox.MigrateConfig{Schema: schema}); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
@@ -35,7 +47,7 @@ func setup(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, pool: pool, schema: schema, writer: w}
+	return &env{t: t, srv: srv, pool: pool, schema: schema, writer: w}
 }
 
 func ctx(t *testing.T) context.Context {
@@ -135,7 +147,7 @@ func (e *env) count(where string) int {
 // params set on every session; closed when the test ends.
 func (e *env) extraPool(tracer pgx.QueryTracer, params map[string]string) *pgxpool.Pool {
 	e.t.Helper()
-	cfg, err := pgxpool.ParseConfig(testdb.URL())
+	cfg, err := pgxpool.ParseConfig(e.srv.URL())
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -48,6 +48,9 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, cfg MigrateConfig) ([]Migr
 	if err != nil {
 		return nil, configErr("MigrateConfig", err)
 	}
+	if err := foreignTable(ctx, pool, n); err != nil {
+		return nil, err
+	}
 	ms, err := migrate.Up(ctx, pool, n, cfg.Partitioned)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: %w", err)

@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/testdb"
@@ -473,4 +475,57 @@ func relationsIn(t *testing.T, pool interface {
 		t.Fatal(err)
 	}
 	return got
+}
+
+// TestMigrateRefusesForeignTable: a table of the outbox's name that is
+// something else is refused before anything changes, by Migrate, the relay
+// and Admin alike, naming what it lacks; the reference design's own table
+// is still adopted.
+func TestMigrateRefusesForeignTable(t *testing.T) {
+	t.Parallel()
+	type bare struct {
+		schema string
+		pool   *pgxpool.Pool
+	}
+	setupEmpty := func(t *testing.T) bare { // a schema with nothing migrated
+		schema := testdb.Schema(t)
+		return bare{schema, testdb.Pool(t, schema)}
+	}
+	e := setupEmpty(t)
+	if _, err := e.pool.Exec(ctx(t), `CREATE TABLE outbox_events (id serial PRIMARY KEY, name text)`); err != nil {
+		t.Fatal(err)
+	}
+	_, err := outbox.Migrate(ctx(t), e.pool, outbox.MigrateConfig{Schema: e.schema})
+	if !errors.Is(err, outbox.ErrNotOutboxTable) || !strings.Contains(err.Error(), "aggregate_type") || !strings.Contains(err.Error(), "another table name") {
+		t.Fatalf("Migrate on a foreign table: %v, want ErrNotOutboxTable naming a missing column and the fix", err)
+	}
+	var cols int
+	if err := e.pool.QueryRow(ctx(t), `SELECT count(*) FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'outbox_events'`, e.schema).Scan(&cols); err != nil || cols != 2 {
+		t.Errorf("the foreign table has %d columns after the refusal (%v), want its 2", cols, err)
+	}
+	r, err := outbox.NewRelay(e.pool, memory.New(), outbox.RelayConfig{Schema: e.schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Run(ctx(t)); !errors.Is(err, outbox.ErrNotOutboxTable) {
+		t.Errorf("Relay.Run on a foreign table: %v, want ErrNotOutboxTable", err)
+	}
+	a, err := outbox.NewAdmin(e.pool, outbox.AdminConfig{Schema: e.schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Status(ctx(t)); !errors.Is(err, outbox.ErrNotOutboxTable) || errors.Is(err, outbox.ErrNotMigrated) {
+		t.Errorf("Admin.Status on a foreign table: %v, want ErrNotOutboxTable, not ErrNotMigrated", err)
+	}
+
+	// The reference design's table, hand-made: adopted.
+	ref := setupEmpty(t)
+	if _, err := ref.pool.Exec(ctx(t), `CREATE TABLE outbox_events (id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+		aggregate_type varchar(100) NOT NULL, aggregate_id varchar(100) NOT NULL, event_type varchar(100) NOT NULL,
+		payload jsonb NOT NULL, attempts int NOT NULL DEFAULT 0, created_at timestamptz NOT NULL DEFAULT now(), processed_at timestamptz)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := outbox.Migrate(ctx(t), ref.pool, outbox.MigrateConfig{Schema: ref.schema}); err != nil {
+		t.Fatalf("Migrate on the reference design's table: %v", err)
+	}
 }

@@ -490,7 +490,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			return nil
 		case err == nil:
 			return r.eng.Run(ctx)
-		case errors.Is(err, ErrNotMigrated):
+		case errors.Is(err, ErrNotMigrated), errors.Is(err, ErrNotOutboxTable):
 			return err
 		case errors.Is(err, engine.ErrClientEncoding):
 			return fmt.Errorf("outbox: relay of %s: %w", r.names.QTable, err)
@@ -521,6 +521,9 @@ func (r *Relay) CheckSchema(ctx context.Context) error {
 	case errors.Is(err, engine.ErrWALTable):
 		return fmt.Errorf("outbox: table %s: %w: it is %w; relay it with Source: SourceWAL (outbox relay --source wal), or set it up for the table source again with `outbox migrate drop-wal` or outbox.DropReplication", r.names.QTable, ErrNotMigrated, err)
 	case engine.IsUndefined(err), errors.Is(err, engine.ErrMissingIndex):
+		if ferr := foreignTable(ctx, r.pool, r.names); ferr != nil {
+			return ferr
+		}
 		return fmt.Errorf("outbox: table %s: %w (run `outbox migrate` or outbox.Migrate): %v", r.names.QTable, ErrNotMigrated, err)
 	default:
 		return fmt.Errorf("outbox: check table %s: %w", r.names.QTable, err)

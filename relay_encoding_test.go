@@ -44,7 +44,7 @@ func encodedPool(t *testing.T, dsn, schema, clientEncoding string) *pgxpool.Pool
 // crashing on the first Prometheus label).
 func TestRelayLatin1Database(t *testing.T) {
 	t.Parallel()
-	dsn := testdb.DatabaseEncoded(t, "LATIN1")
+	dsn := testdb.Logical(t).DatabaseEncoded(t, "LATIN1") // the WAL source needs wal_level=logical
 	for _, source := range []outbox.Source{outbox.SourceTable, outbox.SourceWAL} {
 		t.Run(string(source), func(t *testing.T) {
 			schema := testdb.NewSchemaName("enc")

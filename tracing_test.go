@@ -12,6 +12,7 @@ import (
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/inbox"
+	"github.com/pgoutbox/outbox/inbox/inboxotel"
 	"github.com/pgoutbox/outbox/memory"
 )
 
@@ -48,7 +49,7 @@ func TestTraceSpansWritePublishConsume(t *testing.T) {
 	if _, err := inbox.Migrate(ctx(t), e.pool, inbox.MigrateConfig{Schema: e.schema}); err != nil {
 		t.Fatal(err)
 	}
-	in, err := inbox.New(e.pool, inbox.Config{Schema: e.schema, Consumer: "shipping", TracerProvider: tp})
+	in, err := inbox.New(e.pool, inbox.Config{Schema: e.schema, Consumer: "shipping", Tracer: inboxotel.New(tp)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -87,5 +90,45 @@ func TestUnavailableAloneCountsAttempts(t *testing.T) {
 				t.Errorf("%d of the %d other events published: %v", mem.Distinct(), 20+more, err)
 			}
 		})
+	}
+}
+
+// TestOutageBackoffSharedByWorkers: with several workers and a broker that
+// refuses everything, the relay's backoff grows as with one worker. Before,
+// a worker whose claim came back empty (another worker held the rows)
+// reset its own count, and the waits stayed at the first step: 55 WARN
+// lines in 30 s, retry_in 125-250 ms with the default two workers.
+func TestOutageBackoffSharedByWorkers(t *testing.T) {
+	e := setup(t)
+	e.write(5)
+	mem, _ := downPublisher()
+	logs := &logRecorder{}
+	base := 20 * time.Millisecond
+	r := e.relay(mem, outbox.RelayConfig{Workers: 4, PollInterval: 10 * time.Millisecond,
+		OutageBackoff: outbox.Backoff{Base: base, Max: time.Second},
+		Logger:        slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	stop := e.run(r)
+	time.Sleep(2 * time.Second)
+	stop()
+	var waits []time.Duration
+	for _, line := range strings.Split(logs.String(), "\n") {
+		_, after, ok := strings.Cut(line, "retry_in=")
+		if !ok || !strings.Contains(line, "broker unavailable") {
+			continue
+		}
+		d, err := time.ParseDuration(strings.Fields(after)[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		waits = append(waits, d)
+	}
+	// 20, 40, 80, ... ms: about 7 waits in 2 s, the last several of them
+	// 320 ms or more. Workers that kept resetting waited 20 ms each, about
+	// 400 times.
+	if len(waits) == 0 || len(waits) > 15 || slices.Max(waits) < 16*base {
+		t.Fatalf("%d outage waits in 2 s, the longest %v; want a backoff growing towards 1 s: %v", len(waits), slices.Max(append(waits, 0)), waits)
+	}
+	if n := mem.Len(); n != 0 {
+		t.Errorf("%d messages recorded by a broker that is down", n)
 	}
 }

@@ -83,7 +83,7 @@ func TestWALSourceCancel(t *testing.T) {
 func TestWALSourceDiscardedDeadLetterStaysDiscarded(t *testing.T) {
 	e, n := setupWAL(t)
 	saved := n.Slot + "_saved"
-	testdb.ReplicationObjects(t, saved, "")
+	e.srv.ReplicationObjects(t, saved, "")
 	if _, err := e.pool.Exec(ctx(t), `SELECT pg_copy_logical_replication_slot($1, $2)`, n.Slot, saved); err != nil {
 		t.Fatalf("copy slot: %v", err)
 	}

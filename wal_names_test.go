@@ -18,7 +18,8 @@ import (
 // table migrated in public, its pool, and its WAL source's names.
 func walDatabase(t *testing.T) (*pgxpool.Pool, wal.Names) {
 	t.Helper()
-	dsn := testdb.Database(t)
+	srv := testdb.Logical(t)
+	dsn := srv.Database(t)
 	pool, err := pgxpool.New(context.Background(), dsn)
 	if err != nil {
 		t.Fatal(err)
@@ -36,8 +37,8 @@ func walDatabase(t *testing.T) (*pgxpool.Pool, wal.Names) {
 		t.Fatal(err)
 	}
 	n := wal.NamesFor(in, cfg.ConnConfig.Database)
-	testdb.ReplicationObjects(t, n.Slot, "")
-	testdb.ReplicationObjects(t, n.LegacySlot, "")
+	srv.ReplicationObjects(t, n.Slot, "")
+	srv.ReplicationObjects(t, n.LegacySlot, "")
 	return pool, n
 }
 

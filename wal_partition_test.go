@@ -22,8 +22,9 @@ import (
 func setupPartitioned(t *testing.T) *env {
 	t.Helper()
 	t.Parallel()
-	schema := testdb.Schema(t)
-	pool := testdb.Pool(t, schema)
+	srv := testdb.Logical(t)
+	schema := srv.Schema(t)
+	pool := srv.Pool(t, schema)
 	mc := outbox.MigrateConfig{Schema: schema, Partitioned: true}
 	if _, err := outbox.Migrate(ctx(t), pool, mc); err != nil {
 		t.Fatalf("migrate: %v", err)
@@ -32,7 +33,7 @@ func setupPartitioned(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, pool: pool, schema: schema, writer: w}
+	e := &env{t: t, srv: srv, pool: pool, schema: schema, writer: w}
 	walNames(t, e)
 	if _, err := outbox.SetupReplication(ctx(t), pool, mc); err != nil {
 		t.Fatalf("SetupReplication: %v", err)

@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/outbox"
-	"github.com/pgoutbox/outbox/internal/testdb"
 	"github.com/pgoutbox/outbox/memory"
 )
 
@@ -32,7 +31,7 @@ func TestWALSourceOrderedReplayKeepsPlace(t *testing.T) {
 	// The slot as it is before the events: copied now, put back after the
 	// first relay settled them, as if its acknowledgements were lost.
 	saved := n.Slot + "_saved"
-	testdb.ReplicationObjects(t, saved, "")
+	e.srv.ReplicationObjects(t, saved, "")
 	if _, err := e.pool.Exec(ctx(t), `SELECT pg_copy_logical_replication_slot($1, $2)`, n.Slot, saved); err != nil {
 		t.Fatalf("copy slot: %v", err)
 	}

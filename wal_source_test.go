@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -16,7 +18,6 @@ import (
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/ident"
-	"github.com/pgoutbox/outbox/internal/testdb"
 	"github.com/pgoutbox/outbox/internal/wal"
 	"github.com/pgoutbox/outbox/memory"
 )
@@ -25,7 +26,7 @@ import (
 // dropped (then checked gone) when the test ends.
 func setupWAL(t *testing.T) (*env, wal.Names) {
 	t.Helper()
-	e := setup(t)
+	e := setupLogical(t)
 	n := walNames(t, e)
 	if _, err := outbox.SetupReplication(ctx(t), e.pool, outbox.MigrateConfig{Schema: e.schema}); err != nil {
 		t.Fatalf("SetupReplication: %v", err)
@@ -48,8 +49,8 @@ func walNames(t *testing.T, e *env) wal.Names {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := wal.NamesFor(in, testdb.DatabaseName())
-	testdb.ReplicationObjects(t, n.Slot, n.Publication)
+	n := wal.NamesFor(in, e.srv.DatabaseName())
+	e.srv.ReplicationObjects(t, n.Slot, n.Publication)
 	return n
 }
 
@@ -267,7 +268,7 @@ func TestWALSourceSlotLostFallsBack(t *testing.T) {
 
 	// Lose the slot: what max_slot_wal_keep_size or a DBA would do.
 	c := ctx(t)
-	admin := testdb.Pool(t, e.schema)
+	admin := e.srv.Pool(t, e.schema)
 	stop := make(chan struct{})
 	var during []uuid.UUID
 	var mu sync.Mutex
@@ -421,8 +422,8 @@ func TestWALSourceTakeover(t *testing.T) {
 // TestWALSourcePrerequisiteMissing: a role without REPLICATION gets an
 // error naming the missing privilege and its fix, not a hang.
 func TestWALSourcePrerequisiteMissing(t *testing.T) {
-	e := setup(t)
-	pool := rolePool(t, e.schema, "norepl_"+e.schema, "NOREPLICATION")
+	e := setupLogical(t)
+	pool := rolePool(t, e.srv, e.schema, "norepl_"+e.schema, "NOREPLICATION")
 	c := ctx(t)
 	r, err := outbox.NewRelay(pool, memory.New(), walConfig(outbox.RelayConfig{Schema: e.schema}))
 	if err != nil {
@@ -599,4 +600,55 @@ func TestWALSourcePacesAHeavyStream(t *testing.T) {
 		t.Errorf("%d events written; %d events in %d batches from 1.5s to 2.5s, sizes %v: want at least 4 one-event transactions per batch", written.Load(), events, len(sizes), sizes)
 	}
 	t.Logf("%d events in %d batches from 1.5s to 2.5s", events, len(sizes))
+}
+
+// TestWALSourceReopenBackoffResets: a stream that worked and was cut
+// reopens at the first step of OutageBackoff, however many times it was
+// cut before. The backoff used to grow over the relay's life: after about
+// six interruptions each one cost 8-15 s with nothing delivered.
+func TestWALSourceReopenBackoffResets(t *testing.T) {
+	e, n := setupWAL(t)
+	mem := memory.New()
+	logs := &logRecorder{}
+	base := 50 * time.Millisecond
+	r := e.relay(mem, walConfig(outbox.RelayConfig{OutageBackoff: outbox.Backoff{Base: base, Max: 10 * time.Second},
+		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))}))
+	e.run(r)
+	for i := range 8 {
+		waitStreaming(t, r, 30*time.Second)
+		e.write(1)
+		if err := mem.WaitDistinct(ctx(t), i+1); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.pool.Exec(ctx(t), `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL`, n.Slot); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(10 * time.Second); r.SourceStatus().Streaming; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the relay did not notice its walsender's end")
+			}
+		}
+	}
+	waitStreaming(t, r, 30*time.Second)
+	var waits []time.Duration
+	for _, line := range strings.Split(logs.String(), "\n") {
+		_, after, ok := strings.Cut(line, "retry_in=")
+		if !ok || !strings.Contains(line, "stream ended; reopening") {
+			continue
+		}
+		d, err := time.ParseDuration(strings.Fields(after)[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		waits = append(waits, d)
+	}
+	if len(waits) < 8 {
+		t.Fatalf("%d reopenings logged, want 8:\n%s", len(waits), logs.String())
+	}
+	for i, d := range waits {
+		if d > base {
+			t.Errorf("reopening %d waited %v, want the first step (at most %v): %v", i+1, d, base, waits)
+			break
+		}
+	}
 }

@@ -42,8 +42,8 @@ func indexDefs(t *testing.T, pool *pgxpool.Pool, schema string) map[string]strin
 // included, and the table source accepts the table again.
 func TestSetupReplicationSetsTableUp(t *testing.T) {
 	e, n := setupWAL(t)
-	refSchema := testdb.Schema(t) // a table as the migrations leave it
-	refPool := testdb.Pool(t, refSchema)
+	refSchema := e.srv.Schema(t) // a table as the migrations leave it
+	refPool := e.srv.Pool(t, refSchema)
 	if _, err := outbox.Migrate(ctx(t), refPool, outbox.MigrateConfig{Schema: refSchema}); err != nil {
 		t.Fatal(err)
 	}
@@ -104,9 +104,9 @@ func TestSetupReplicationSetsTableUp(t *testing.T) {
 // creates the publication again, it creates a fresh slot and streams.
 func TestWALSourceFallbackHandsOver(t *testing.T) {
 	e, n := setupWAL(t)
-	admin := testdb.Pool(t, e.schema)
+	admin := e.srv.Pool(t, e.schema)
 	c := ctx(t)
-	pool := rolePool(t, e.schema, "walrelay_"+e.schema, "REPLICATION")
+	pool := rolePool(t, e.srv, e.schema, "walrelay_"+e.schema, "REPLICATION")
 	mem := memory.New()
 	r, err := outbox.NewRelay(pool, mem, walConfig(outbox.RelayConfig{Schema: e.schema,
 		OutageBackoff: outbox.Backoff{Base: 100 * time.Millisecond, Max: 500 * time.Millisecond}}))
@@ -181,7 +181,7 @@ func TestWALSourceFallbackHandsOver(t *testing.T) {
 // once, then drop-wal at once, all succeed and leave the table set up, then
 // set up again for the table source with valid indexes.
 func TestReplicationSetupConcurrent(t *testing.T) {
-	e := setup(t)
+	e := setupLogical(t)
 	n := walNames(t, e)
 	t.Cleanup(func() { _ = wal.Drop(context.Background(), e.pool, n) })
 	// Rows, so that each index build takes a while.
@@ -222,9 +222,9 @@ func TestReplicationSetupConcurrent(t *testing.T) {
 // rolePool creates a login role with attrs (REPLICATION or NOREPLICATION)
 // that may read and write the tables of schema and owns nothing, and
 // returns a pool connecting as it. Cleanup drops both.
-func rolePool(t *testing.T, schema, role, attrs string) *pgxpool.Pool {
+func rolePool(t *testing.T, srv *testdb.Server, schema, role, attrs string) *pgxpool.Pool {
 	t.Helper()
-	admin := testdb.Pool(t, schema)
+	admin := srv.Pool(t, schema)
 	q, s := pgx.Identifier{role}.Sanitize(), pgx.Identifier{schema}.Sanitize()
 	t.Cleanup(func() {
 		_, _ = admin.Exec(context.Background(), "DROP OWNED BY "+q)
@@ -237,7 +237,7 @@ func rolePool(t *testing.T, schema, role, attrs string) *pgxpool.Pool {
 			t.Fatal(err)
 		}
 	}
-	cfg, err := pgxpool.ParseConfig(testdb.URL())
+	cfg, err := pgxpool.ParseConfig(srv.URL())
 	if err != nil {
 		t.Fatal(err)
 	}

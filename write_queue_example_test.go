@@ -3,12 +3,12 @@ package outbox_test
 import (
 	"context"
 	"fmt"
+	"os"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox"
-	"github.com/pgoutbox/outbox/internal/testdb"
 )
 
 // createOrder saves an order and its order.created event in one round trip
@@ -33,50 +33,37 @@ func createOrder(ctx context.Context, pool *pgxpool.Pool, w *outbox.Writer, id s
 
 func ExampleWriter_Queue() {
 	ctx := context.Background()
-	schema := testdb.NewSchemaName("example")
-	pool, err := pgxpool.New(ctx, testdb.URL())
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	defer pool.Close()
-	defer pool.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE") //nolint:errcheck
-	if _, err := outbox.Migrate(ctx, pool, outbox.MigrateConfig{Schema: schema}); err != nil {
+	if _, err := outbox.Migrate(ctx, pool, outbox.MigrateConfig{}); err != nil { // or `outbox migrate`
 		fmt.Println(err)
 		return
 	}
-	if _, err := pool.Exec(ctx, `CREATE TABLE `+pgx.Identifier{schema, "orders"}.Sanitize()+` (id text PRIMARY KEY, total int NOT NULL)`); err != nil {
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS orders (id TEXT PRIMARY KEY, customer_id TEXT,
+		total NUMERIC NOT NULL, created_at TIMESTAMPTZ NOT NULL DEFAULT now())`); err != nil {
 		fmt.Println(err)
 		return
 	}
-	w, err := outbox.NewWriter(outbox.WriterConfig{Schema: schema})
+	w, err := outbox.NewWriter(outbox.WriterConfig{})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	cfg, err := pgxpool.ParseConfig(testdb.URL())
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	cfg.ConnConfig.RuntimeParams["search_path"] = schema
-	app, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer app.Close()
 
-	if err := createOrder(ctx, app, w, "42", 99); err != nil {
+	if err := createOrder(ctx, pool, w, "Q-42", 99); err != nil {
 		fmt.Println(err)
 		return
 	}
 	var eventType, payload string
-	if err := app.QueryRow(ctx, `SELECT event_type, payload::text FROM outbox_events`).Scan(&eventType, &payload); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT event_type, payload::text FROM outbox_events WHERE aggregate_id = $1`, "Q-42").Scan(&eventType, &payload); err != nil {
 		fmt.Println(err)
 		return
 	}
 	fmt.Println(eventType, payload)
 	// Output:
-	// order.created {"total": 99, "order_id": "42"}
+	// order.created {"total": 99, "order_id": "Q-42"}
 }

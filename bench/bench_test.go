@@ -25,7 +25,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == burnCommand {
 		os.Exit(burnMain())
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	testdb.StopLogical() // the WAL tests' private server, if they started one
+	os.Exit(code)
 }
 
 // TestRecorder: the delivery check counts duplicates and notices a missing

@@ -248,7 +248,7 @@ func TestWALObjectsDropped(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	for _, keep := range []bool{false, true} {
-		h, err := newHarness(ctx, options{DatabaseURL: testdb.URL(), Only: map[string]bool{"walsize": true},
+		h, err := newHarness(ctx, options{DatabaseURL: testdb.Logical(t).URL(), Only: map[string]bool{"walsize": true},
 			Prefix: "bench_" + randHex(4), Keep: keep, Log: testLog{t}})
 		if err != nil {
 			t.Fatal(err)
@@ -259,7 +259,7 @@ func TestWALObjectsDropped(t *testing.T) {
 			t.Fatal(err)
 		}
 		slot := h.slotName(s)
-		testdb.ReplicationObjects(t, slot, "")
+		testdb.Logical(t).ReplicationObjects(t, slot, "")
 		if !slotExists(ctx, t, slot) {
 			t.Fatalf("setupWAL created no slot %s", slot)
 		}
@@ -268,14 +268,14 @@ func TestWALObjectsDropped(t *testing.T) {
 			t.Errorf("keep=%v: slot %s left behind", keep, slot)
 		}
 		if keep {
-			testdb.Drop(t, s)
+			testdb.Logical(t).Drop(t, s)
 		}
 	}
 }
 
 func slotExists(ctx context.Context, t *testing.T, slot string) bool {
 	t.Helper()
-	conn, err := pgx.Connect(ctx, testdb.URL())
+	conn, err := pgx.Connect(ctx, testdb.Logical(t).URL())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -149,4 +149,14 @@
 // how long the outbox relay may keep retrying a publish, plus a margin. A
 // redelivery that arrives after its row was deleted runs the handler again.
 // Days to weeks is typical; the table is small (about 60 bytes a row).
+//
+// # Tracing and dependencies
+//
+// Set Config.Tracer to inboxotel.New(tp) (package inbox/inboxotel) and each
+// message's processing becomes a consumer span that continues the trace the
+// relay sent in the message's traceparent header; without it Handle starts
+// no span. This package and its adapters link only the wire format
+// (outboxtype), pgx, uuid and their broker's client: none of the relay, its
+// metrics or OpenTelemetry (ARCHITECTURE.md gives the figure; a test keeps
+// it).
 package inbox

@@ -3,13 +3,13 @@ package inbox_test
 import (
 	"context"
 	"fmt"
+	"os"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/inbox"
-	"github.com/pgoutbox/outbox/internal/testdb"
+	"github.com/pgoutbox/outbox/outboxtype"
 )
 
 // A shipping service's HandleOrderCreated: the shipment and the inbox record
@@ -17,39 +17,39 @@ import (
 // shipment exists.
 func Example_handleOrderCreated() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, testdb.URL())
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	defer pool.Close()
-	schema := testdb.NewSchemaName("example")
-	defer pool.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE") //nolint:errcheck
 
 	// Once, at deploy time.
-	if _, err := inbox.Migrate(ctx, pool, inbox.MigrateConfig{Schema: schema}); err != nil {
+	if _, err := inbox.Migrate(ctx, pool, inbox.MigrateConfig{}); err != nil {
 		fmt.Println(err)
 		return
 	}
-	shipments := pgx.Identifier{schema, "shipments"}.Sanitize()
-	if _, err := pool.Exec(ctx, `CREATE TABLE `+shipments+` (order_id TEXT NOT NULL)`); err != nil {
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS shipments (order_id TEXT NOT NULL)`); err != nil {
 		fmt.Println(err)
 		return
 	}
 
-	in, err := inbox.New(pool, inbox.Config{Schema: schema, Consumer: "shipping"})
+	in, err := inbox.New(pool, inbox.Config{Consumer: "shipping"})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	handleOrderCreated := func(ctx context.Context, tx pgx.Tx, msg inbox.Message) error {
-		_, err := tx.Exec(ctx, `INSERT INTO `+shipments+` (order_id) VALUES ($1)`, msg.AggregateID)
+		_, err := tx.Exec(ctx, `INSERT INTO shipments (order_id) VALUES ($1)`, msg.AggregateID)
 		return err
 	}
 
 	// What a broker adapter does with each delivery; here the same message
 	// arrives three times.
-	headers := (&outbox.Message{ID: [16]byte{1}, EventType: "order.created", AggregateType: "order", AggregateID: "42"}).StandardHeaders()
+	headers := map[string]string{
+		outboxtype.HeaderEventID: "0190d7c4-5e3a-7000-8000-000000000042", outboxtype.HeaderEventType: "order.created",
+		outboxtype.HeaderAggregateType: "order", outboxtype.HeaderAggregateID: "42",
+	}
 	msg, err := inbox.MessageFromHeaders(headers, []byte(`{"order_id":"42"}`))
 	if err != nil {
 		fmt.Println(err)
@@ -63,7 +63,7 @@ func Example_handleOrderCreated() {
 	}
 
 	var n int
-	_ = pool.QueryRow(ctx, `SELECT count(*) FROM `+shipments).Scan(&n)
+	_ = pool.QueryRow(ctx, `SELECT count(*) FROM shipments WHERE order_id = '42'`).Scan(&n)
 	fmt.Println("shipments:", n)
 	// Output:
 	// duplicate=false err=<nil>

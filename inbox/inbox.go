@@ -15,7 +15,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pgoutbox/outbox/internal/dbtx"
 )
@@ -42,10 +41,21 @@ type Config struct {
 	// Logger receives debug lines about duplicates (consumer, event_id,
 	// event_type, aggregate_id). Default: discard.
 	Logger *slog.Logger
-	// TracerProvider creates the consumer span Handle starts for every
-	// message, continuing the trace carried in its traceparent header.
-	// Default: the OpenTelemetry global provider (a no-op unless set).
-	TracerProvider trace.TracerProvider
+	// Tracer wraps each message's processing in a span:
+	// inboxotel.New(tp) continues, with OpenTelemetry, the trace carried in
+	// the message's traceparent header. Defaults to none: no span, and the
+	// handler's ctx is the adapter's.
+	Tracer Tracer
+}
+
+// Tracer wraps the processing of one message in a span. Handle calls Start
+// before the inbox transaction begins, with the message as delivered (its
+// Headers carry the trace context the relay sent); the transaction and the
+// handler run in the context Start returns, and end is called once, with
+// the outcome. Package inbox/inboxotel implements it with OpenTelemetry, so
+// that this package imports no tracing library.
+type Tracer interface {
+	Start(ctx context.Context, consumer string, msg Message) (_ context.Context, end func(Result, error))
 }
 
 // Result is the outcome of one successful Handle.
@@ -67,7 +77,7 @@ type core struct {
 	q        queries
 	consumer string
 	log      *slog.Logger
-	tracer   trace.Tracer
+	tracer   Tracer // nil: none
 }
 
 func newCore(cfg Config) (core, error) {
@@ -89,7 +99,7 @@ func newCore(cfg Config) (core, error) {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return core{names: n, q: newQueries(n), consumer: cfg.Consumer, log: log, tracer: tracerFrom(cfg.TracerProvider)}, nil
+	return core{names: n, q: newQueries(n), consumer: cfg.Consumer, log: log, tracer: cfg.Tracer}, nil
 }
 
 // Inbox deduplicates deliveries for one consumer on a pgx pool. It is safe for
@@ -223,8 +233,11 @@ func (c *core) handle(ctx context.Context, msg Message, begin func(context.Conte
 	if msg.ID == uuid.Nil {
 		return Result{}, fmt.Errorf("inbox: message has no event id: %w", ErrInvalidMessage)
 	}
-	ctx, span := c.startSpan(ctx, msg)
-	defer func() { endSpan(span, res, err) }()
+	if c.tracer != nil {
+		var end func(Result, error)
+		ctx, end = c.tracer.Start(ctx, c.consumer, msg)
+		defer func() { end(res, err) }()
+	}
 	tx, err := begin(ctx)
 	if err != nil {
 		return Result{}, fmt.Errorf("inbox: event %s: begin: %w", msg.ID, err)

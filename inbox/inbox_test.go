@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -521,5 +522,62 @@ func TestConfigValidation(t *testing.T) {
 	}
 	if _, err := inbox.NewSQL(nil, inbox.Config{Consumer: "c"}); err == nil {
 		t.Error("NewSQL(nil db) accepted")
+	}
+}
+
+// recordingTracer is an inbox.Tracer that records what Handle tells it.
+type recordingTracer struct {
+	mu     sync.Mutex
+	events []string
+}
+
+type tracerKey struct{}
+
+func (r *recordingTracer) Start(ctx context.Context, consumer string, m inbox.Message) (context.Context, func(inbox.Result, error)) {
+	r.mu.Lock()
+	r.events = append(r.events, "start "+consumer+" "+m.Header("traceparent"))
+	r.mu.Unlock()
+	return context.WithValue(ctx, tracerKey{}, "span"), func(res inbox.Result, err error) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.events = append(r.events, fmt.Sprintf("end duplicate=%t err=%t", res.Duplicate, err != nil))
+	}
+}
+
+// Handle runs the handler in the context the Tracer started, and ends the
+// span once per delivery with its outcome; with no Tracer it starts none.
+func TestTracer(t *testing.T) {
+	e := setup(t)
+	tr := &recordingTracer{}
+	in, err := inbox.New(e.pool, inbox.Config{Schema: e.schema, Consumer: "traced", Tracer: tr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := msg()
+	m.Headers = map[string]string{"Traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
+	var inSpan any
+	if _, err := in.Handle(ctx(t), m, func(ctx context.Context, tx pgx.Tx) error {
+		inSpan = ctx.Value(tracerKey{})
+		return effect(m)(ctx, tx)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.Handle(ctx(t), m, effect(m)); err != nil {
+		t.Fatal(err)
+	}
+	failing := msg()
+	if _, err := in.Handle(ctx(t), failing, func(context.Context, pgx.Tx) error { return errors.New("boom") }); err == nil {
+		t.Fatal("a failing handler: want its error")
+	}
+	want := []string{
+		"start traced 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "end duplicate=false err=false",
+		"start traced 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "end duplicate=true err=false",
+		"start traced ", "end duplicate=false err=true",
+	}
+	if !slices.Equal(tr.events, want) {
+		t.Errorf("tracer saw %q, want %q", tr.events, want)
+	}
+	if inSpan != "span" {
+		t.Error("the handler did not run in the context the Tracer returned")
 	}
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/outboxtype"
 )
 
@@ -29,11 +28,11 @@ type Message struct {
 	// under the keys the broker delivered.
 	Headers map[string]string
 	Payload []byte
-	// ReplayID is the replay that re-sent this event (outbox.HeaderReplayID,
+	// ReplayID is the replay that re-sent this event (outboxtype.HeaderReplayID,
 	// set by `outbox replay` in both modes); zero for a live event.
 	ReplayID uuid.UUID
 	// ReplayOf is the original event a new-id replay copied
-	// (outbox.HeaderReplayOf); zero for a live event and for a same-id
+	// (outboxtype.HeaderReplayOf); zero for a live event and for a same-id
 	// replay, whose ID is the original's. A new-id copy is a new event to
 	// the inbox (its ID is fresh), so a consumer that processed the original
 	// processes it again; one that must not can skip it when ReplayOf is
@@ -64,10 +63,10 @@ func lookup(h map[string]string, key string) string {
 }
 
 // MessageFromHeaders builds a Message from the standard headers every
-// pgoutbox publisher sets (outbox.HeaderEventID, outbox.HeaderEventType,
-// outbox.HeaderAggregateType, outbox.HeaderAggregateID,
-// outbox.HeaderCreatedAt) and the replay headers (outbox.HeaderReplayID,
-// outbox.HeaderReplayOf), matched case-insensitively. The event id is
+// pgoutbox publisher sets (outboxtype.HeaderEventID, outboxtype.HeaderEventType,
+// outboxtype.HeaderAggregateType, outboxtype.HeaderAggregateID,
+// outboxtype.HeaderCreatedAt) and the replay headers (outboxtype.HeaderReplayID,
+// outboxtype.HeaderReplayOf), matched case-insensitively. The event id is
 // required; the others may be absent (a replay header that is not a UUID
 // leaves the field zero). A missing or invalid id, or a malformed
 // created-at, returns an error wrapping ErrInvalidMessage.
@@ -85,32 +84,32 @@ func MessageFromHeaders(headers map[string]string, payload []byte) (Message, err
 		return MessageFromCloudEvent(ce, headers)
 	}
 	m := Message{
-		EventType:     lookup(headers, outbox.HeaderEventType),
-		AggregateType: lookup(headers, outbox.HeaderAggregateType),
-		AggregateID:   lookup(headers, outbox.HeaderAggregateID),
+		EventType:     lookup(headers, outboxtype.HeaderEventType),
+		AggregateType: lookup(headers, outboxtype.HeaderAggregateType),
+		AggregateID:   lookup(headers, outboxtype.HeaderAggregateID),
 		Headers:       headers,
 		Payload:       payload,
 	}
-	raw := lookup(headers, outbox.HeaderEventID)
+	raw := lookup(headers, outboxtype.HeaderEventID)
 	if raw == "" {
-		return Message{}, fmt.Errorf("inbox: header %s is missing: %w", outbox.HeaderEventID, ErrInvalidMessage)
+		return Message{}, fmt.Errorf("inbox: header %s is missing: %w", outboxtype.HeaderEventID, ErrInvalidMessage)
 	}
 	id, err := uuid.Parse(raw)
 	if err != nil || id == uuid.Nil {
-		return Message{}, fmt.Errorf("inbox: header %s: %.64q is not a UUID: %w", outbox.HeaderEventID, raw, ErrInvalidMessage)
+		return Message{}, fmt.Errorf("inbox: header %s: %.64q is not a UUID: %w", outboxtype.HeaderEventID, raw, ErrInvalidMessage)
 	}
 	m.ID = id
-	if s := lookup(headers, outbox.HeaderCreatedAt); s != "" {
+	if s := lookup(headers, outboxtype.HeaderCreatedAt); s != "" {
 		t, err := time.Parse(time.RFC3339Nano, s)
 		if err != nil {
-			return Message{}, fmt.Errorf("inbox: header %s: %.64q is not an RFC 3339 time: %w", outbox.HeaderCreatedAt, s, ErrInvalidMessage)
+			return Message{}, fmt.Errorf("inbox: header %s: %.64q is not an RFC 3339 time: %w", outboxtype.HeaderCreatedAt, s, ErrInvalidMessage)
 		}
 		m.CreatedAt = t
 	}
 	for _, r := range []struct {
 		key string
 		dst *uuid.UUID
-	}{{outbox.HeaderReplayID, &m.ReplayID}, {outbox.HeaderReplayOf, &m.ReplayOf}} {
+	}{{outboxtype.HeaderReplayID, &m.ReplayID}, {outboxtype.HeaderReplayOf, &m.ReplayOf}} {
 		// Not fatal when malformed: the event itself is intact, and an
 		// application may have written such a header itself.
 		if id, err := uuid.Parse(lookup(headers, r.key)); err == nil {
@@ -151,7 +150,7 @@ func MessageFromCloudEvent(ce *outboxtype.CloudEvent, headers map[string]string)
 	for _, r := range []struct {
 		header string
 		dst    *uuid.UUID
-	}{{outbox.HeaderReplayID, &m.ReplayID}, {outbox.HeaderReplayOf, &m.ReplayOf}} {
+	}{{outboxtype.HeaderReplayID, &m.ReplayID}, {outboxtype.HeaderReplayOf, &m.ReplayOf}} {
 		if name, ok := outboxtype.CloudEventsAttributeName(r.header); ok {
 			if id, err := uuid.Parse(ce.Extensions[name]); err == nil {
 				*r.dst = id

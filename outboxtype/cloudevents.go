@@ -67,6 +67,11 @@ const (
 	DefaultCloudEventsSource = "/pgoutbox"
 )
 
+// CloudEventsHeaderPrefix prefixes the attributes' header names in binary
+// content mode in the HTTP, NATS and Pub/Sub bindings (ce-id, ce-type...),
+// and in this module's Redis, SQS and SNS mappings.
+const CloudEventsHeaderPrefix = "ce-"
+
 // Extension attributes carrying outbox metadata that has no CloudEvents
 // context attribute of its own.
 const (

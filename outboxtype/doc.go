@@ -1,8 +1,12 @@
 // Package outboxtype holds the types that the outbox package's API and the
 // relay's engine share: the Message a Publisher receives, the Backoff that
-// spaces retries, and the ErrorClass that decides what a publish error does;
-// and the CloudEvents mapping every publisher and the inbox share
-// (Envelope, Message.CloudEvent, ReadCloudEvent).
+// spaces retries, and the ErrorClass that decides what a publish error does.
+// It also holds the wire format both sides of a broker agree on: the header
+// names every publisher sets and the Redis and webhook field names, which
+// the consumer's packages (inbox and its adapters) read from here so that a
+// consumer links none of the relay; and the CloudEvents mapping every
+// publisher and the inbox share (Envelope, Message.CloudEvent,
+// ReadCloudEvent).
 //
 // It is a leaf (it imports nothing of pgoutbox), so the engine under
 // internal/ can use the very types users see instead of mirrors of them.

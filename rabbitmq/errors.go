@@ -47,6 +47,14 @@ func nacked(exchange, key string) error {
 		"e.g. full at its x-max-length with x-overflow=reject-publish", ErrNacked, exchange, key))
 }
 
+// missingExchange is the outage of a publisher whose exchange does not
+// exist, naming both fixes.
+func missingExchange(err error, exchange string) error {
+	return outbox.Unavailable(fmt.Errorf("%w; exchange %q does not exist: declare it, e.g. "+
+		"`rabbitmqadmin declare exchange name=%s type=topic durable=true`, or let the publisher do it "+
+		"(declare_exchange=topic in the broker URL, Config.DeclareExchange)", err, exchange, exchange))
+}
+
 // classifyChannelError maps the error that closed a channel to the relay's
 // classes, for the message that caused it.
 func classifyChannelError(reason *amqp.Error, exchange string) error {
@@ -54,9 +62,7 @@ func classifyChannelError(reason *amqp.Error, exchange string) error {
 	switch reason.Code {
 	case amqp.NotFound:
 		// The exchange does not exist: every message for it would fail.
-		return outbox.Unavailable(fmt.Errorf("%w; exchange %q does not exist: declare it, e.g. "+
-			"`rabbitmqadmin declare exchange name=%s type=topic durable=true`, or let the publisher do it "+
-			"(declare_exchange=topic in the broker URL, Config.DeclareExchange)", err, exchange, exchange))
+		return missingExchange(err, exchange)
 	case amqp.AccessRefused:
 		// The user may not write to the exchange: every message alike.
 		return outbox.Unavailable(fmt.Errorf("%w; the user has no write permission on exchange %q", err, exchange))

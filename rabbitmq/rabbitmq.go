@@ -285,6 +285,11 @@ func (p *Publisher) Health(ctx context.Context) error {
 		}
 		defer ch.Close()
 		if err := ch.ExchangeDeclarePassive(p.cfg.Exchange, "topic", true, false, false, false, nil); err != nil {
+			var ae *amqp.Error
+			if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+				done <- missingExchange(fmt.Errorf("rabbitmq: health check: %w", err), p.cfg.Exchange)
+				return
+			}
 			done <- fmt.Errorf("rabbitmq: exchange %q: %w", p.cfg.Exchange, err)
 			return
 		}

@@ -13,16 +13,17 @@ import (
 	"github.com/pgoutbox/outbox/outboxtype"
 )
 
-// Stream entry field names. Headers (the standard outbox-* headers and the
-// event's own) follow as one field each, named HeaderPrefix + header name.
+// Stream entry field names (defined in outboxtype, which consumers read).
+// Headers (the standard outbox-* headers and the event's own) follow as one
+// field each, named HeaderPrefix + header name.
 const (
-	FieldID            = "id"
-	FieldEventType     = "event_type"
-	FieldAggregateType = "aggregate_type"
-	FieldAggregateID   = "aggregate_id"
-	FieldCreatedAt     = "created_at" // RFC 3339 with nanoseconds, UTC
-	FieldPayload       = "payload"
-	HeaderPrefix       = "h:"
+	FieldID            = outboxtype.RedisFieldID
+	FieldEventType     = outboxtype.RedisFieldEventType
+	FieldAggregateType = outboxtype.RedisFieldAggregateType
+	FieldAggregateID   = outboxtype.RedisFieldAggregateID
+	FieldCreatedAt     = outboxtype.RedisFieldCreatedAt // RFC 3339 with nanoseconds, UTC
+	FieldPayload       = outboxtype.RedisFieldPayload
+	HeaderPrefix       = outboxtype.RedisHeaderPrefix
 )
 
 // Stream entry field names with a CloudEvents envelope, which has no Redis
@@ -34,8 +35,8 @@ const (
 // FieldContentType = application/cloudevents+json and the JSON event
 // format in FieldPayload.
 const (
-	FieldCloudEventsPrefix = "ce-"
-	FieldContentType       = "content-type"
+	FieldCloudEventsPrefix = outboxtype.RedisFieldCloudEventsPrefix
+	FieldContentType       = outboxtype.RedisFieldContentType
 )
 
 // Defaults for Config's zero values.

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/pgoutbox/outbox/internal/testdb"
 )
 
 // takeoverBound is the promise: a standby streams within 5 s of the
@@ -181,8 +183,11 @@ func TestWALSlotLost(t *testing.T) {
 
 func scenarioSlotLost(t *testing.T, invalidate bool) {
 	o := envOpts{wal: true}
-	if invalidate {
+	switch {
+	case invalidate:
 		o.cluster = startClusterConf(t, walClusterConf+"max_slot_wal_keep_size = 1MB\n")
+	case !testdb.SharedIsLogical(t):
+		o.cluster = walCluster(t) // the shared server cannot replicate
 	}
 	e := newEnv(t, o)
 	w := e.startWriters(&workload{writers: 3, aggregates: 20, pause: 20 * time.Millisecond})

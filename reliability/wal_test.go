@@ -35,7 +35,8 @@ const walClusterConf = "wal_level = logical\n"
 // writes, so on the shared server a stream falls behind the other
 // scenarios' bulk writes (a 100k-row transaction, a million-row backlog)
 // and the scenario would measure that instead of its fault. Slot dropped
-// (row 15f) runs on the shared server, under testdb.ReplicationObjects.
+// (row 15f) runs on the shared server, under testdb.ReplicationObjects,
+// when the shared server is logical (on a private cluster otherwise).
 func walCluster(t *testing.T) *pgCluster {
 	t.Helper()
 	return startClusterConf(t, walClusterConf)

@@ -56,8 +56,10 @@
 // outbox-* headers are not signed, so a receiver must deduplicate on the signed
 // webhook-id (which is the event id), as inbox/httpinbox does.
 //
-// Receivers check requests with Verify (constant-time comparison, timestamp
-// tolerance, any of several secrets) before trusting a body.
+// Receivers check requests with package webhook/signature's Verify
+// (constant-time comparison, timestamp tolerance, any of several secrets)
+// before trusting a body; it uses only the standard library. This package's
+// Verify forwards to it.
 //
 // # Errors
 //
@@ -128,7 +130,7 @@
 //
 //	func handle(w http.ResponseWriter, r *http.Request) {
 //		body, _ := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
-//		if err := webhook.Verify(secrets, r.Header, body, 5*time.Minute); err != nil {
+//		if err := signature.Verify(secrets, r.Header, body, 5*time.Minute); err != nil {
 //			http.Error(w, "bad signature", http.StatusUnauthorized)
 //			return
 //		}

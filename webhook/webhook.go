@@ -364,7 +364,7 @@ func (p *Publisher) Request(ctx context.Context, msg *outbox.Message, now time.T
 
 // HeaderCloudEventsPrefix prefixes the CloudEvents attributes' headers in
 // binary content mode (the HTTP protocol binding): ce-id, ce-type...
-const HeaderCloudEventsPrefix = "ce-"
+const HeaderCloudEventsPrefix = outboxtype.CloudEventsHeaderPrefix
 
 // Publish posts msg and waits for a 2xx answer.
 func (p *Publisher) Publish(ctx context.Context, msg *outbox.Message) error {

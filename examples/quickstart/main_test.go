@@ -5,16 +5,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/testdb"
+	"github.com/pgoutbox/outbox/internal/testnats"
 )
 
 // readmeMarker precedes, in README.md, the code block that must be this
@@ -111,10 +116,14 @@ func TestCreateOrder(t *testing.T) {
 	db := stdlib.OpenDB(*cfg)
 	defer db.Close()
 
-	if err := createOrder(ctx, db, "o-1", 12.5); err != nil {
+	id, err := createOrder(ctx, db, "o-1", 12.5)
+	if err != nil {
 		t.Fatalf("first order: %v", err)
 	}
-	err = createOrder(ctx, db, "o-1", 12.5)
+	if _, err := uuid.Parse(id); err != nil {
+		t.Fatalf("createOrder returned event id %q: %v", id, err)
+	}
+	_, err = createOrder(ctx, db, "o-1", 12.5)
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != "23505" || !strings.Contains(err.Error(), "insert order") {
 		t.Fatalf("the same order twice: want the insert's unique violation, got %v", err)
@@ -126,5 +135,32 @@ func TestCreateOrder(t *testing.T) {
 	}
 	if n != 1 || !bytes.Contains(payload, []byte(`"order_id": "o-1"`)) {
 		t.Fatalf("outbox rows for o-1 = %d (payload %s), want 1 with its order id", n, payload)
+	}
+}
+
+// TestRun runs the whole program against a schema and a NATS server of the
+// test's own: it prints the commit, then the event as the subscriber got it.
+func TestRun(t *testing.T) {
+	t.Parallel()
+	schema := testdb.Schema(t)
+	u, err := url.Parse(testdb.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	port := testnats.Server(t, "")
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := run(ctx, &out, u.String(), fmt.Sprintf("nats://127.0.0.1:%d", port)); err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	want := regexp.MustCompile(`^committed (order-\d+) and its event ([0-9a-f-]{36}) in one transaction\n` +
+		`received ([0-9a-f-]{36}) on quickstart\.order\.created: \{.*"order_id": "(order-\d+)".*\}\n$`)
+	m := want.FindStringSubmatch(out.String())
+	if m == nil || m[2] != m[3] || m[1] != m[4] {
+		t.Fatalf("output:\n%s\nwant the commit of one order and the receipt of its event", out.String())
 	}
 }

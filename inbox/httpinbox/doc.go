@@ -43,6 +43,10 @@
 //
 // The unsigned headers are kept apart, in UnsignedHeader(ctx), for logs and
 // metrics. The W3C trace context among them (Outbox-Header-Traceparent) is
-// honoured as the parent of the inbox's consumer span: it links spans and
-// decides nothing.
+// copied into the message's Headers as traceparent and tracestate, so that
+// an inbox.Tracer (inboxotel) makes it the parent of the consumer span: it
+// links spans and decides nothing.
+//
+// The package imports the inbox, the wire format (outboxtype) and the
+// signature check (webhook/signature), and none of the publisher.
 package httpinbox

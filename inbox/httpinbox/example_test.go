@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
+	"os"
 	"time"
 
 	"github.com/google/uuid"
@@ -14,7 +15,6 @@ import (
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/inbox"
 	"github.com/pgoutbox/outbox/inbox/httpinbox"
-	"github.com/pgoutbox/outbox/internal/testdb"
 	"github.com/pgoutbox/outbox/webhook"
 )
 
@@ -23,26 +23,23 @@ import (
 // invoice is written.
 func Example() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, testdb.URL())
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	defer pool.Close()
-	schema := testdb.NewSchemaName("example")
-	defer pool.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE") //nolint:errcheck
-	if _, err := inbox.Migrate(ctx, pool, inbox.MigrateConfig{Schema: schema}); err != nil {
+	if _, err := inbox.Migrate(ctx, pool, inbox.MigrateConfig{}); err != nil {
 		fmt.Println(err)
 		return
 	}
-	invoices := pgx.Identifier{schema, "invoices"}.Sanitize()
-	if _, err := pool.Exec(ctx, `CREATE TABLE `+invoices+` (order_id TEXT NOT NULL)`); err != nil {
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS invoices (order_id TEXT NOT NULL)`); err != nil {
 		fmt.Println(err)
 		return
 	}
 
 	// The receiver.
-	in, err := inbox.New(pool, inbox.Config{Schema: schema, Consumer: "billing.webhooks"})
+	in, err := inbox.New(pool, inbox.Config{Consumer: "billing.webhooks"})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -55,7 +52,7 @@ func Example() {
 		if err := json.Unmarshal(msg.Payload, &order); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `INSERT INTO `+invoices+` (order_id) VALUES ($1)`, order.OrderID)
+		_, err := tx.Exec(ctx, `INSERT INTO invoices (order_id) VALUES ($1)`, order.OrderID)
 		return err
 	}), httpinbox.Config{Secrets: []string{"whsec_c2VjcmV0LWtleS1mb3ItdGVzdHM="}})
 	if err != nil {
@@ -79,7 +76,7 @@ func Example() {
 
 	var n int
 	var order string
-	_ = pool.QueryRow(ctx, `SELECT count(*), min(order_id) FROM `+invoices).Scan(&n, &order)
+	_ = pool.QueryRow(ctx, `SELECT count(*), min(order_id) FROM invoices`).Scan(&n, &order)
 	fmt.Println("invoices:", n, "for order", order)
 	// Output:
 	// publish: <nil>

@@ -11,16 +11,15 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"go.opentelemetry.io/otel/propagation"
 
-	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/inbox"
 	"github.com/pgoutbox/outbox/outboxtype"
-	"github.com/pgoutbox/outbox/webhook"
+	"github.com/pgoutbox/outbox/webhook/signature"
 )
 
-// DefaultMaxBodyBytes matches the webhook publisher's default limit.
-const DefaultMaxBodyBytes = webhook.DefaultMaxBodyBytes
+// DefaultMaxBodyBytes matches the webhook publisher's default limit
+// (webhook.DefaultMaxBodyBytes, 1 MiB).
+const DefaultMaxBodyBytes = 1 << 20
 
 // Config configures a Handler. Zero values mean the documented defaults.
 type Config struct {
@@ -29,7 +28,7 @@ type Config struct {
 	Secrets []string
 	// Tolerance is how far webhook-timestamp may be from this server's clock;
 	// older requests are refused as replays. Default 5 minutes
-	// (webhook.DefaultTolerance).
+	// (signature.DefaultTolerance).
 	Tolerance time.Duration
 	// MaxBodyBytes is the largest body accepted. Default 1 MiB.
 	MaxBodyBytes int64
@@ -57,7 +56,7 @@ func New(proc inbox.Processor, cfg Config) (*Handler, error) {
 		return nil, errors.New("httpinbox: Config.Secrets: at least one secret is required")
 	}
 	for i, s := range cfg.Secrets {
-		if _, err := webhook.DecodeSecret(s); err != nil {
+		if _, err := signature.DecodeSecret(s); err != nil {
 			return nil, fmt.Errorf("httpinbox: Config.Secrets[%d]: %w", i, err) // never the secret itself
 		}
 	}
@@ -65,7 +64,7 @@ func New(proc inbox.Processor, cfg Config) (*Handler, error) {
 		return nil, fmt.Errorf("httpinbox: Config.Tolerance: %s must not be negative", cfg.Tolerance)
 	}
 	if cfg.Tolerance == 0 {
-		cfg.Tolerance = webhook.DefaultTolerance
+		cfg.Tolerance = signature.DefaultTolerance
 	}
 	if cfg.MaxBodyBytes < 0 {
 		return nil, fmt.Errorf("httpinbox: Config.MaxBodyBytes: %d must not be negative", cfg.MaxBodyBytes)
@@ -98,11 +97,11 @@ func New(proc inbox.Processor, cfg Config) (*Handler, error) {
 // headers are not signed: they are treated as the outbox-* headers are
 // (ce-id must agree with webhook-id; the others are in UnsignedHeader).
 func ToMessage(header http.Header, body []byte) (inbox.Message, error) {
-	wid := header.Get(webhook.HeaderID)
-	for _, name := range []string{outbox.HeaderEventID, webhook.HeaderCloudEventsPrefix + "id"} {
+	wid := header.Get(signature.HeaderID)
+	for _, name := range []string{outboxtype.HeaderEventID, outboxtype.CloudEventsHeaderPrefix + "id"} {
 		if oid := header.Get(name); oid != "" && !sameUUID(oid, wid) {
 			return inbox.Message{}, fmt.Errorf("httpinbox: %s %.64q and %s %.64q disagree: %w",
-				webhook.HeaderID, wid, name, oid, inbox.ErrInvalidMessage)
+				signature.HeaderID, wid, name, oid, inbox.ErrInvalidMessage)
 		}
 	}
 	if ct := header.Get("Content-Type"); strings.HasPrefix(ct, outboxtype.CloudEventsJSON) {
@@ -112,22 +111,22 @@ func ToMessage(header http.Header, body []byte) (inbox.Message, error) {
 		}
 		if !sameUUID(ce.ID, wid) {
 			return inbox.Message{}, fmt.Errorf("httpinbox: %s %.64q and the CloudEvent's id %.64q disagree: %w",
-				webhook.HeaderID, wid, ce.ID, inbox.ErrInvalidMessage)
+				signature.HeaderID, wid, ce.ID, inbox.ErrInvalidMessage)
 		}
 		return inbox.MessageFromCloudEvent(ce, map[string]string{
-			webhook.HeaderID: wid, webhook.HeaderTimestamp: header.Get(webhook.HeaderTimestamp),
+			signature.HeaderID: wid, signature.HeaderTimestamp: header.Get(signature.HeaderTimestamp),
 		})
 	}
 	id, err := uuid.Parse(wid)
 	if err != nil || id == uuid.Nil {
-		return inbox.Message{}, fmt.Errorf("httpinbox: %s %.64q is not a UUID: %w", webhook.HeaderID, wid, inbox.ErrInvalidMessage)
+		return inbox.Message{}, fmt.Errorf("httpinbox: %s %.64q is not a UUID: %w", signature.HeaderID, wid, inbox.ErrInvalidMessage)
 	}
 	return inbox.Message{
 		ID:      id,
 		Payload: body,
 		Headers: map[string]string{
-			webhook.HeaderID:        wid,
-			webhook.HeaderTimestamp: header.Get(webhook.HeaderTimestamp),
+			signature.HeaderID:        wid,
+			signature.HeaderTimestamp: header.Get(signature.HeaderTimestamp),
 		},
 	}, nil
 }
@@ -171,7 +170,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// Nothing about the request is trusted, or even parsed, before this.
-	if err := webhook.Verify(h.cfg.Secrets, r.Header, body, h.cfg.Tolerance); err != nil {
+	if err := signature.Verify(h.cfg.Secrets, r.Header, body, h.cfg.Tolerance); err != nil {
 		h.refuse(w, r, http.StatusUnauthorized, "invalid webhook signature", err)
 		return
 	}
@@ -182,8 +181,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := context.WithValue(r.Context(), unsignedKey{}, unsigned(r.Header))
 	// The trace context is unsigned too; it only links spans, so it is
-	// honoured, as a parent the inbox's consumer span continues.
-	ctx = traceContext.Extract(ctx, rowHeaders{r.Header})
+	// handed on, for an inbox.Tracer to continue (inboxotel).
+	for _, k := range []string{"traceparent", "tracestate"} {
+		if v := rowHeader(r.Header, k); v != "" {
+			msg.Headers[k] = v
+		}
+	}
 	res, err := h.proc(ctx, msg)
 	if err != nil {
 		if errors.Is(err, inbox.ErrInvalidMessage) {
@@ -211,27 +214,21 @@ func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, code int, text 
 // unsigned copies every header but the three the signature is made of.
 func unsigned(h http.Header) http.Header {
 	out := h.Clone()
-	for _, k := range []string{webhook.HeaderID, webhook.HeaderTimestamp, webhook.HeaderSignature} {
+	for _, k := range []string{signature.HeaderID, signature.HeaderTimestamp, signature.HeaderSignature} {
 		out.Del(k)
 	}
 	return out
 }
 
-var traceContext = propagation.TraceContext{}
-
-// rowHeaders reads the W3C trace context the webhook publisher sends among
-// the row's headers (Outbox-Header-Traceparent), or a plain traceparent a
-// traced HTTP client sets.
-type rowHeaders struct{ h http.Header }
-
-func (c rowHeaders) Get(key string) string {
-	if v := c.h.Get(webhook.HeaderRowPrefix + key); v != "" {
+// rowHeader reads a header the webhook publisher sends among the row's
+// headers (Outbox-Header-Traceparent), or else the plain header (a
+// traceparent a traced HTTP client sets).
+func rowHeader(h http.Header, key string) string {
+	if v := h.Get(outboxtype.WebhookHeaderPrefix + key); v != "" {
 		return v
 	}
-	if v := c.h.Get(webhook.HeaderCloudEventsPrefix + key); v != "" {
+	if v := h.Get(outboxtype.CloudEventsHeaderPrefix + key); v != "" {
 		return v // binary CloudEvents: the Distributed Tracing extension
 	}
-	return c.h.Get(key)
+	return h.Get(key)
 }
-func (c rowHeaders) Set(string, string) {}
-func (c rowHeaders) Keys() []string     { return []string{"traceparent", "tracestate"} }

@@ -7,8 +7,9 @@
 //
 // Env is the consumer's side shared by all of them, httpinbox included: a
 // schema holding the inbox table and an effects table, an Inbox for the
-// consumer "shipping", and a Processor that writes one effect row per event
-// and records every outcome.
+// consumer "shipping" (tracing with inboxotel on the global provider, so the
+// handler's ctx carries the sender's span context), and a Processor that
+// writes one effect row per event and records every outcome.
 package inboxtest
 
 import (
@@ -26,6 +27,7 @@ import (
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/inbox"
+	"github.com/pgoutbox/outbox/inbox/inboxotel"
 	"github.com/pgoutbox/outbox/internal/testdb"
 )
 
@@ -65,7 +67,7 @@ func Setup(t *testing.T) *Env {
 	if _, err := pool.Exec(Ctx(t), `CREATE TABLE effects (event_id UUID NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
-	in, err := inbox.New(pool, inbox.Config{Schema: schema, Consumer: Consumer})
+	in, err := inbox.New(pool, inbox.Config{Schema: schema, Consumer: Consumer, Tracer: inboxotel.New(nil)})
 	if err != nil {
 		t.Fatal(err)
 	}

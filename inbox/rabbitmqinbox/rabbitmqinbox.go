@@ -11,8 +11,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/inbox"
+	"github.com/pgoutbox/outbox/outboxtype"
 )
 
 // Config configures a Consumer. Zero values mean the documented defaults.
@@ -84,11 +84,11 @@ func ToMessage(d amqp.Delivery) (inbox.Message, error) {
 			h[k] = fmt.Sprint(v)
 		}
 	}
-	if _, ok := h[outbox.HeaderEventID]; !ok && d.MessageId != "" {
-		h[outbox.HeaderEventID] = d.MessageId
+	if _, ok := h[outboxtype.HeaderEventID]; !ok && d.MessageId != "" {
+		h[outboxtype.HeaderEventID] = d.MessageId
 	}
-	if _, ok := h[outbox.HeaderEventType]; !ok && d.Type != "" {
-		h[outbox.HeaderEventType] = d.Type
+	if _, ok := h[outboxtype.HeaderEventType]; !ok && d.Type != "" {
+		h[outboxtype.HeaderEventType] = d.Type
 	}
 	if _, ok := h["content-type"]; !ok && d.ContentType != "" {
 		h["content-type"] = d.ContentType // a structured CloudEvent says so here

@@ -11,9 +11,8 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/inbox"
-	"github.com/pgoutbox/outbox/redis"
+	"github.com/pgoutbox/outbox/outboxtype"
 )
 
 // Defaults for Config's zero values.
@@ -125,18 +124,18 @@ func ToMessage(x goredis.XMessage) (inbox.Message, error) {
 			s = fmt.Sprint(v)
 		}
 		switch {
-		case k == redis.FieldPayload:
+		case k == outboxtype.RedisFieldPayload:
 			payload = []byte(s)
-		case strings.HasPrefix(k, redis.HeaderPrefix):
-			h[strings.TrimPrefix(k, redis.HeaderPrefix)] = s
-		case strings.HasPrefix(k, redis.FieldCloudEventsPrefix), k == redis.FieldContentType:
+		case strings.HasPrefix(k, outboxtype.RedisHeaderPrefix):
+			h[strings.TrimPrefix(k, outboxtype.RedisHeaderPrefix)] = s
+		case strings.HasPrefix(k, outboxtype.RedisFieldCloudEventsPrefix), k == outboxtype.RedisFieldContentType:
 			h[k] = s // a CloudEvent's attributes
 		}
 	}
 	fallbacks := map[string]string{
-		outbox.HeaderEventID: redis.FieldID, outbox.HeaderEventType: redis.FieldEventType,
-		outbox.HeaderAggregateType: redis.FieldAggregateType, outbox.HeaderAggregateID: redis.FieldAggregateID,
-		outbox.HeaderCreatedAt: redis.FieldCreatedAt,
+		outboxtype.HeaderEventID: outboxtype.RedisFieldID, outboxtype.HeaderEventType: outboxtype.RedisFieldEventType,
+		outboxtype.HeaderAggregateType: outboxtype.RedisFieldAggregateType, outboxtype.HeaderAggregateID: outboxtype.RedisFieldAggregateID,
+		outboxtype.HeaderCreatedAt: outboxtype.RedisFieldCreatedAt,
 	}
 	for header, field := range fallbacks {
 		if _, ok := h[header]; !ok {

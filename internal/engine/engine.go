@@ -55,6 +55,7 @@ type Engine struct {
 	sparse atomic.Bool
 
 	alone       aloneTracker // tells a message failing alone from an outage
+	outage      outageState  // the workers' shared backoff while the destination is down
 	brokerDown  atomic.Bool
 	lastClaim   atomic.Int64 // when the last claim started, Unix ns
 	lastRelease atomic.Int64 // when a claim last released due scheduled events, Unix ns

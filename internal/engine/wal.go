@@ -37,6 +37,10 @@ func (e *Engine) SourceState() SourceState {
 	return st
 }
 
+// streamProgress is how long a stream must stay open, relaying nothing, to
+// count as one that worked (see stream).
+const streamProgress = 10 * time.Second
+
 // standbyRetry is how often a standby relay tries to stream the slot: the
 // takeover delay after the streaming relay dies.
 const standbyRetry = 500 * time.Millisecond
@@ -182,9 +186,12 @@ func (s *walSource) run(ctx context.Context) {
 	failures := 0
 	standby := false
 	for ctx.Err() == nil {
-		err := s.stream(ctx)
+		progressed, err := s.stream(ctx)
 		if ctx.Err() != nil {
 			return
+		}
+		if progressed {
+			failures = 0 // a stream that worked: this interruption is a first one
 		}
 		s.setState(func(st *SourceState) { st.Streaming, st.Err = false, err })
 		if m != nil {
@@ -245,9 +252,17 @@ func (s *walSource) fallBack(ctx context.Context, log interface {
 		m.Source.WithLabelValues("table").Set(1)
 	}
 	for attempt := 1; ctx.Err() == nil; attempt++ {
+		// Creating a slot waits for every transaction open on the server to
+		// end: the pending rows are handed over meanwhile, not after.
 		cctx, cancel := context.WithTimeout(ctx, max(e.cfg.StatementTimeout, 30*time.Second))
-		err := s.replaceSlot(cctx)
+		done := make(chan error, 1)
+		go func() { done <- s.replaceSlot(cctx) }()
+		err, ok := s.handOverUntil(ctx, done)
 		cancel()
+		if !ok {
+			<-done
+			return
+		}
 		if err == nil {
 			break
 		}
@@ -281,16 +296,8 @@ func (s *walSource) handOver(ctx context.Context, d time.Duration) bool {
 	}
 	end := time.Now().Add(d)
 	for {
-		cctx, cancel := context.WithTimeout(ctx, e.cfg.StatementTimeout)
-		tag, err := e.pool.Exec(cctx, s.slot().MarkBacklogSQL())
-		cancel()
-		switch {
-		case ctx.Err() != nil:
+		if !s.markBacklog(ctx) {
 			return false
-		case err != nil:
-			e.cfg.Logger.Warn("outbox WAL source: cannot hand the pending rows to the table path", "err", err)
-		case tag.RowsAffected() > 0:
-			e.Wake()
 		}
 		left := time.Until(end)
 		if left <= 0 {
@@ -300,6 +307,74 @@ func (s *walSource) handOver(ctx context.Context, d time.Duration) bool {
 			return false
 		}
 	}
+}
+
+// markBacklog hands the pending rows to the table path once; false when
+// ctx ended.
+func (s *walSource) markBacklog(ctx context.Context) bool {
+	e := s.e
+	cctx, cancel := context.WithTimeout(ctx, e.cfg.StatementTimeout)
+	tag, err := e.pool.Exec(cctx, s.slot().MarkBacklogSQL())
+	cancel()
+	switch {
+	case ctx.Err() != nil:
+		return false
+	case err != nil:
+		e.cfg.Logger.Warn("outbox WAL source: cannot hand the pending rows to the table path", "err", err)
+	case tag.RowsAffected() > 0:
+		e.Wake()
+	}
+	return true
+}
+
+// handOverUntil hands the pending rows over every handEvery, when the
+// fallback does so, until done yields; ok is false when ctx ended first.
+// A slot creation still waiting after slotWaitLog is logged once, with the
+// transaction it waits for.
+func (s *walSource) handOverUntil(ctx context.Context, done <-chan error) (err error, ok bool) {
+	start := time.Now()
+	logged := false
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case err := <-done:
+			return err, true
+		case <-ctx.Done():
+			return nil, false
+		case <-t.C:
+		}
+		if !logged && time.Since(start) >= slotWaitLog {
+			logged = true
+			s.logSlotWait(ctx)
+		}
+		if s.handing.Load() {
+			s.markBacklog(ctx)
+		}
+		t.Reset(handEvery)
+	}
+}
+
+// slotWaitLog is how long a slot creation may wait before the relay says
+// what it waits for.
+const slotWaitLog = 2 * time.Second
+
+// logSlotWait logs the oldest open transaction that holds an id: creating
+// a logical slot waits for it to end.
+func (s *walSource) logSlotWait(ctx context.Context) {
+	e := s.e
+	sctx, cancel := e.stmtCtx(ctx)
+	defer cancel()
+	var pid int
+	var app, state string
+	var age time.Duration
+	err := e.pool.QueryRow(sctx, wal.OldestTransactionSQL).Scan(&pid, &app, &state, &age)
+	if err != nil {
+		e.cfg.Logger.Warn("outbox WAL source: the fresh slot waits for open transactions to end; relaying from the table meanwhile")
+		return
+	}
+	e.cfg.Logger.Warn("outbox WAL source: the fresh slot waits for the transactions open on the server to end; relaying from the table meanwhile",
+		"oldest_pid", pid, "oldest_application", app, "oldest_state", state, "oldest_age", age.Round(time.Second))
 }
 
 // replaceSlot creates a fresh slot, dropping the old one first if it was
@@ -329,18 +404,25 @@ func (s *walSource) replaceSlot(ctx context.Context) error {
 	return nil
 }
 
-// stream opens the slot and relays from it until an error.
-func (s *walSource) stream(ctx context.Context) error {
+// stream opens the slot and relays from it until an error. progressed: it
+// relayed a batch, or stayed open streamProgress, so the backoff of the
+// reopens starts again.
+func (s *walSource) stream(ctx context.Context) (progressed bool, err error) {
 	e := s.e
 	n := s.slot()
+	opened := time.Now()
 	st, err := wal.Open(ctx, wal.StreamConfig{ConnConfig: &e.pool.Config().ConnConfig.Config, Names: n,
 		Timeout: max(wal.DefaultTimeout, 3*e.cfg.StatementTimeout),
 		// What waits for the next batch, bounded as one batch is.
 		BufferBytes: e.cfg.MaxBatchBytes,
 		Pace:        e.cfg.BatchDelay, PaceAbove: e.cfg.BatchDelayAbove})
 	if err != nil {
-		return err
+		return false, err
 	}
+	batches := 0
+	defer func() {
+		progressed = batches > 0 || time.Since(opened) >= streamProgress
+	}()
 	defer func() {
 		_ = s.del.barrier()
 		s.del.close()
@@ -371,12 +453,13 @@ func (s *walSource) stream(ctx context.Context) error {
 	for {
 		rows, err := s.gather(ctx, st)
 		if err != nil {
-			return err
+			return false, err
 		}
 		res, err := s.batch(ctx, st, rows)
 		if err != nil {
-			return err
+			return false, err
 		}
+		batches++
 		s.setState(func(x *SourceState) { x.Confirmed = st.Confirmed().String() })
 		if res.Unavailable == 0 {
 			outages = 0
@@ -387,7 +470,7 @@ func (s *walSource) stream(ctx context.Context) error {
 		e.cfg.Logger.Warn("broker unavailable, relay backing off; no attempt counted",
 			"events", res.Unavailable, "err", res.UnavailableErr, "retry_in", wait, "source", "wal")
 		if !e.sleep(ctx, wait, false) {
-			return ctx.Err()
+			return false, ctx.Err()
 		}
 	}
 }

@@ -76,6 +76,25 @@ func (s *walSource) add(tx *wal.Tx) {
 	s.bad = append(s.bad, tx.Errors...)
 }
 
+// dueTime is the time scheduled rows are due against: the database's, as
+// the table source's claims use (a relay's clock ahead of the database's
+// would send them early). Read only when a row of the batch is scheduled.
+func (s *walSource) dueTime(ctx context.Context, rows []*Row) (time.Time, error) {
+	for _, r := range rows {
+		if r.deliverAt.IsZero() {
+			continue
+		}
+		var now time.Time
+		sctx, cancel := s.e.stmtCtx(ctx)
+		defer cancel()
+		if err := s.e.pool.QueryRow(sctx, `SELECT now()`).Scan(&now); err != nil {
+			return time.Time{}, inPhase("read the database's time", err)
+		}
+		return now, nil
+	}
+	return time.Time{}, nil
+}
+
 // walPlan is what one stream batch does besides publishing.
 type walPlan struct {
 	send    []*Row             // to publish
@@ -102,7 +121,10 @@ func (s *walSource) batch(ctx context.Context, st *wal.Stream, rows []*Row) (Res
 	bg := context.WithoutCancel(ctx)
 	p := walPlan{}
 	p.bad, s.bad = s.bad, nil
-	now := time.Now()
+	now, err := s.dueTime(bg, rows)
+	if err != nil {
+		return Result{}, err
+	}
 	for _, r := range rows {
 		if !r.deliverAt.IsZero() && r.deliverAt.After(now) {
 			p.handoff = append(p.handoff, r)

@@ -3,8 +3,8 @@ package engine
 import (
 	"context"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 )
 
 // The WAL keeps a committed row's insert after the row is deleted: outbox

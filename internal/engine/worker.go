@@ -2,7 +2,10 @@ package engine
 
 import (
 	"context"
+	"sync"
 	"time"
+
+	"github.com/pgoutbox/outbox/outboxtype"
 )
 
 // worker runs batches back to back while they come back full, waits for the
@@ -10,8 +13,11 @@ import (
 // database or the broker is down.
 func (e *Engine) worker(ctx context.Context, id int) {
 	log := e.cfg.Logger.With("worker", id)
-	outages := 0
+	outages := 0 // database errors, this worker's
 	for ctx.Err() == nil {
+		if !e.outage.wait(ctx) {
+			return
+		}
 		start := time.Now()
 		res, err := e.Batch(ctx)
 		var wait time.Duration
@@ -32,17 +38,19 @@ func (e *Engine) worker(ctx context.Context, id int) {
 			}
 			log.Error("outbox relay batch failed", "phase", phaseOf(err), "err", err, "retry_in", wait)
 		case res.Unavailable > 0:
-			outages++
+			outages = 0
 			// The destination may have said how long to leave it alone.
-			wait = max(e.cfg.OutageBackoff.Delay(outages), res.UnavailableWait)
+			wait = e.outage.failed(e.cfg.OutageBackoff, res.UnavailableWait)
 			log.Warn("broker unavailable, relay backing off; no attempt counted",
 				"events", res.Unavailable, "err", res.UnavailableErr, "retry_in", wait)
 		case res.Full:
 			outages = 0
+			e.outage.reached(res)
 			e.pollDue.Store(0) // a backlog: every worker whose poll comes due joins in
 			continue           // a full batch: more is likely waiting
 		default:
 			outages = 0
+			e.outage.reached(res)
 			e.polled(start)
 			wait, poll = e.cfg.PollInterval, true
 		}
@@ -143,5 +151,57 @@ func (e *Engine) wait(ctx context.Context, d time.Duration, wakeable bool) (woke
 		return false, true
 	case <-wake:
 		return true, true
+	}
+}
+
+// outageState is the relay's backoff while the destination is down,
+// shared by its workers: one worker finding the broker down holds them all
+// back, and only a batch that reached the destination (published or failed
+// a row) ends the outage. A worker's empty claim, which says nothing of
+// the broker (another worker held the rows), no longer resets it.
+type outageState struct {
+	mu    sync.Mutex
+	n     int       // consecutive unavailable batches
+	until time.Time // no claim before then
+}
+
+// failed counts an unavailable batch and returns the wait before the next
+// claim: the backoff's, or longer if the destination asked.
+func (o *outageState) failed(b outboxtype.Backoff, asked time.Duration) time.Duration {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.n++
+	wait := max(b.Delay(o.n), asked)
+	if u := time.Now().Add(wait); u.After(o.until) {
+		o.until = u
+	}
+	return wait
+}
+
+// reached ends the outage when res reached the destination.
+func (o *outageState) reached(res Result) {
+	if res.Published+res.Retried+res.DeadLettered == 0 {
+		return
+	}
+	o.mu.Lock()
+	o.n, o.until = 0, time.Time{}
+	o.mu.Unlock()
+}
+
+// wait blocks until the outage's backoff has passed; false when ctx ends.
+func (o *outageState) wait(ctx context.Context) bool {
+	o.mu.Lock()
+	d := time.Until(o.until)
+	o.mu.Unlock()
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }

@@ -124,6 +124,9 @@ type Queries struct {
 	CountHeld string
 	// Cleanup deletes up to $2 rows processed more than $1 (interval) ago.
 	Cleanup string
+	// CountProcessedBefore counts the rows processed more than $1 ago: what
+	// Cleanup (and archiving) would take, for a dry run.
+	CountProcessedBefore string
 	// Status aggregates per event type: pending, dead, published in the last
 	// minute and hour, oldest pending created_at. Each branch reads through
 	// its own partial index.
@@ -238,6 +241,7 @@ SELECT count(*) FROM released`,
 		AnyDue:    `SELECT EXISTS (SELECT 1 FROM ` + t + ` WHERE deliver_at <= now() AND processed_at IS NULL)`,
 		CountDead: `SELECT count(*) FROM ` + t + ` WHERE dead_at IS NOT NULL AND processed_at IS NULL AND held_by IS NULL`,
 		CountHeld: `SELECT count(*) FROM ` + t + ` WHERE dead_at IS NOT NULL AND processed_at IS NULL AND held_by IS NOT NULL`,
+		CountProcessedBefore: `SELECT count(*) FROM ` + t + ` WHERE processed_at IS NOT NULL AND processed_at < now() - $1::interval`,
 		Cleanup: `DELETE FROM ` + t + ` WHERE id IN (
     SELECT id FROM ` + t + `
     WHERE processed_at IS NOT NULL AND processed_at < now() - $1::interval

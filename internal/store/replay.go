@@ -4,14 +4,15 @@ import (
 	"fmt"
 
 	"github.com/pgoutbox/outbox/internal/ident"
+	"github.com/pgoutbox/outbox/outboxtype"
 )
 
-// Replay header names, set on the copies a replay queues (see the outbox
-// package's HeaderReplayOf and siblings).
+// Replay header names, set on the copies a replay queues (defined once, in
+// outboxtype, which consumers read).
 const (
-	HeaderReplayOf          = "outbox-replay-of"
-	HeaderReplayID          = "outbox-replay-id"
-	HeaderOriginalCreatedAt = "outbox-original-created-at"
+	HeaderReplayOf          = outboxtype.HeaderReplayOf
+	HeaderReplayID          = outboxtype.HeaderReplayID
+	HeaderOriginalCreatedAt = outboxtype.HeaderOriginalCreatedAt
 )
 
 // ReplayQueries are the statements of replay, archiving and cancel, on the
@@ -52,6 +53,8 @@ type ReplayQueries struct {
 	// (deleted, released).
 	Cancel       string
 	CancelCopies string
+	// HasPending says whether replay $1 has copies not yet delivered.
+	HasPending string
 	// List reads the last $1 replays with their pending and delivered
 	// counts; Totals counts replayed rows in the outbox table: pending,
 	// delivered, and replays still queuing or pending.
@@ -140,6 +143,7 @@ ON CONFLICT DO NOTHING`,
 WHERE id = $1 AND state = 'queuing'`,
 		Cancel: `UPDATE ` + reps + ` SET state = 'cancelled', finished_at = COALESCE(finished_at, now())
 WHERE id = $1 RETURNING id`,
+		HasPending: `SELECT EXISTS (SELECT 1 FROM ` + t + ` WHERE replay_id = $1 AND processed_at IS NULL)`,
 		CancelCopies: `WITH gone AS (
     DELETE FROM ` + t + ` WHERE replay_id = $1 AND processed_at IS NULL
     RETURNING id),

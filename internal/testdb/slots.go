@@ -20,10 +20,16 @@ import (
 // own drop.
 func ReplicationObjects(t testing.TB, slot, publication string) {
 	t.Helper()
+	Shared().ReplicationObjects(t, slot, publication)
+}
+
+// ReplicationObjects is the package's ReplicationObjects on server s.
+func (s *Server) ReplicationObjects(t testing.TB, slot, publication string) {
+	t.Helper()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()
-		conn, err := pgx.Connect(ctx, URL())
+		conn, err := pgx.Connect(ctx, s.url)
 		if err != nil {
 			t.Errorf("testdb: connect to check slot %s: %v", slot, err)
 			return
@@ -67,8 +73,11 @@ func dropSlot(ctx context.Context, conn *pgx.Conn, slot string) error {
 
 // DatabaseName is the name of the test database (TEST_DATABASE_URL's),
 // which the WAL source's slot names include.
-func DatabaseName() string {
-	cfg, err := pgx.ParseConfig(URL())
+func DatabaseName() string { return Shared().DatabaseName() }
+
+// DatabaseName is the name of s's test database.
+func (s *Server) DatabaseName() string {
+	cfg, err := pgx.ParseConfig(s.url)
 	if err != nil {
 		return ""
 	}

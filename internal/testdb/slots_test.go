@@ -33,7 +33,8 @@ func (r *recorder) runCleanups() {
 func TestReplicationObjectsGuard(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, URL())
+	srv := Logical(t)
+	conn, err := pgx.Connect(ctx, srv.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +52,7 @@ func TestReplicationObjectsGuard(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := &recorder{TB: t}
-		ReplicationObjects(r, slot, "")
+		srv.ReplicationObjects(r, slot, "")
 		if !leak {
 			if _, err := conn.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, slot); err != nil {
 				t.Fatal(err)

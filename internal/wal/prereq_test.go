@@ -17,7 +17,7 @@ import (
 // is a superuser: nothing is missing.
 func TestCheckPasses(t *testing.T) {
 	t.Parallel()
-	pool := testdb.Pool(t, "")
+	pool := testdb.Logical(t).Pool(t, "")
 	n := namesOf(t, testdb.NewSchemaName("t"), "outbox_events")
 	if err := Check(context.Background(), pool, n); err != nil {
 		t.Fatalf("check: %v", err)

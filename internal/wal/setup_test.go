@@ -18,6 +18,7 @@ import (
 // own schema, the table's publication and slot, and a pool whose
 // search_path is the schema (so plain INSERTs land in the table).
 type bundle struct {
+	url    string // the server's (testdb.Logical)
 	schema string
 	pool   *pgxpool.Pool
 	names  Names
@@ -36,8 +37,9 @@ func setup(t *testing.T) *bundle {
 // schema.
 func migrated(t *testing.T, partitioned bool) (*pgxpool.Pool, string, Names) {
 	t.Helper()
-	schema := testdb.Schema(t)
-	pool := testdb.Pool(t, schema)
+	srv := testdb.Logical(t)
+	schema := srv.Schema(t)
+	pool := srv.Pool(t, schema)
 	in, err := ident.New(schema, "")
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +47,7 @@ func migrated(t *testing.T, partitioned bool) (*pgxpool.Pool, string, Names) {
 	if _, err := migrate.Up(context.Background(), pool, in, partitioned); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
-	return pool, schema, NamesFor(in, testdb.DatabaseName())
+	return pool, schema, NamesFor(in, srv.DatabaseName())
 }
 
 // withSlot creates the publication and slot of schema.table.
@@ -55,8 +57,9 @@ func withSlot(t *testing.T, pool *pgxpool.Pool, schema, table string) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := NamesFor(in, testdb.DatabaseName())
-	testdb.ReplicationObjects(t, n.Slot, n.Publication)
+	srv := testdb.Logical(t)
+	n := NamesFor(in, srv.DatabaseName())
+	srv.ReplicationObjects(t, n.Slot, n.Publication)
 	created, err := Create(context.Background(), pool, n)
 	if err != nil {
 		t.Fatalf("create: %v", err)
@@ -69,7 +72,7 @@ func withSlot(t *testing.T, pool *pgxpool.Pool, schema, table string) *bundle {
 			t.Errorf("drop: %v", err)
 		}
 	})
-	return &bundle{schema: schema, pool: pool, names: n}
+	return &bundle{url: srv.URL(), schema: schema, pool: pool, names: n}
 }
 
 // config is a stream configuration with a short status interval, for
@@ -77,7 +80,7 @@ func withSlot(t *testing.T, pool *pgxpool.Pool, schema, table string) *bundle {
 // decodes every session's WAL, and another test's bulk insert can keep it
 // busy for seconds.
 func (b *bundle) config() StreamConfig {
-	return StreamConfig{ConnString: testdb.URL(), Names: b.names, StatusInterval: 50 * time.Millisecond, Timeout: 10 * time.Second}
+	return StreamConfig{ConnString: b.url, Names: b.names, StatusInterval: 50 * time.Millisecond, Timeout: 10 * time.Second}
 }
 
 // open starts a stream closed when the test ends.
@@ -136,7 +139,7 @@ func eventTypes(tx *Tx) []string {
 // urlAs is the test database's URL with another user.
 func urlAs(t *testing.T, user string) string {
 	t.Helper()
-	u, err := url.Parse(testdb.URL())
+	u, err := url.Parse(testdb.Logical(t).URL())
 	if err != nil {
 		t.Fatal(err)
 	}

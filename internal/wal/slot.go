@@ -242,3 +242,12 @@ func isCode(err error, code string) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && pe.Code == code
 }
+
+// OldestTransactionSQL reads the session holding the oldest transaction
+// with an id (pid, application_name, state, age): what creating a logical
+// slot waits for.
+const OldestTransactionSQL = `SELECT pid, application_name, COALESCE(state, ''), now() - xact_start
+FROM pg_stat_activity
+WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid()
+ORDER BY xact_start
+LIMIT 1`

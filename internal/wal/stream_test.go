@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -172,8 +173,9 @@ func TestStreamDecodesRows(t *testing.T) {
 // dropped.
 func TestStreamColumnsByNameAndDecodeErrors(t *testing.T) {
 	t.Parallel()
-	schema := testdb.Schema(t)
-	pool := testdb.Pool(t, schema)
+	srv := testdb.Logical(t)
+	schema := srv.Schema(t)
+	pool := srv.Pool(t, schema)
 	ctx := context.Background()
 	if _, err := pool.Exec(ctx, `CREATE TABLE events (
 		note text, payload jsonb, event_type text, aggregate_id text, created_at timestamptz DEFAULT now(),
@@ -334,9 +336,14 @@ func TestStreamSecondReaderBusyThenTakesOver(t *testing.T) {
 func TestStreamTimeoutOnDeadServer(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	proxy := tcpproxy.Start(t, "127.0.0.1:5432")
+	u, err := url.Parse(b.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := tcpproxy.Start(t, u.Host)
+	u.Host = proxy.Addr()
 	cfg := b.config()
-	cfg.ConnString = "postgres://postgres@" + proxy.Addr() + "/test?sslmode=disable"
+	cfg.ConnString = u.String()
 	cfg.Timeout = time.Second
 	cfg.SenderTimeout = time.Second
 	s := b.open(t, cfg)
@@ -347,7 +354,7 @@ func TestStreamTimeoutOnDeadServer(t *testing.T) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, err := s.Next(ctx)
+	_, err = s.Next(ctx)
 	if !errors.Is(err, ErrTimeout) {
 		t.Fatalf("Next during a partition: %v, want ErrTimeout", err)
 	}

@@ -11,6 +11,8 @@ import (
 // archiveJSON is archive's --json output.
 type archiveJSON struct {
 	Table            string  `json:"table"`
+	DryRun           bool    `json:"dry_run,omitempty"`
+	WouldMove        int64   `json:"would_move,omitempty"`
 	Moved            int64   `json:"moved"`
 	OlderThanSeconds float64 `json:"older_than_seconds"`
 	ElapsedSeconds   float64 `json:"elapsed_seconds"`
@@ -22,6 +24,7 @@ func archiveCommand() (*options, func(context.Context, *cli, *options) error) {
 		olderThan time.Duration
 		batch     int
 		asJSON    bool
+		dryRun    bool
 	)
 	o := newOptions("archive", "--older-than DURATION [flags]", `
 Moves events published more than --older-than ago from the outbox table to its
@@ -30,12 +33,14 @@ own short transaction: a row is always in exactly one of the two tables),
 reporting progress. Pending events and dead letters are never moved. Archived
 events stay available to outbox replay. pgoutbox never deletes from the
 archive: drop, truncate or delete from it as your retention policy says.
-Durations are Go durations: 168h for 7 days.`)
+--dry-run counts what would be moved and moves nothing. Durations: 90s, 15m,
+168h, or days: 7d.`)
 	d.registerAdmin(o)
 	o.fs.DurationVar(&olderThan, "older-than", 0, "move events published more than this long ago, e.g. 168h (required)")
 	o.fs.IntVar(&batch, "archive-batch", outbox.DefaultArchiveBatch, "rows moved per statement")
 	o.fs.BoolVar(&asJSON, "json", false, "print JSON (and no progress lines)")
-	o.flagOnly("older-than", "json")
+	o.fs.BoolVar(&dryRun, "dry-run", false, "count the events that would be moved, and move nothing")
+	o.flagOnly("older-than", "json", "dry-run")
 	return o, func(ctx context.Context, c *cli, o *options) error {
 		switch {
 		case len(o.args) > 0:
@@ -50,6 +55,17 @@ Durations are Go durations: 168h for 7 days.`)
 			return err
 		}
 		defer done()
+		if dryRun {
+			n, err := admin.PublishedBefore(ctx, olderThan)
+			if err != nil {
+				return notMigrated(admin.Table(), &d, err)
+			}
+			if asJSON {
+				return writeJSON(c, archiveJSON{Table: admin.Table(), DryRun: true, WouldMove: n, OlderThanSeconds: olderThan.Seconds()})
+			}
+			fmt.Fprintf(c.stdout, "dry run: would archive %d event(s) published more than %s ago from %s; nothing was moved\n", n, olderThan, admin.Table())
+			return nil
+		}
 		start := time.Now()
 		n, err := c.withProgress(asJSON, "archive: moved", func(report func(int64)) (int64, error) {
 			return admin.Archive(ctx, olderThan, batch, report)

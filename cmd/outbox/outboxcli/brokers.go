@@ -79,11 +79,11 @@ func parseBroker(raw string) (*url.URL, BrokerFunc, error) {
 		return nil, nil, fmt.Errorf("not a URL: %v", redactDSN(err.Error()))
 	}
 	if u.Scheme == "" {
-		return nil, nil, fmt.Errorf("%q has no scheme (known: %s), e.g. nats://127.0.0.1:4222", u.Redacted(), brokerSchemes())
+		return nil, nil, fmt.Errorf("%q has no scheme (known: %s), e.g. nats://127.0.0.1:4222", displayURL(u), brokerSchemes())
 	}
 	open, ok := brokers[strings.ToLower(u.Scheme)]
 	if !ok {
-		return nil, nil, fmt.Errorf("unknown scheme %q in %q (known: %s)", u.Scheme, u.Redacted(), brokerSchemes())
+		return nil, nil, fmt.Errorf("unknown scheme %q in %q (known: %s)", u.Scheme, displayURL(u), brokerSchemes())
 	}
 	return u, open, nil
 }

@@ -169,7 +169,7 @@ func (c *cli) exit(err error) int {
 	if errors.As(err, &ee) {
 		code = ee.code
 	}
-	if errors.Is(err, outbox.ErrNotMigrated) {
+	if errors.Is(err, outbox.ErrNotMigrated) || errors.Is(err, outbox.ErrNotOutboxTable) {
 		code = ExitNotMigrated
 	}
 	var ste *outbox.StatementTimeoutError
@@ -223,7 +223,8 @@ const exitCodesHelp = `Exit codes:
   3  cannot connect to the database (unreachable, authentication, no such
      database), or it did not answer a statement within --statement-timeout
   4  the outbox table is missing or not migrated: run outbox migrate
-     (also migrate status --exit-code when a migration is pending)
+     (also migrate status --exit-code when a migration is pending); or a
+     table of its name is not an outbox table: name the outbox otherwise
   5  relay: the batch in flight outlived --drain-timeout after SIGINT/SIGTERM
   6  retry, dead-letters discard, cancel, replay: some of the given ids
      were left alone (unknown, already published, not a dead letter, or not

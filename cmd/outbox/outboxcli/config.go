@@ -90,6 +90,7 @@ func (o *options) settingErr(name, format string, args ...any) error {
 // setting the command line left unset. Positional arguments may come before,
 // between or after flags.
 func (o *options) parse(args []string, getenv func(string) string, stdout io.Writer) error {
+	acceptDays(o.fs)
 	rest := args
 	for {
 		if err := o.fs.Parse(rest); err != nil {
@@ -253,6 +254,9 @@ func (o *options) usage(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	o.fs.VisitAll(func(f *flag.Flag) {
 		typ, usage := flag.UnquoteUsage(f)
+		if _, ok := f.Value.(dayDuration); ok {
+			typ = "duration"
+		}
 		name := "--" + f.Name
 		if typ != "" {
 			name += " " + typ

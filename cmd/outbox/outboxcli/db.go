@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox"
@@ -95,9 +98,31 @@ func ping(ctx context.Context, pool *pgxpool.Pool) error {
 	pctx, cancel := context.WithTimeout(ctx, pool.Config().ConnConfig.ConnectTimeout+time.Second)
 	defer cancel()
 	if err := pool.Ping(pctx); err != nil {
-		return &exitError{code: ExitDatabase, err: fmt.Errorf("database unreachable: %w", err)}
+		return &exitError{code: ExitDatabase, err: connectError(pool.Config().ConnConfig, err)}
 	}
 	return nil
+}
+
+// connectError says why the database refused the connection when the server
+// answered (no such database, role or password), and "unreachable" only
+// when it did not: each has its own fix.
+func connectError(cc *pgx.ConnConfig, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		server := net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port)))
+		switch pgErr.Code {
+		case "3D000": // invalid_catalog_name
+			return fmt.Errorf("database %q does not exist on %s: create it (createdb %s), or fix the database name in --database-url: %w",
+				cc.Database, server, cc.Database, err)
+		case "28P01": // invalid_password
+			return fmt.Errorf("the server at %s refused the password of role %q: fix the password in --database-url (or PGPASSWORD, ~/.pgpass): %w",
+				server, cc.User, err)
+		case "28000": // invalid_authorization_specification: no such role, or no pg_hba.conf entry
+			return fmt.Errorf("the server at %s refused role %q: create the role, fix the user in --database-url, or allow it in pg_hba.conf: %w",
+				server, cc.User, err)
+		}
+	}
+	return fmt.Errorf("database unreachable: %w", err)
 }
 
 // openDB is poolConfig then connect, for the commands that need nothing more.

@@ -125,7 +125,7 @@ func (c *cli) demo(ctx context.Context, o *options, s *demoSettings) error {
 			return o.settingErr("broker", "%v", err)
 		}
 		if u.Scheme != "nats" && u.Scheme != "tls" {
-			return o.settingErr("broker", "the demo consumes with JetStream: want a nats:// or tls:// URL, got %q", u.Redacted())
+			return o.settingErr("broker", "the demo consumes with JetStream: want a nats:// or tls:// URL, got %q", displayURL(u))
 		}
 	}
 	if s.schema == "" {
@@ -181,6 +181,9 @@ func (c *cli) demo(ctx context.Context, o *options, s *demoSettings) error {
 		fmt.Fprintf(c.stdout, "broker    NATS JetStream at %s\n", redactDSN(s.broker))
 	}
 
+	fmt.Fprintf(c.stdout, "progress  written: orders committed with their event; published: events the broker confirmed;\n"+
+		"          shipped: orders processed through the inbox; pending: events waiting in the outbox;\n"+
+		"          lag: how long the oldest of them has waited\n")
 	out := c.progress()
 	cfg.Say = out.println
 	var lastPrinted time.Time

@@ -47,6 +47,8 @@ func TestDemo(t *testing.T) {
 		"--orders", "200", "--rate", "400", "--outage", "1s", "--relay-down", "300ms")
 	wantExit(t, r, ExitOK)
 	for _, re := range []string{
+		`(?m)^progress  written: orders committed with their event; published: events the broker confirmed;$`,
+		`(?m)^ +lag: how long the oldest of them has waited$`,
 		`(?m)^>>> failure: stopping the NATS server for 1s`,
 		`(?m)^>>> NATS is back`,
 		`(?m)^>>> failure: relay stopped mid-run`,

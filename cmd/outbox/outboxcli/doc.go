@@ -133,15 +133,17 @@
 //	3  cannot connect to the database (unreachable, authentication, no such
 //	   database), or it did not answer a statement within --statement-timeout
 //	4  the outbox table is missing or not migrated: run outbox migrate
-//	   (also migrate status --exit-code when a migration is pending)
+//	   (also migrate status --exit-code when a migration is pending); or a
+//	   table of its name is not an outbox table: name the outbox otherwise
 //	5  relay: the batch in flight outlived --drain-timeout after SIGINT/SIGTERM
 //	6  retry, dead-letters discard, cancel, replay: some of the given ids
 //	   were left alone (unknown, already published, not a dead letter, or
 //	   not delivered yet; named on stderr); the others were done.
 //	   replay cancel: no such replay
 //
-// Durations are Go durations (90s, 15m, 168h); "7d" is refused with the
-// equivalent in hours.
+// Durations are Go durations (90s, 15m, 168h) or days (7d, 1.5d, 7d12h).
 //
-// Every failure prints exactly one line on stderr, starting with "outbox: ".
+// Every failure prints exactly one line on stderr, starting with "outbox: ";
+// the relay logs it first as a log entry too (JSON unless stderr is a
+// terminal), with its exit code.
 package outboxcli

@@ -29,12 +29,54 @@ func (o *options) parseErrorMessage(err error) string {
 	return flagName.ReplaceAllString(msg, "$1--$2")
 }
 
-// days matches a duration written in days, which Go durations do not have.
-var days = regexp.MustCompile(`^(\d+(?:\.\d+)?)d$`)
+// dayDuration is a duration flag that also takes days ("7d", "1.5d",
+// "7d12h"): retentions and ages are counted in days, which Go durations
+// do not have. A day is 24h.
+type dayDuration struct{ flag.Value }
 
-// valueHint explains a rejected duration written in days ("7d"): Go
-// durations stop at hours, so it suggests the same span in hours.
-func (o *options) valueHint(name, value string) string {
+var days = regexp.MustCompile(`^(-?)(\d+(?:\.\d+)?)d(.*)$`)
+
+func (d dayDuration) Set(s string) error {
+	if m := days.FindStringSubmatch(strings.TrimSpace(s)); m != nil {
+		n, err := strconv.ParseFloat(m[2], 64)
+		if err != nil {
+			return err
+		}
+		total := time.Duration(n * 24 * float64(time.Hour))
+		if m[3] != "" {
+			rest, err := time.ParseDuration(m[3])
+			if err != nil || rest < 0 {
+				return fmt.Errorf("time: invalid duration %q", s)
+			}
+			total += rest
+		}
+		if m[1] == "-" {
+			total = -total
+		}
+		return d.Value.Set(total.String())
+	}
+	return d.Value.Set(s)
+}
+
+// Get is the duration, as flag.Getter.
+func (d dayDuration) Get() any { return d.Value.(flag.Getter).Get() }
+
+// acceptDays makes every duration flag of fs take days as well.
+func acceptDays(fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		if _, done := f.Value.(dayDuration); done {
+			return
+		}
+		if g, ok := f.Value.(flag.Getter); ok {
+			if _, isDuration := g.Get().(time.Duration); isDuration {
+				f.Value = dayDuration{f.Value}
+			}
+		}
+	})
+}
+
+// valueHint explains a rejected duration: the units it takes.
+func (o *options) valueHint(name, _ string) string {
 	f := o.fs.Lookup(name)
 	if f == nil {
 		return ""
@@ -46,9 +88,5 @@ func (o *options) valueHint(name, value string) string {
 	if _, isDuration := g.Get().(time.Duration); !isDuration {
 		return ""
 	}
-	if m := days.FindStringSubmatch(strings.TrimSpace(value)); m != nil {
-		n, _ := strconv.ParseFloat(m[1], 64)
-		return fmt.Sprintf(" (durations are Go durations, which have no d unit: %s days is %sh)", m[1], strconv.FormatFloat(n*24, 'f', -1, 64))
-	}
-	return " (want a Go duration such as 90s, 15m or 168h)"
+	return " (want a duration such as 90s, 15m, 168h or 7d)"
 }

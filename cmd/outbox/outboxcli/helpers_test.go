@@ -3,6 +3,7 @@ package outboxcli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -59,14 +60,19 @@ func runWith(ctx context.Context, stdout, stderr io.Writer, vars map[string]stri
 }
 
 // wantExit fails the test unless r exited with code; on failure it also
-// requires the one-line reason on stderr.
+// requires the one-line reason on stderr, besides the relay's log entries.
 func wantExit(t *testing.T, r result, code int) {
 	t.Helper()
 	if r.code != code {
 		t.Fatalf("want exit %d, got:\n%s", code, r)
 	}
 	if code != ExitOK {
-		lines := strings.Split(strings.TrimRight(r.stderr, "\n"), "\n")
+		var lines []string
+		for _, l := range strings.Split(strings.TrimRight(r.stderr, "\n"), "\n") {
+			if !json.Valid([]byte(l)) && !strings.HasPrefix(l, "time=") { // not a log entry
+				lines = append(lines, l)
+			}
+		}
 		if len(lines) != 1 || !strings.HasPrefix(lines[0], "outbox: ") {
 			t.Fatalf("want one line \"outbox: ...\" on stderr, got:\n%s", r)
 		}
@@ -132,9 +138,26 @@ type fixture struct {
 
 func setup(t *testing.T) *fixture {
 	t.Helper()
+	return setupOn(t, testdb.Shared())
+}
+
+// setupLogical is setup on a server with wal_level=logical (testdb.Logical),
+// for the WAL source's tests; walEnv is its environment.
+func setupLogical(t *testing.T) *fixture {
+	t.Helper()
+	return setupOn(t, testdb.Logical(t))
+}
+
+// walEnv is the environment of a command against the WAL tests' server.
+func walEnv(t *testing.T) map[string]string {
+	return map[string]string{"DATABASE_URL": testdb.Logical(t).URL()}
+}
+
+func setupOn(t *testing.T, srv *testdb.Server) *fixture {
+	t.Helper()
 	t.Parallel()
-	schema := testdb.Schema(t)
-	pool := testdb.Pool(t, schema)
+	schema := srv.Schema(t)
+	pool := srv.Pool(t, schema)
 	if _, err := outbox.Migrate(testCtx(t), pool, outbox.MigrateConfig{Schema: schema}); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}

@@ -41,14 +41,15 @@ func TestMigrateSQLSourceWAL(t *testing.T) {
 // dropped (they are dropped when it ends), and a pool on the database.
 func walSchema(t *testing.T) (string, ident.Names, wal.Names, *pgxpool.Pool) {
 	t.Helper()
-	schema := testdb.Schema(t)
+	schema := testdb.Logical(t).Schema(t)
 	in, err := ident.New(schema, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := wal.NamesFor(in, testdb.DatabaseName())
-	testdb.ReplicationObjects(t, n.Slot, n.Publication)
-	pool := testdb.Pool(t, "")
+	srv := testdb.Logical(t)
+	n := wal.NamesFor(in, srv.DatabaseName())
+	srv.ReplicationObjects(t, n.Slot, n.Publication)
+	pool := srv.Pool(t, "")
 	t.Cleanup(func() { _ = wal.Drop(context.Background(), pool, n) })
 	return schema, in, n, pool
 }
@@ -59,7 +60,7 @@ func TestMigrateSourceWAL(t *testing.T) {
 	t.Parallel()
 	schema, _, n, pool := walSchema(t)
 
-	r := run(t, dbEnv(), "migrate", "--source", "wal", "--schema", schema)
+	r := run(t, walEnv(t), "migrate", "--source", "wal", "--schema", schema)
 	wantExit(t, r, ExitOK)
 	if !strings.Contains(r.stdout, "replication slot "+n.Slot+" (created)") {
 		t.Errorf("first migrate --source wal:\n%s", r)
@@ -68,7 +69,7 @@ func TestMigrateSourceWAL(t *testing.T) {
 	if err != nil || !st.Exists {
 		t.Fatalf("slot after migrate --source wal: %+v, %v", st, err)
 	}
-	r = run(t, dbEnv(), "migrate", "--source", "wal", "--schema", schema)
+	r = run(t, walEnv(t), "migrate", "--source", "wal", "--schema", schema)
 	wantExit(t, r, ExitOK)
 	if !strings.Contains(r.stdout, "replication slot "+n.Slot+" (exists)") {
 		t.Errorf("second migrate --source wal:\n%s", r)
@@ -78,7 +79,7 @@ func TestMigrateSourceWAL(t *testing.T) {
 	if full, err := wal.HasTableSourceIndexes(context.Background(), pool, n); err != nil || full {
 		t.Errorf("table source's indexes after migrate --source wal: %v, %v", full, err)
 	}
-	r = run(t, dbEnv(), "relay", "--broker", "stdout:", "--schema", schema)
+	r = run(t, walEnv(t), "relay", "--broker", "stdout:", "--schema", schema)
 	wantExit(t, r, ExitNotMigrated)
 	for _, want := range []string{"set up for the WAL source", "--source wal", "outbox migrate drop-wal"} {
 		if !strings.Contains(r.stderr, want) {
@@ -96,7 +97,7 @@ func TestMigrateSourceWAL(t *testing.T) {
 	}
 	// The check comes first: a schema that is not migrated stays so.
 	fresh := testdb.NewSchemaName("t")
-	t.Cleanup(func() { testdb.Drop(t, fresh) })
+	t.Cleanup(func() { testdb.Logical(t).Drop(t, fresh) })
 	r = run(t, map[string]string{"DATABASE_URL": dbURL}, "migrate", "--source", "wal", "--schema", fresh)
 	wantExit(t, r, ExitUsage)
 	var migrated bool
@@ -104,7 +105,7 @@ func TestMigrateSourceWAL(t *testing.T) {
 		t.Errorf("migrate --source wal without REPLICATION created schema %s (%v)", fresh, err)
 	}
 
-	r = run(t, dbEnv(), "migrate", "drop-wal", "--schema", schema)
+	r = run(t, walEnv(t), "migrate", "drop-wal", "--schema", schema)
 	wantExit(t, r, ExitOK)
 	if st, err := wal.Inspect(ctx, pool, n); err != nil || st.Exists {
 		t.Fatalf("slot after drop-wal: %+v, %v", st, err)
@@ -122,16 +123,16 @@ func TestMigratePartitionedCLI(t *testing.T) {
 	wantExit(t, run(t, map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/none"}, "migrate", "sql", "--partitioned"), ExitUsage)
 	schema, in, _, pool := walSchema(t)
 
-	r := run(t, dbEnv(), "migrate", "--source", "wal", "--partitioned", "--schema", schema)
+	r := run(t, walEnv(t), "migrate", "--source", "wal", "--partitioned", "--schema", schema)
 	wantExit(t, r, ExitOK)
 	var kind string
 	if err := pool.QueryRow(context.Background(), `SELECT relkind::text FROM pg_class WHERE oid = to_regclass($1)`, in.QTable).Scan(&kind); err != nil || kind != "p" {
 		t.Fatalf("table kind %q, %v after migrate --partitioned; want p", kind, err)
 	}
 
-	plain := testdb.Schema(t)
-	wantExit(t, run(t, dbEnv(), "migrate", "--schema", plain), ExitOK)
-	r = run(t, dbEnv(), "migrate", "--source", "wal", "--partitioned", "--schema", plain)
+	plain := testdb.Logical(t).Schema(t)
+	wantExit(t, run(t, walEnv(t), "migrate", "--schema", plain), ExitOK)
+	r = run(t, walEnv(t), "migrate", "--source", "wal", "--partitioned", "--schema", plain)
 	wantExit(t, r, ExitUsage)
 	if !strings.Contains(r.stderr, "not partitioned") {
 		t.Errorf("migrate --partitioned on an existing table:\n%s", r)

@@ -3,6 +3,7 @@ package outboxcli
 import (
 	"bytes"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -65,9 +66,9 @@ func TestFlagErrors(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{nil, []string{"cleanup", "--retention", "7d"}, []string{`--retention: invalid value "7d"`, "168h"}},
-		{nil, []string{"cleanup", "-retention", "1.5d"}, []string{`--retention: invalid value "1.5d"`, "1.5 days is 36h"}},
-		{map[string]string{"OUTBOX_RETENTION": "7d"}, []string{"cleanup"}, []string{"--retention", "168h", "OUTBOX_RETENTION"}},
+		{nil, []string{"cleanup", "--retention", "7days"}, []string{`--retention: invalid value "7days"`, "168h or 7d"}},
+		{nil, []string{"cleanup", "-retention", "1w"}, []string{`--retention: invalid value "1w"`, "7d"}},
+		{map[string]string{"OUTBOX_RETENTION": "7x"}, []string{"cleanup"}, []string{"--retention", "7d", "OUTBOX_RETENTION"}},
 		{nil, []string{"status", "-json=maybe"}, []string{`--json: invalid value "maybe"`}},
 		{nil, []string{"status", "--bogus"}, []string{"unknown flag --bogus"}},
 		{nil, []string{"cleanup", "--retention"}, []string{"flag needs an argument: --retention"}},
@@ -401,4 +402,138 @@ func forward(t *testing.T, addr, target string) {
 			}()
 		}
 	}()
+}
+
+// Durations take days: 7d is 168h, and days combine with the other units.
+func TestDayDurations(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]time.Duration{
+		"7d": 168 * time.Hour, "1.5d": 36 * time.Hour, "1d12h": 36 * time.Hour, "-2d": -48 * time.Hour,
+		"90s": 90 * time.Second, "0": 0,
+	} {
+		var d time.Duration
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.DurationVar(&d, "d", 0, "")
+		acceptDays(fs)
+		if err := fs.Set("d", in); err != nil || d != want {
+			t.Errorf("%q = %s, %v; want %s", in, d, err, want)
+		}
+	}
+	for _, in := range []string{"7days", "d", "1d-2h", "1w"} {
+		var d time.Duration
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.DurationVar(&d, "d", 0, "")
+		acceptDays(fs)
+		if err := fs.Set("d", in); err == nil {
+			t.Errorf("%q accepted as %s", in, d)
+		}
+	}
+}
+
+// cleanup and archive --dry-run count what they would take, change nothing,
+// and take durations in days.
+func TestCleanupArchiveDryRun(t *testing.T) {
+	f := setup(t)
+	f.write("order.created", 5)
+	if _, err := f.pool.Exec(testCtx(t), `UPDATE outbox_events SET processed_at = now() - interval '10 days'
+		WHERE id IN (SELECT id FROM outbox_events ORDER BY seq LIMIT 3)`); err != nil {
+		t.Fatal(err)
+	}
+	vars := dbEnv()
+	vars["OUTBOX_SCHEMA"] = f.schema
+	r := run(t, vars, "cleanup", "--retention", "7d", "--dry-run")
+	wantExit(t, r, ExitOK)
+	if !strings.Contains(r.stdout, "dry run: would delete 3 event(s) published more than 168h0m0s ago") {
+		t.Errorf("cleanup --dry-run:\n%s", r)
+	}
+	r = run(t, vars, "archive", "--older-than", "11d", "--dry-run", "--json")
+	wantExit(t, r, ExitOK)
+	if !strings.Contains(r.stdout, `"dry_run": true`) || strings.Contains(r.stdout, `"would_move"`) || !strings.Contains(r.stdout, `"moved": 0`) {
+		t.Errorf("archive --dry-run --json, nothing that old:\n%s", r)
+	}
+	r = run(t, vars, "archive", "--older-than", "7d", "--dry-run", "--json")
+	if !strings.Contains(r.stdout, `"would_move": 3`) {
+		t.Errorf("archive --dry-run --json:\n%s", r)
+	}
+	if n := f.count("true"); n != 5 {
+		t.Fatalf("%d events left after dry runs, want 5", n)
+	}
+	r = run(t, vars, "cleanup", "--retention", "7d")
+	wantExit(t, r, ExitOK)
+	if n := f.count("true"); n != 2 {
+		t.Errorf("%d events left after cleanup, want 2", n)
+	}
+}
+
+// A server that answers but refuses the database or the role says which and
+// how to fix it; "unreachable" is kept for a server that does not answer.
+func TestConnectRefusalsNamed(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(testdb.URL())
+	if err != nil {
+		t.Skipf("TEST_DATABASE_URL is not a URL: %v", err)
+	}
+	noDB := *u
+	noDB.Path = "/" + testdb.NewSchemaName("nosuchdb")
+	noRole := *u
+	noRole.User = url.User(testdb.NewSchemaName("nosuchrole"))
+	for _, tc := range []struct {
+		dsn  string
+		want []string
+	}{
+		{noDB.String(), []string{"outbox: database \"" + strings.TrimPrefix(noDB.Path, "/") + "\" does not exist on ", "createdb", "3D000"}},
+		{noRole.String(), []string{"refused role \"" + noRole.User.Username() + "\"", "fix the user in --database-url", "28000"}},
+	} {
+		r := run(t, map[string]string{"DATABASE_URL": tc.dsn}, "status")
+		wantExit(t, r, ExitDatabase)
+		for _, w := range tc.want {
+			if !strings.Contains(r.stderr, w) {
+				t.Errorf("status on %s: stderr lacks %q:\n%s", tc.dsn, w, r.stderr)
+			}
+		}
+		if strings.Contains(r.stderr, "unreachable") {
+			t.Errorf("status on %s: a server that answered is called unreachable:\n%s", tc.dsn, r.stderr)
+		}
+	}
+}
+
+// status, migrate and the relay agree on a table of the outbox's name that
+// is something else: exit 4, the columns it lacks, and the fix (not "run
+// outbox migrate", which would fail on it).
+func TestForeignTable(t *testing.T) {
+	t.Parallel()
+	schema := testdb.Schema(t)
+	if _, err := testdb.Pool(t, schema).Exec(testCtx(t), `CREATE TABLE outbox_events (id serial PRIMARY KEY, name text)`); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"status"}, {"migrate"}, {"relay", "--broker", "stdout:"}} {
+		r := run(t, dbEnv(), append(args, "--schema", schema)...)
+		wantExit(t, r, ExitNotMigrated)
+		if !strings.Contains(r.stderr, "exists but is not an outbox table") || !strings.Contains(r.stderr, "another table name (--table") ||
+			strings.Contains(r.stderr, "run outbox migrate") {
+			t.Errorf("outbox %s on a foreign table:\n%s", args[0], r)
+		}
+	}
+}
+
+// With --log-format json, a relay that cannot start because its table is
+// not migrated logs it as JSON, with its exit code, before the one line.
+func TestRelayNotMigratedLoggedAsJSON(t *testing.T) {
+	t.Parallel()
+	schema := testdb.Schema(t)
+	r := run(t, dbEnv(), "relay", "--broker", "stdout:", "--schema", schema, "--log-format", "json")
+	wantExit(t, r, ExitNotMigrated)
+	lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+	var entry struct {
+		Msg      string `json:"msg"`
+		Err      string `json:"err"`
+		ExitCode int    `json:"exit_code"`
+	}
+	if len(lines) < 2 || json.Unmarshal([]byte(lines[len(lines)-2]), &entry) != nil || entry.Msg != "outbox relay cannot start" ||
+		entry.ExitCode != ExitNotMigrated || !strings.Contains(entry.Err, "run outbox migrate") {
+		t.Errorf("want a JSON log entry with exit_code 4 naming the fix before the last line:\n%s", r.stderr)
+	}
+	if !strings.HasPrefix(lines[len(lines)-1], "outbox: table ") {
+		t.Errorf("the last line is not the command's reason:\n%s", r.stderr)
+	}
 }

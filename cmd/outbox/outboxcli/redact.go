@@ -113,3 +113,12 @@ func (rw *redactWriter) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+// templateBraces undoes the escaping of a topic template's braces, which
+// net/url applies to a path or query ("/{event_type}" prints as
+// "/%7Bevent_type%7D").
+var templateBraces = strings.NewReplacer("%7B", "{", "%7D", "}", "%7b", "{", "%7d", "}")
+
+// displayURL is u as logs, errors and the console show it: its password
+// masked, a topic template's braces as written.
+func displayURL(u *url.URL) string { return templateBraces.Replace(u.Redacted()) }

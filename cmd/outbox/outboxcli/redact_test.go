@@ -177,3 +177,17 @@ func canaryRole(t *testing.T, f *fixture, pw string) string {
 	})
 	return role
 }
+
+// A broker URL is shown with its password masked and its topic template's
+// braces as written, not percent-encoded.
+func TestDisplayURL(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse("https://hook:s3cret@hooks.example.com/in/{aggregate_type}/{event_type}?type={event_type}&x=%2F")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "https://hook:xxxxx@hooks.example.com/in/{aggregate_type}/{event_type}?type={event_type}&x=%2F"
+	if got := displayURL(u); got != want {
+		t.Errorf("displayURL = %q, want %q", got, want)
+	}
+}

@@ -1,6 +1,7 @@
 package outboxcli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -271,12 +272,20 @@ func (c *cli) relay(ctx context.Context, o *options, s *relaySettings) error {
 		"workers", s.cfg.Workers, "batch_size", s.cfg.BatchSize, "poll_interval", s.cfg.PollInterval,
 		"max_attempts", s.cfg.MaxAttempts, "retention", s.cfg.Retention, "ordered", s.cfg.Ordered, "listen", s.cfg.Listen,
 		"delete_on_publish", s.cfg.DeleteOnPublish, "batch_delay", s.cfg.BatchDelay, "envelope", s.envelope)
+	wctx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		watchBroker(wctx, r.log, r.pub, cmp.Or(s.cfg.OutageBackoff.Max, outbox.DefaultOutageMax))
+	}()
+	defer func() { stopWatch(); <-watched }()
 	return c.runRelay(ctx, s, r)
 }
 
 // runningRelay is a relay ready to run, and what it holds.
 type runningRelay struct {
 	relay     *outbox.Relay
+	pub       outbox.Publisher
 	pool      *pgxpool.Pool
 	reg       *prometheus.Registry
 	log       *slog.Logger
@@ -289,7 +298,7 @@ type runningRelay struct {
 // startRelay checks the settings, connects and opens the broker. Every
 // setting is checked before the database is, so a bad flag is exit 2
 // whatever the database.
-func (c *cli) startRelay(ctx context.Context, o *options, s *relaySettings) (*runningRelay, error) {
+func (c *cli) startRelay(ctx context.Context, o *options, s *relaySettings) (_ *runningRelay, err error) {
 	if len(o.args) > 0 {
 		return nil, usageErr("relay: unexpected argument %q", o.args[0])
 	}
@@ -305,6 +314,13 @@ func (c *cli) startRelay(ctx context.Context, o *options, s *relaySettings) (*ru
 	if err != nil {
 		return nil, err
 	}
+	// From here on a failure is logged too (as JSON with --log-format json),
+	// with its exit code, before the command prints its one line.
+	defer func() {
+		if err != nil {
+			err = logged(ctx, log, err)
+		}
+	}()
 	tp, stopTracing, err := c.tracing(ctx, log)
 	if err != nil {
 		return nil, err
@@ -334,7 +350,7 @@ func (c *cli) startRelay(ctx context.Context, o *options, s *relaySettings) (*ru
 	}
 	if err := c.waitForDB(ctx, o, pool, log, s); err != nil {
 		pool.Close()
-		return nil, logged(ctx, log, err)
+		return nil, err
 	}
 	// A missing or old table stops the command at once with its exit code; any
 	// other failure of the check (a statement timeout, a session killed) is
@@ -342,6 +358,9 @@ func (c *cli) startRelay(ctx context.Context, o *options, s *relaySettings) (*ru
 	if err := probe.CheckSchema(ctx); errors.Is(err, outbox.ErrNotMigrated) {
 		pool.Close()
 		return nil, s.notMigrated(err)
+	} else if errors.Is(err, outbox.ErrNotOutboxTable) {
+		pool.Close()
+		return nil, &exitError{code: ExitNotMigrated, err: err}
 	} else if err != nil {
 		log.Warn("outbox relay cannot check its table yet; the relay will retry", "err", redactDSN(err.Error()))
 	}
@@ -373,7 +392,7 @@ func (c *cli) startRelay(ctx context.Context, o *options, s *relaySettings) (*ru
 		return nil, err
 	}
 	started = true
-	return &runningRelay{relay: relay, pool: pool, reg: reg, log: log, brokerURL: brokerURL.Redacted(), stopTracing: stopTracing, shutdown: func() {
+	return &runningRelay{relay: relay, pub: pub, pool: pool, reg: reg, log: log, brokerURL: displayURL(brokerURL), stopTracing: stopTracing, shutdown: func() {
 		brokerCloser.Close()
 		pool.Close()
 	}}, nil

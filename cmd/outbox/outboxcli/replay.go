@@ -255,7 +255,8 @@ func replayCancelCommand() (*options, func(context.Context, *cli, *options) erro
 Cancels a replay: stops its queuing if outbox replay is still running (at its
 next batch) and deletes its copies not yet delivered, releasing what they held
 back in ordered mode. Copies already delivered stay delivered; the original
-events are untouched.`)
+events are untouched. A replay that has finished (every copy delivered, none
+pending) is left as it is, and the command says so.`)
 	d.registerAdmin(o)
 	o.fs.BoolVar(&asJSON, "json", false, "print JSON")
 	o.flagOnly("json")
@@ -285,6 +286,10 @@ events are untouched.`)
 				ID    string `json:"id"`
 				outbox.ReplayCancelResult
 			}{admin.Table(), id.String(), res})
+		}
+		if res.AlreadyFinished {
+			fmt.Fprintf(c.stdout, "replay %s had already finished (%d copy(ies) delivered, none pending): nothing to cancel, left as it was\n", id, res.Delivered)
+			return nil
 		}
 		fmt.Fprintf(c.stdout, "replay %s cancelled: removed %d copy(ies) not yet delivered (%d already delivered); released %d event(s) they held back\n",
 			id, res.Removed, res.Delivered, res.Released)

@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/memory"
 )
 
 // TestReplayCommands runs replay (dry run, real, JSON), status's replayed
@@ -91,6 +92,30 @@ func TestReplayCommands(t *testing.T) {
 	}
 	wantExit(t, run(t, vars, "replay", "cancel", uuid.NewString()), ExitNotFound)
 	wantExit(t, run(t, vars, "replay", "cancel"), ExitUsage)
+
+	// A replay whose copies were all delivered is done: cancel says so and
+	// leaves it done.
+	r = run(t, vars, "replay", "--mode", "new-id", "--type", "order.created", "--json")
+	wantExit(t, r, ExitOK)
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
+		t.Fatal(err)
+	}
+	relay, err := outbox.NewRelay(f.pool, memory.New(), outbox.RelayConfig{Schema: f.schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := relay.ProcessBatch(testCtx(t)); err != nil || b.Published != 3 {
+		t.Fatalf("relay the copies: %+v, %v", b, err)
+	}
+	r = run(t, vars, "replay", "cancel", res.ID.String())
+	wantExit(t, r, ExitOK)
+	if !strings.Contains(r.stdout, "had already finished (3 copy(ies) delivered, none pending): nothing to cancel") {
+		t.Errorf("replay cancel of a finished replay:\n%s", r)
+	}
+	r = run(t, vars, "replay", "list", "--json")
+	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil || len(list) != 2 || list[0].ID != res.ID || list[0].State != "done" {
+		t.Errorf("replay list --json after cancelling a finished replay: %+v (%v)", list, err)
+	}
 }
 
 // TestCancelCommand: cancel deletes pending events and exits 6 naming the

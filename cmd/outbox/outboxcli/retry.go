@@ -120,6 +120,8 @@ re-queuing the others. --dry-run counts without changing anything.`)
 // cleanupJSON is cleanup's --json output.
 type cleanupJSON struct {
 	Table            string  `json:"table"`
+	DryRun           bool    `json:"dry_run,omitempty"`
+	WouldDelete      int64   `json:"would_delete,omitempty"`
 	Deleted          int64   `json:"deleted"`
 	RetentionSeconds float64 `json:"retention_seconds"`
 	ElapsedSeconds   float64 `json:"elapsed_seconds"`
@@ -131,17 +133,20 @@ func cleanupCommand() (*options, func(context.Context, *cli, *options) error) {
 		retention time.Duration
 		batch     int
 		asJSON    bool
+		dryRun    bool
 	)
 	o := newOptions("cleanup", "--retention DURATION [flags]", `
 Deletes events published more than --retention ago, --cleanup-batch rows per
 statement (each its own short transaction), reporting progress. Pending events
-and dead letters are never deleted. The relay can do the same continuously
-(outbox relay --retention). Durations are Go durations: 168h for 7 days.`)
+and dead letters are never deleted. --dry-run counts what would be deleted and
+deletes nothing. The relay can do the same continuously (outbox relay
+--retention). Durations: 90s, 15m, 168h, or days: 7d.`)
 	d.registerAdmin(o)
 	o.fs.DurationVar(&retention, "retention", 0, "delete events published more than this long ago, e.g. 168h (required)")
 	o.fs.IntVar(&batch, "cleanup-batch", outbox.DefaultCleanupBatch, "rows deleted per statement")
 	o.fs.BoolVar(&asJSON, "json", false, "print JSON (and no progress lines)")
-	o.flagOnly("json")
+	o.fs.BoolVar(&dryRun, "dry-run", false, "count the events that would be deleted, and delete nothing")
+	o.flagOnly("json", "dry-run")
 	return o, func(ctx context.Context, c *cli, o *options) error {
 		switch {
 		case len(o.args) > 0:
@@ -156,6 +161,17 @@ and dead letters are never deleted. The relay can do the same continuously
 			return err
 		}
 		defer done()
+		if dryRun {
+			n, err := admin.PublishedBefore(ctx, retention)
+			if err != nil {
+				return notMigrated(admin.Table(), &d, err)
+			}
+			if asJSON {
+				return writeJSON(c, cleanupJSON{Table: admin.Table(), DryRun: true, WouldDelete: n, RetentionSeconds: retention.Seconds()})
+			}
+			fmt.Fprintf(c.stdout, "dry run: would delete %d event(s) published more than %s ago from %s; nothing was deleted\n", n, retention, admin.Table())
+			return nil
+		}
 		start := time.Now()
 		n, err := c.withProgress(asJSON, "cleanup: deleted", func(report func(int64)) (int64, error) {
 			return admin.Cleanup(ctx, retention, batch, report)

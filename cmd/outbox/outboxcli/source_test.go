@@ -174,27 +174,27 @@ func TestReadyzSource(t *testing.T) {
 // wal_status, the lag from the confirmed position and the WAL retained, in
 // text and JSON; nothing about a source when it does not.
 func TestStatusWALSlot(t *testing.T) {
-	f := setup(t)
+	f := setupLogical(t)
 	ctx := testCtx(t)
 	in, err := ident.New(f.schema, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := wal.NamesFor(in, testdb.DatabaseName())
+	n := wal.NamesFor(in, testdb.Logical(t).DatabaseName())
 
-	r := run(t, dbEnv(), "status", "--schema", f.schema)
+	r := run(t, walEnv(t), "status", "--schema", f.schema)
 	wantExit(t, r, ExitOK)
 	if strings.Contains(r.stdout, "source") {
 		t.Errorf("status without a slot shows a source:\n%s", r.stdout)
 	}
-	r = run(t, dbEnv(), "status", "--schema", f.schema, "--json")
+	r = run(t, walEnv(t), "status", "--schema", f.schema, "--json")
 	wantExit(t, r, ExitOK)
 	if strings.Contains(r.stdout, `"source"`) {
 		t.Errorf("status --json without a slot has a source:\n%s", r.stdout)
 	}
 
-	testdb.ReplicationObjects(t, n.Slot, n.Publication)
-	pool := testdb.Pool(t, "")
+	testdb.Logical(t).ReplicationObjects(t, n.Slot, n.Publication)
+	pool := testdb.Logical(t).Pool(t, "")
 	if _, err := wal.Create(ctx, pool, n); err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +218,7 @@ func TestStatusWALSlot(t *testing.T) {
 		return lag, retained
 	}
 	lag0, retained0 := slotBytes()
-	r = run(t, dbEnv(), "status", "--schema", f.schema, "--json")
+	r = run(t, walEnv(t), "status", "--schema", f.schema, "--json")
 	wantExit(t, r, ExitOK)
 	lag1, retained1 := slotBytes()
 	var js struct {
@@ -252,7 +252,7 @@ func TestStatusWALSlot(t *testing.T) {
 	}
 
 	// A relay streaming the slot: active, with its walsender's pid.
-	stream, err := wal.Open(ctx, wal.StreamConfig{ConnString: testdb.URL(), Names: n})
+	stream, err := wal.Open(ctx, wal.StreamConfig{ConnString: testdb.Logical(t).URL(), Names: n})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +261,7 @@ func TestStatusWALSlot(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1`, n.Slot).Scan(&pid); err != nil {
 		t.Fatal(err)
 	}
-	r = run(t, dbEnv(), "status", "--schema", f.schema)
+	r = run(t, walEnv(t), "status", "--schema", f.schema)
 	wantExit(t, r, ExitOK)
 	for _, re := range []string{
 		`\nsource: WAL, replication slot ` + n.Slot + `\n`,
@@ -302,13 +302,14 @@ func TestByteSize(t *testing.T) {
 // says it streams, /metrics carries the replication series; a second relay
 // on the table stands by, ready. The slot is dropped at the end.
 func TestRelaySourceWAL(t *testing.T) {
-	f := setup(t)
+	f := setupLogical(t)
 	in, err := ident.New(f.schema, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := wal.NamesFor(in, testdb.DatabaseName())
-	testdb.ReplicationObjects(t, n.Slot, n.Publication)
+	srv := testdb.Logical(t)
+	n := wal.NamesFor(in, srv.DatabaseName())
+	srv.ReplicationObjects(t, n.Slot, n.Publication)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
@@ -319,7 +320,7 @@ func TestRelaySourceWAL(t *testing.T) {
 	nc := testnats.Conn(t)
 	stream, prefix := testnats.Stream(t, nc)
 
-	vars := dbEnv()
+	vars := walEnv(t)
 	vars["OUTBOX_BROKER"] = testnats.URL()
 	vars["OUTBOX_SCHEMA"] = f.schema
 	vars["OUTBOX_SOURCE"] = "wal"
@@ -357,7 +358,7 @@ func TestRelaySourceWAL(t *testing.T) {
 			t.Errorf("/metrics lacks %q", strings.TrimSpace(want))
 		}
 	}
-	if st := run(t, dbEnv(), "status", "--schema", f.schema); !strings.Contains(st.stdout, "source: WAL, replication slot "+n.Slot+"\n  streamed by       walsender pid ") {
+	if st := run(t, walEnv(t), "status", "--schema", f.schema); !strings.Contains(st.stdout, "source: WAL, replication slot "+n.Slot+"\n  streamed by       walsender pid ") {
 		t.Errorf("status while a relay streams:\n%s", st)
 	}
 
@@ -383,7 +384,7 @@ func TestRelaySourceWAL(t *testing.T) {
 // A WAL relay whose role may not replicate exits 2 with the one line that
 // names the missing privilege and its fix.
 func TestRelaySourceWALPrerequisite(t *testing.T) {
-	f := setup(t)
+	f := setupLogical(t)
 	ctx := testCtx(t)
 	dbURL := noReplicationRole(t, "pgoutbox_cli_relay_norepl_", f.schema, "USAGE", "SELECT, UPDATE, DELETE")
 	var stderr syncBuffer
@@ -398,7 +399,7 @@ func TestRelaySourceWALPrerequisite(t *testing.T) {
 		t.Errorf("the failure is not logged with its exit code:\n%s", stderr.String())
 	}
 	var slots int
-	if err := f.pool.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, wal.NamesFor(mustNames(t, f.schema), testdb.DatabaseName()).Slot).Scan(&slots); err != nil || slots != 0 {
+	if err := f.pool.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, wal.NamesFor(mustNames(t, f.schema), testdb.Logical(t).DatabaseName()).Slot).Scan(&slots); err != nil || slots != 0 {
 		t.Errorf("%d slot(s) left (%v)", slots, err)
 	}
 }
@@ -414,14 +415,14 @@ func mustNames(t *testing.T, schema string) ident.Names {
 
 // noReplicationRole creates a login role without REPLICATION, granted
 // schemaPriv on schema and tablePriv on its tables, dropped when the test
-// ends, and returns the test database's URL as that role.
+// ends, and returns the WAL tests' database URL as that role.
 func noReplicationRole(t *testing.T, prefix, schema, schemaPriv, tablePriv string) string {
 	t.Helper()
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	role := prefix + hex.EncodeToString(b)
 	qrole, qschema := pgx.Identifier{role}.Sanitize(), pgx.Identifier{schema}.Sanitize()
-	pool := testdb.Pool(t, "")
+	pool := testdb.Logical(t).Pool(t, "")
 	exec := func(q string) {
 		if _, err := pool.Exec(context.Background(), q); err != nil {
 			t.Fatalf("%s: %v", q, err)
@@ -437,7 +438,7 @@ func noReplicationRole(t *testing.T, prefix, schema, schemaPriv, tablePriv strin
 	})
 	exec("GRANT " + schemaPriv + " ON SCHEMA " + qschema + " TO " + qrole)
 	exec("GRANT " + tablePriv + " ON ALL TABLES IN SCHEMA " + qschema + " TO " + qrole)
-	u, err := url.Parse(testdb.URL())
+	u, err := url.Parse(testdb.Logical(t).URL())
 	if err != nil {
 		t.Fatal(err)
 	}
