@@ -193,10 +193,11 @@ func SetupReplication(ctx context.Context, pool *pgxpool.Pool, cfg MigrateConfig
 }
 
 // DropReplication removes the WAL source's slot and publication for the
-// configured table, ending the stream of a relay reading it, and sets the
-// table up for the table source again (recreating, without blocking
-// writers, the indexes SetupReplication dropped). Events the slot had not
-// confirmed are still in the table.
+// configured table and sets the table up for the table source again
+// (recreating, without blocking writers, the indexes SetupReplication
+// dropped). It refuses while a relay streams the slot, naming it (that
+// relay would create them again): stop the WAL relays first. Events the
+// slot had not confirmed are still in the table.
 func DropReplication(ctx context.Context, pool *pgxpool.Pool, cfg MigrateConfig) error {
 	in, err := ident.New(cfg.Schema, cfg.Table)
 	if err != nil {

@@ -40,6 +40,7 @@ const (
 	DefaultMaxBatchBytes    = 16 << 20               // RelayConfig.MaxBatchBytes
 	DefaultRotateEvents     = 1_000_000              // RelayConfig.RotateEvents
 	DefaultRotateInterval   = 5 * time.Minute        // RelayConfig.RotateInterval
+	DefaultWALSenderTimeout = 4 * time.Second        // RelayConfig.WALSenderTimeout
 )
 
 // Backoff is an exponential backoff: the n-th wait is Base·2^(n-1), capped at
@@ -152,6 +153,15 @@ type RelayConfig struct {
 	// Default DefaultRotateEvents (1,000,000) and DefaultRotateInterval (5m).
 	RotateEvents   int
 	RotateInterval time.Duration
+
+	// WALSenderTimeout (SourceWAL) is the wal_sender_timeout the relay sets
+	// on its replication connection: a relay that stops answering (stopped
+	// by SIGSTOP, a frozen VM, a network that vanished) loses the slot after
+	// it, and a standby takes the slot over about half a second later. The
+	// stream reports every second, so values below a few seconds risk
+	// cutting a healthy relay under load. At least 2s. Defaults to
+	// DefaultWALSenderTimeout (4s).
+	WALSenderTimeout time.Duration
 
 	// DeleteOnPublish deletes a row once the broker confirmed it, instead of
 	// setting processed_at. (With SourceWAL, streamed events are always
@@ -298,6 +308,7 @@ func (cfg RelayConfig) withDefaults() RelayConfig {
 	orDefault(&cfg.CleanupBatch, DefaultCleanupBatch)
 	orDefault(&cfg.RotateEvents, DefaultRotateEvents)
 	orDefault(&cfg.RotateInterval, DefaultRotateInterval)
+	orDefault(&cfg.WALSenderTimeout, DefaultWALSenderTimeout)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -369,6 +380,8 @@ func (cfg RelayConfig) validate(raw RelayConfig) error {
 		return bad("RotateEvents", "%d: must be at least 1", raw.RotateEvents)
 	case cfg.RotateInterval < time.Second:
 		return bad("RotateInterval", "%s: must be at least 1s", raw.RotateInterval)
+	case cfg.WALSenderTimeout < 2*time.Second:
+		return bad("WALSenderTimeout", "%s: must be at least 2s (the stream reports every second)", raw.WALSenderTimeout)
 	}
 	return nil
 }
@@ -408,6 +421,7 @@ func (cfg RelayConfig) engineConfig() (engine.Config, error) {
 		WAL:              c.Source == SourceWAL,
 		RotateEvents:     int64(c.RotateEvents),
 		RotateInterval:   c.RotateInterval,
+		SenderTimeout:    c.WALSenderTimeout,
 		Logger:           c.Logger,
 	}, nil
 }

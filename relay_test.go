@@ -398,6 +398,7 @@ func TestRelayConfigValidation(t *testing.T) {
 		"MaxBatchBytes":    {MaxBatchBytes: -1},
 		"BatchDelay":       {BatchDelay: time.Minute},
 		"BatchDelayAbove":  {BatchDelayAbove: -5},
+		"WALSenderTimeout": {WALSenderTimeout: time.Second},
 	}
 	for field, cfg := range cases {
 		_, err := outbox.NewRelay(pool, memory.New(), cfg)

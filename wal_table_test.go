@@ -249,3 +249,52 @@ func rolePool(t *testing.T, srv *testdb.Server, schema, role, attrs string) *pgx
 	t.Cleanup(pool.Close)
 	return pool
 }
+
+// TestDropReplicationSticks: DropReplication (outbox migrate drop-wal)
+// refuses while a relay streams the slot, naming the relay's walsender,
+// and changes nothing. Once that relay's stream is gone, the drop goes
+// through and sticks: the relay, falling back, finds the publication gone,
+// does not create the slot again, and relays from the table. Before, a
+// running relay created slot and publication again about 100 ms later,
+// and the slot then retained WAL with only table relays running.
+func TestDropReplicationSticks(t *testing.T) {
+	e, n := setupWAL(t)
+	mem := memory.New()
+	r := e.relay(mem, walConfig(outbox.RelayConfig{OutageBackoff: outbox.Backoff{Base: time.Second, Max: 2 * time.Second}}))
+	e.run(r)
+	waitStreaming(t, r, 30*time.Second)
+	cfg := outbox.MigrateConfig{Schema: e.schema}
+	err := outbox.DropReplication(ctx(t), e.pool, cfg)
+	if !errors.Is(err, wal.ErrSlotBusy) || !strings.Contains(err.Error(), "walsender pid") || !strings.Contains(err.Error(), "pgoutbox relay") {
+		t.Fatalf("DropReplication with a relay streaming = %v, want ErrSlotBusy naming the relay", err)
+	}
+	if !slotExists(t, e.pool, n.Slot) || !r.SourceStatus().Streaming {
+		t.Fatal("the refused drop changed something")
+	}
+	// The streaming connection ends (the relay is stopping, say): the drop
+	// waits for it, then proceeds.
+	if err := wal.Terminate(ctx(t), e.pool, n); err != nil {
+		t.Fatal(err)
+	}
+	if err := outbox.DropReplication(ctx(t), e.pool, cfg); err != nil {
+		t.Fatalf("DropReplication once the stream ended: %v", err)
+	}
+	ids := e.write(3)
+	if err := mem.WaitFor(ctx(t), func(ms []outbox.Message) bool {
+		seen := map[uuid.UUID]bool{}
+		for _, m := range ms {
+			seen[m.ID] = true
+		}
+		return seen[ids[0]] && seen[ids[1]] && seen[ids[2]]
+	}); err != nil {
+		t.Fatalf("events not relayed from the table after the drop: %v", err)
+	}
+	time.Sleep(3 * time.Second) // more than the relay's reopen backoff
+	if slotExists(t, e.pool, n.Slot) {
+		t.Fatalf("the relay created slot %s again after DropReplication", n.Slot)
+	}
+	var pub bool
+	if err := e.pool.QueryRow(ctx(t), `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, n.Publication).Scan(&pub); err != nil || pub {
+		t.Fatalf("publication %s exists again (%v)", n.Publication, err)
+	}
+}

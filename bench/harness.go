@@ -354,6 +354,11 @@ func (h *harness) slotName(schema string) string {
 // dropReplication drops schema's slot and publication (ending the stream
 // of a relay still reading it).
 func (h *harness) dropReplication(ctx context.Context, s string) {
+	if n, err := ident.New(s, ""); err == nil {
+		if rn, err := wal.Resolve(ctx, h.pool, n); err == nil {
+			_ = wal.Terminate(ctx, h.pool, rn)
+		}
+	}
 	if err := outbox.DropReplication(ctx, h.pool, outbox.MigrateConfig{Schema: s}); err != nil {
 		h.logf("drop the replication slot and publication of %s: %v", s, err)
 		return

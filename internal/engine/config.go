@@ -58,6 +58,8 @@ type Config struct {
 	// (walpartition.go).
 	RotateEvents   int64
 	RotateInterval time.Duration
+	// SenderTimeout is the stream's wal_sender_timeout.
+	SenderTimeout time.Duration
 
 	Logger  *slog.Logger
 	Metrics *metrics.Metrics // nil: no metrics

@@ -251,6 +251,7 @@ func (s *walSource) fallBack(ctx context.Context, log interface {
 		m.Source.WithLabelValues("wal").Set(0)
 		m.Source.WithLabelValues("table").Set(1)
 	}
+	removedLogged := false
 	for attempt := 1; ctx.Err() == nil; attempt++ {
 		// Creating a slot waits for every transaction open on the server to
 		// end: the pending rows are handed over meanwhile, not after.
@@ -267,7 +268,16 @@ func (s *walSource) fallBack(ctx context.Context, log interface {
 			break
 		}
 		wait := e.cfg.OutageBackoff.Delay(attempt)
-		log.Error("outbox WAL source: cannot create a fresh slot; still relaying from the table", "err", err, "retry_in", wait)
+		if errors.Is(err, wal.ErrRemoved) {
+			// Relaying from the table until someone sets the source up again.
+			wait = removedRecheck
+			if !removedLogged {
+				removedLogged = true
+				log.Error("outbox WAL source: the WAL source was removed (outbox migrate drop-wal); relaying from the table, and not creating the slot again: restart the relay with --source table, or set the source up again with outbox migrate --source wal", "err", err)
+			}
+		} else {
+			log.Error("outbox WAL source: cannot create a fresh slot; still relaying from the table", "err", err, "retry_in", wait)
+		}
 		s.setState(func(st *SourceState) { st.Err = err })
 		if !s.handOver(ctx, wait) {
 			return
@@ -281,6 +291,10 @@ func (s *walSource) fallBack(ctx context.Context, log interface {
 	}
 	log.Info("outbox WAL source: fresh slot created; streaming again")
 }
+
+// removedRecheck is how often a relay whose WAL source was removed looks
+// whether it was set up again.
+const removedRecheck = 10 * time.Second
 
 // handEvery is how often a fallback without the table source's indexes
 // hands the pending rows to the table path: the latency of the events
@@ -383,6 +397,10 @@ func (s *walSource) logSlotWait(ctx context.Context) {
 // current name.
 func (s *walSource) replaceSlot(ctx context.Context) error {
 	n := s.slot()
+	// drop-wal removed the source: creating it again would undo that.
+	if err := wal.CheckNotRemoved(ctx, s.e.pool, n); err != nil {
+		return err
+	}
 	st, err := wal.Inspect(ctx, s.e.pool, n)
 	if err != nil {
 		return err
@@ -412,7 +430,8 @@ func (s *walSource) stream(ctx context.Context) (progressed bool, err error) {
 	n := s.slot()
 	opened := time.Now()
 	st, err := wal.Open(ctx, wal.StreamConfig{ConnConfig: &e.pool.Config().ConnConfig.Config, Names: n,
-		Timeout: max(wal.DefaultTimeout, 3*e.cfg.StatementTimeout),
+		Timeout:       max(wal.DefaultTimeout, 3*e.cfg.StatementTimeout),
+		SenderTimeout: e.cfg.SenderTimeout,
 		// What waits for the next batch, bounded as one batch is.
 		BufferBytes: e.cfg.MaxBatchBytes,
 		Pace:        e.cfg.BatchDelay, PaceAbove: e.cfg.BatchDelayAbove})

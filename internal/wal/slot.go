@@ -126,14 +126,19 @@ func Ready(ctx context.Context, db DB, n Names, indexes ...string) (bool, error)
 // slot.
 const DropWait = 10 * time.Second
 
-// Drop removes the table's slot and publication, if they exist. A relay
-// streaming from the slot holds it; Drop terminates that relay's replication
-// connection and retries until the slot is released or DropWait passes.
+// Drop removes the table's slot and publication, if they exist. It refuses,
+// with an error wrapping ErrSlotBusy naming the process, while a relay
+// streams the slot (after dropGrace): that relay would create them again.
 // Dropping the slot discards the WAL position it kept: events not yet
 // confirmed are then found only in the table.
 func Drop(ctx context.Context, db DB, n Names) error {
 	ctx, cancel := context.WithTimeout(ctx, DropWait)
 	defer cancel()
+	// A relay streaming the slot would create it again at once: the drop
+	// would not stick. A relay that was just stopped frees it in a moment.
+	if err := freed(ctx, db, n, dropGrace); err != nil {
+		return err
+	}
 	if err := DropSlot(ctx, db, n); err != nil {
 		return err
 	}
@@ -141,6 +146,43 @@ func Drop(ctx context.Context, db DB, n Names) error {
 		return fmt.Errorf("WAL source: drop publication %s: %w", n.Publication, err)
 	}
 	return nil
+}
+
+// dropGrace is how long Drop waits for a slot still streamed (by a relay
+// just stopped, say) to be freed before it refuses.
+const dropGrace = 3 * time.Second
+
+// freed returns nil once no process streams n's slot, or an error
+// wrapping ErrSlotBusy naming the one that still does after d.
+func freed(ctx context.Context, db DB, n Names, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		var pid int
+		var app, addr string
+		err := db.QueryRow(ctx, `SELECT s.active_pid, COALESCE(r.application_name, ''), COALESCE(host(r.client_addr), 'local')
+FROM pg_replication_slots AS s LEFT JOIN pg_stat_replication AS r ON r.pid = s.active_pid
+WHERE s.slot_name = $1 AND s.active_pid IS NOT NULL`, n.Slot).Scan(&pid, &app, &addr)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return nil
+		case err != nil:
+			return fmt.Errorf("WAL source: look up slot %s: %w", n.Slot, err)
+		case time.Now().After(deadline):
+			return fmt.Errorf("WAL source: slot %s is streamed by a relay (walsender pid %d, %q from %s): %w; stop every WAL relay of the table first, or it creates the slot again", n.Slot, pid, app, addr, ErrSlotBusy)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Terminate ends the stream of the process streaming n's slot, if any: for
+// tests and benchmarks that drop the slot of a relay still running.
+func Terminate(ctx context.Context, db DB, n Names) error {
+	_, err := db.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL`, n.Slot)
+	return err
 }
 
 // DropSlot removes the table's slot, if it exists, as Drop does, and
@@ -251,3 +293,19 @@ FROM pg_stat_activity
 WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid()
 ORDER BY xact_start
 LIMIT 1`
+
+// ErrRemoved reports a WAL source removed on purpose (`outbox migrate
+// drop-wal`: the publication is gone): a relay does not create it again.
+var ErrRemoved = errors.New("the WAL source was removed (its publication is gone)")
+
+// CheckNotRemoved returns ErrRemoved when n's publication does not exist.
+func CheckNotRemoved(ctx context.Context, db DB, n Names) error {
+	var exists bool
+	if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, n.Publication).Scan(&exists); err != nil {
+		return fmt.Errorf("WAL source: look up publication %s: %w", n.Publication, err)
+	}
+	if !exists {
+		return fmt.Errorf("WAL source: publication %s: %w", n.Publication, ErrRemoved)
+	}
+	return nil
+}

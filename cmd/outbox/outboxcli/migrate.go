@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/wal"
 )
 
 func migrateCommand() (*options, func(context.Context, *cli, *options) error) {
@@ -35,9 +36,10 @@ advisory lock: replicas may run it at once, and running it again is a no-op.
                           migrations with their own tool; needs no database
                           (same as outbox migrate --print)
   outbox migrate drop-wal remove the WAL source's replication slot and
-                          publication (ends the stream of a relay reading it;
-                          unconfirmed events are still in the table) and set
-                          the table up for the table source again
+                          publication and set the table up for the table
+                          source again (unconfirmed events are still in the
+                          table); refused, exit 2, while a relay streams the
+                          slot: stop the WAL relays first
 
 With --source wal, migrate (up) also checks the logical replication
 prerequisites, exiting 2 with one line naming a missing setting (wal_level,
@@ -185,6 +187,9 @@ func migrateSQL(c *cli, mc outbox.MigrateConfig, withWAL bool) error {
 // migrateDropWAL removes the WAL source's slot and publication.
 func migrateDropWAL(ctx context.Context, c *cli, pool *pgxpool.Pool, mc outbox.MigrateConfig) error {
 	if err := outbox.DropReplication(ctx, pool, mc); err != nil {
+		if errors.Is(err, wal.ErrSlotBusy) { // a relay streams it: nothing was done
+			return &exitError{code: ExitUsage, err: err}
+		}
 		return err
 	}
 	fmt.Fprintln(c.stdout, "WAL source: replication slot and publication dropped (if they existed); the table is set up for the table source")
