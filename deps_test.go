@@ -43,3 +43,31 @@ func TestCoreImportsNoCloudSDK(t *testing.T) {
 		}
 	}
 }
+
+// TestCloudEventsSDKOnlyInTests: the CloudEvents SDK reads and validates
+// the publishers' CloudEvents in the conformance suite (publishertest) and
+// the tests; no package an application builds links it, the root and every
+// broker package included: they map CloudEvents with outboxtype alone.
+func TestCloudEventsSDKOnlyInTests(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}}{{range .Deps}} {{.}}{{end}}", "./...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	const mod = "github.com/pgoutbox/outbox"
+	seen := false
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		pkg, deps, _ := strings.Cut(line, " ")
+		sdk := strings.Contains(" "+deps, " github.com/cloudevents/")
+		if pkg == mod+"/publishertest" {
+			seen = sdk
+			continue
+		}
+		if sdk {
+			t.Errorf("%s links the CloudEvents SDK", pkg)
+		}
+	}
+	if !seen {
+		t.Error("publishertest does not link the CloudEvents SDK: the check above would miss one")
+	}
+}

@@ -24,6 +24,20 @@ const (
 	HeaderCreatedAt     = outboxtype.HeaderCreatedAt // RFC 3339 with nanoseconds
 )
 
+// Envelope is how the relay frames each event on the wire
+// (RelayConfig.Envelope, Message.Envelope): the outbox's own format or a
+// CloudEvent 1.0 in binary or structured content mode. docs/CLOUDEVENTS.md
+// says what each broker's messages carry. It is defined in package
+// outboxtype, with the helpers publishers map it with (Message.CloudEvent).
+type Envelope = outboxtype.Envelope
+
+// The envelopes (see outboxtype for each one's contract).
+const (
+	EnvelopeOutbox                = outboxtype.EnvelopeOutbox
+	EnvelopeCloudEvents           = outboxtype.EnvelopeCloudEvents
+	EnvelopeCloudEventsStructured = outboxtype.EnvelopeCloudEventsStructured
+)
+
 // Publisher sends messages to a broker. The relay's correctness rests on this
 // contract:
 //

@@ -205,6 +205,19 @@ type RelayConfig struct {
 	// its own short transaction). Defaults to DefaultCleanupBatch (1000).
 	CleanupBatch int
 
+	// Envelope is the wire format of every message: EnvelopeOutbox (the
+	// payload as the body, the standard headers), EnvelopeCloudEvents (a
+	// CloudEvent 1.0 in binary content mode: the payload as the body, the
+	// attributes in the broker's headers) or EnvelopeCloudEventsStructured
+	// (the JSON event format as the body). Each broker package's doc and
+	// docs/CLOUDEVENTS.md say what its messages carry. Defaults to
+	// EnvelopeOutbox.
+	Envelope Envelope
+	// CloudEventsSource is the source attribute of every CloudEvent, a URI
+	// reference; set it only with a CloudEvents Envelope. Defaults to
+	// /pgoutbox/<schema>.<table> (/pgoutbox/<table> when Schema is empty).
+	CloudEventsSource string
+
 	// Logger receives structured logs (event_id, event_type, aggregate_id,
 	// attempt on every line about an event). Payloads are never logged.
 	// Defaults to discarding logs.
@@ -275,6 +288,7 @@ type RelayConfig struct {
 // withDefaults returns cfg with every zero value replaced by its default.
 func (cfg RelayConfig) withDefaults() RelayConfig {
 	orDefault(&cfg.Source, SourceTable)
+	orDefault(&cfg.Envelope, EnvelopeOutbox)
 	orDefault(&cfg.BatchSize, DefaultBatchSize)
 	orDefault(&cfg.MaxBatchBytes, DefaultMaxBatchBytes)
 	orDefault(&cfg.Workers, DefaultWorkers)
@@ -317,6 +331,17 @@ func (cfg RelayConfig) validate(raw RelayConfig) error {
 	}
 	if err := cfg.Source.valid(); err != nil {
 		return bad("Source", "%w", err)
+	}
+	if err := cfg.Envelope.Valid(); err != nil {
+		return bad("Envelope", "%w", err)
+	}
+	if cfg.CloudEventsSource != "" {
+		if !cfg.Envelope.CloudEvents() {
+			return bad("CloudEventsSource", "%q: set without a CloudEvents Envelope", raw.CloudEventsSource)
+		}
+		if err := outboxtype.ValidCloudEventsSource(cfg.CloudEventsSource); err != nil {
+			return bad("CloudEventsSource", "%w", err)
+		}
 	}
 	switch {
 	case cfg.BatchSize < 1 || cfg.BatchSize > 10000:
@@ -414,6 +439,10 @@ type Relay struct {
 	tracer  *relayTracer
 	cfg     engine.Config
 	running atomic.Bool
+	// envelope and ceSource go on every message (RelayConfig.Envelope,
+	// RelayConfig.CloudEventsSource with its default).
+	envelope Envelope
+	ceSource string
 }
 
 // NewRelay validates cfg and returns a relay that reads from pool and
@@ -435,6 +464,14 @@ func NewRelay(pool *pgxpool.Pool, pub Publisher, cfg RelayConfig) (*Relay, error
 	}
 	ec.Metrics = m
 	r := &Relay{pool: pool, pub: pub, names: ec.Names, metrics: m, tracer: newRelayTracer(cfg.TracerProvider), cfg: ec}
+	if r.envelope = cfg.Envelope; r.envelope == "" {
+		r.envelope = EnvelopeOutbox
+	}
+	if r.envelope.CloudEvents() {
+		if r.ceSource = cfg.CloudEventsSource; r.ceSource == "" {
+			r.ceSource = outboxtype.CloudEventsSourceFor(ec.Names.Schema, ec.Names.Table)
+		}
+	}
 	ec.Publish = r.publish
 	r.eng = engine.New(pool, ec)
 	return r, nil
@@ -555,6 +592,7 @@ func (r *Relay) publish(ctx context.Context, rows []*engine.Row) []engine.Attemp
 	msgs := make([]*Message, len(rows))
 	for i, row := range rows {
 		msgs[i] = &row.Message
+		msgs[i].Envelope, msgs[i].CloudEventsSource = r.envelope, r.ceSource
 	}
 	spans := r.tracer.start(ctx, r.pub, msgs)
 	errs := r.publishMessages(ctx, msgs)

@@ -47,6 +47,14 @@
 //
 //	{"source": ["outbox.order"], "detail-type": ["order.created"], "detail": {"payload": {"total": [{"numeric": [">", 100]}]}}}
 //
+// With a CloudEvents envelope (outbox.RelayConfig.Envelope, either mode) the
+// detail is the CloudEvents JSON event format instead,
+// {"specversion":"1.0","id":...,"data":<payload>}: structured content mode,
+// since CloudEvents has no EventBridge binding and an entry has no headers
+// for binary mode. Source, detail-type and time stay as above; a rule
+// matches the payload under detail.data, a consumer deduplicates on
+// detail.id (docs/CLOUDEVENTS.md).
+//
 // and a consumer reads it back with Decode. The payload's bytes are in the
 // detail as written; EventBridge delivers the detail to targets re-encoded,
 // as JSON, not byte for byte.

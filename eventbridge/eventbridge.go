@@ -212,7 +212,7 @@ func (p *Publisher) entry(msg *outbox.Message) (types.PutEventsRequestEntry, int
 	case msg.EventType == "" || utf8.RuneCountInString(msg.EventType) > 128:
 		return types.PutEventsRequestEntry{}, 0, fmt.Errorf("event type %q as detail-type: EventBridge wants 1 to 128 characters", msg.EventType)
 	}
-	detail, err := envelope.Encode(msg.StandardHeaders(), msg.Payload)
+	detail, err := envelope.Body(msg)
 	if err != nil {
 		return types.PutEventsRequestEntry{}, 0, fmt.Errorf("detail: %w", err)
 	}

@@ -89,6 +89,16 @@
 // whose id is missing or invalid wraps ErrInvalidMessage: it can never be
 // processed, and adapters terminate it instead of redelivering it forever.
 //
+// Every adapter reads CloudEvents too (a relay with
+// outbox.RelayConfig.Envelope set, docs/CLOUDEVENTS.md), in binary or
+// structured content mode: the CloudEvent's id is the event id, the
+// subject the aggregate id, the time the creation time, its data the
+// payload, and each extension attribute is a header of the same name
+// (tenant, traceparent), so a handler is the same for both formats
+// (MessageFromCloudEvent). httpinbox trusts a structured event's
+// attributes, which the signature covers, and not binary mode's ce-
+// headers, which it does not.
+//
 // # Replays
 //
 // `outbox replay` re-sends delivered events in one of two modes (see

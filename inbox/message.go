@@ -71,7 +71,18 @@ func lookup(h map[string]string, key string) string {
 // leaves the field zero). A missing or invalid id, or a malformed
 // created-at, returns an error wrapping ErrInvalidMessage.
 // headers is kept as Message.Headers, not copied.
+//
+// A CloudEvent (a relay with a CloudEvents envelope), in binary or
+// structured content mode, is read with outboxtype.ReadCloudEvent and
+// becomes a Message as MessageFromCloudEvent says: its id is the event id.
 func MessageFromHeaders(headers map[string]string, payload []byte) (Message, error) {
+	ce, err := outboxtype.ReadCloudEvent(headers, payload)
+	if err != nil {
+		return Message{}, fmt.Errorf("inbox: %w: %w", err, ErrInvalidMessage)
+	}
+	if ce != nil {
+		return MessageFromCloudEvent(ce, headers)
+	}
 	m := Message{
 		EventType:     lookup(headers, outboxtype.HeaderEventType),
 		AggregateType: lookup(headers, outboxtype.HeaderAggregateType),
@@ -103,6 +114,47 @@ func MessageFromHeaders(headers map[string]string, payload []byte) (Message, err
 		// application may have written such a header itself.
 		if id, err := uuid.Parse(lookup(headers, r.key)); err == nil {
 			*r.dst = id
+		}
+	}
+	return m, nil
+}
+
+// MessageFromCloudEvent builds a Message from a CloudEvent a pgoutbox relay
+// sent (outboxtype.ReadCloudEvent reads one): ID = id, which must be a UUID
+// (the outbox event id), EventType = type, AggregateID = subject,
+// CreatedAt = time, AggregateType, ReplayID and ReplayOf = the
+// outboxaggregatetype, outboxreplayid and outboxreplayof extensions,
+// Payload = data. Headers holds headers (as delivered) and every extension
+// under its own name unless a header has it already, so a handler reads a
+// row's header ("tenant", "traceparent") by the same name in every
+// envelope. An id that is not a UUID returns an error wrapping
+// ErrInvalidMessage.
+func MessageFromCloudEvent(ce *outboxtype.CloudEvent, headers map[string]string) (Message, error) {
+	id, err := uuid.Parse(ce.ID)
+	if err != nil || id == uuid.Nil {
+		return Message{}, fmt.Errorf("inbox: CloudEvents id %.64q is not a UUID (an outbox event id): %w", ce.ID, ErrInvalidMessage)
+	}
+	h := make(map[string]string, len(headers)+len(ce.Extensions))
+	for k, v := range headers {
+		h[k] = v
+	}
+	for k, v := range ce.Extensions {
+		if _, ok := h[k]; !ok {
+			h[k] = v
+		}
+	}
+	m := Message{
+		ID: id, EventType: ce.Type, AggregateID: ce.Subject, CreatedAt: ce.Time, Headers: h, Payload: ce.Data,
+		AggregateType: ce.Extensions[outboxtype.CloudEventsAggregateType],
+	}
+	for _, r := range []struct {
+		header string
+		dst    *uuid.UUID
+	}{{outboxtype.HeaderReplayID, &m.ReplayID}, {outboxtype.HeaderReplayOf, &m.ReplayOf}} {
+		if name, ok := outboxtype.CloudEventsAttributeName(r.header); ok {
+			if id, err := uuid.Parse(ce.Extensions[name]); err == nil {
+				*r.dst = id
+			}
 		}
 	}
 	return m, nil

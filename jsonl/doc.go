@@ -6,5 +6,9 @@
 // closed pipe, a full disk) fails every message alike, so it is
 // outbox.Unavailable: the relay backs off and counts no attempt.
 //
+// With a CloudEvents envelope (outbox.RelayConfig.Envelope, either mode)
+// each line is the CloudEvents JSON event format instead of a Line
+// (docs/CLOUDEVENTS.md).
+//
 // The CLI's stdout: broker is this publisher on standard output.
 package jsonl

@@ -51,16 +51,24 @@ func New(w io.Writer, cfg Config) (*Publisher, error) {
 	return &Publisher{w: w, topic: t}, nil
 }
 
-// Publish writes msg as one line.
+// Publish writes msg as one line: a Line, or with a CloudEvents envelope
+// (either mode) the CloudEvents JSON event format.
 func (p *Publisher) Publish(ctx context.Context, msg *outbox.Message) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	b, err := json.Marshal(Line{
-		ID: msg.ID.String(), Topic: p.topic.Render(msg), EventType: msg.EventType,
-		AggregateType: msg.AggregateType, AggregateID: msg.AggregateID, CreatedAt: msg.CreatedAt,
-		Attempt: msg.Attempt, Headers: msg.Headers, Payload: msg.Payload,
-	})
+	var b []byte
+	var err error
+	if msg.Envelope.CloudEvents() {
+		// A line per event either way: the JSON event format is one.
+		b, err = msg.StructuredCloudEvent()
+	} else {
+		b, err = json.Marshal(Line{
+			ID: msg.ID.String(), Topic: p.topic.Render(msg), EventType: msg.EventType,
+			AggregateType: msg.AggregateType, AggregateID: msg.AggregateID, CreatedAt: msg.CreatedAt,
+			Attempt: msg.Attempt, Headers: msg.Headers, Payload: msg.Payload,
+		})
+	}
 	if err != nil {
 		return outbox.Permanent(fmt.Errorf("jsonl: encode: %w", err))
 	}

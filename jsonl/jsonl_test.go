@@ -69,3 +69,32 @@ func TestWriteFailureIsUnavailable(t *testing.T) {
 		t.Errorf("Describer: %q %q", p.MessagingSystem(), p.Destination(m))
 	}
 }
+
+// With a CloudEvents envelope each line is the JSON event format, which the
+// official SDK reads and validates.
+func TestCloudEventsLines(t *testing.T) {
+	var buf bytes.Buffer
+	pub, err := jsonl.New(&buf, jsonl.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, env := range []outbox.Envelope{outbox.EnvelopeCloudEvents, outbox.EnvelopeCloudEventsStructured} {
+		buf.Reset()
+		m := publishertest.NewMessage("42", `{"total":12.5}`)
+		m.Envelope, m.CloudEventsSource = env, publishertest.CloudEventSource
+		if err := pub.Publish(context.Background(), m); err != nil {
+			t.Fatal(err)
+		}
+		line := strings.TrimSuffix(buf.String(), "\n")
+		if strings.Contains(line, "\n") {
+			t.Fatalf("%s: more than one line: %q", env, buf.String())
+		}
+		ev, err := publishertest.ReadCloudEvent(publishertest.CloudEvents{}, publishertest.Received{Payload: []byte(line)})
+		if err != nil {
+			t.Fatalf("%s: %v", env, err)
+		}
+		if err := publishertest.CheckCloudEvent(ev, m, publishertest.CloudEventSource, false); err != nil {
+			t.Errorf("%s: %v", env, err)
+		}
+	}
+}

@@ -25,9 +25,24 @@
 //     outbox-created-at header), so topic retention is counted from when
 //     the record reached Kafka.
 //
+// With a CloudEvents envelope (outbox.RelayConfig.Envelope) the record
+// follows the CloudEvents Kafka protocol binding instead; topic and key stay
+// the same:
+//
+//   - outbox.EnvelopeCloudEvents (binary content mode): value = the
+//     payload; headers ce_specversion, ce_id, ce_source, ce_type,
+//     ce_subject (aggregate id), ce_time (created_at), ce_<extension> for
+//     the aggregate type (ce_outboxaggregatetype) and the row's headers,
+//     and content-type = application/json;
+//   - outbox.EnvelopeCloudEventsStructured: value = the JSON event format,
+//     content-type = application/cloudevents+json.
+//
+// docs/CLOUDEVENTS.md has every broker's mapping.
+//
 // Kafka has no broker-side deduplication across produce calls: after a relay
 // retry a consumer may see an event twice, and deduplicates on the
-// outbox-event-id header.
+// outbox-event-id header (ce_id, or the structured event's id, with a
+// CloudEvents envelope).
 //
 // PublishBatch produces every message asynchronously and then waits for every
 // acknowledgement, returning one result per message; a failure of one

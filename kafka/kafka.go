@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/outboxtype"
 )
 
 // Defaults for Config's zero values.
@@ -202,23 +203,67 @@ func (p *Publisher) Health(ctx context.Context) error {
 }
 
 // Record returns the Kafka record msg becomes: topic from the template,
-// key = aggregate id, value = payload, headers = msg.StandardHeaders() in
-// name order.
-func (p *Publisher) Record(msg *outbox.Message) *kgo.Record {
+// key = aggregate id, and in msg.Envelope: value = payload, headers =
+// msg.StandardHeaders() in name order (the outbox's format); or the Kafka
+// protocol binding's binary content mode (value = payload, ce_ headers,
+// content-type = application/json) or structured mode (value = the JSON
+// event format, content-type = application/cloudevents+json). An error
+// is about the message (no CloudEvent can carry it): permanent.
+func (p *Publisher) Record(msg *outbox.Message) (*kgo.Record, error) {
+	r := &kgo.Record{Topic: p.topic.Render(msg), Value: msg.Payload}
+	if msg.AggregateID != "" {
+		r.Key = []byte(msg.AggregateID)
+	}
+	switch msg.Envelope {
+	case outbox.EnvelopeCloudEvents:
+		ce, err := msg.CloudEvent()
+		if err != nil {
+			return nil, err
+		}
+		attrs := ce.Attributes()
+		r.Headers = make([]kgo.RecordHeader, 0, len(attrs)+1)
+		for _, a := range attrs {
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderCloudEventsPrefix + a.Name, Value: []byte(a.Value)})
+		}
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderContentType, Value: []byte(ce.DataContentType)})
+		return r, nil
+	case outbox.EnvelopeCloudEventsStructured:
+		body, err := msg.StructuredCloudEvent()
+		if err != nil {
+			return nil, err
+		}
+		r.Value = body
+		r.Headers = []kgo.RecordHeader{{Key: HeaderContentType, Value: []byte(outboxtype.CloudEventsJSON)}}
+		return r, nil
+	}
 	h := msg.StandardHeaders()
 	names := make([]string, 0, len(h))
 	for k := range h {
 		names = append(names, k)
 	}
 	slices.Sort(names)
-	r := &kgo.Record{Topic: p.topic.Render(msg), Value: msg.Payload, Headers: make([]kgo.RecordHeader, len(names))}
-	if msg.AggregateID != "" {
-		r.Key = []byte(msg.AggregateID)
-	}
+	r.Headers = make([]kgo.RecordHeader, len(names))
 	for i, k := range names {
 		r.Headers[i] = kgo.RecordHeader{Key: k, Value: []byte(h[k])}
 	}
-	return r
+	return r, nil
+}
+
+// The Kafka protocol binding's header names: each CloudEvents attribute
+// travels as ce_<name> (binary content mode), datacontenttype or the event
+// format as content-type.
+const (
+	HeaderCloudEventsPrefix = "ce_"
+	HeaderContentType       = "content-type"
+)
+
+// produceAgain produces msgs[i] alone and waits for its acknowledgement.
+func (p *Publisher) produceAgain(ctx context.Context, msg *outbox.Message) error {
+	r, err := p.Record(msg)
+	if err != nil {
+		return outbox.Permanent(fmt.Errorf("kafka: %w", err))
+	}
+	return p.cl.ProduceSync(ctx, r).FirstErr()
 }
 
 // Publish produces msg and waits for the acks=all acknowledgement.
@@ -247,7 +292,11 @@ func (p *Publisher) PublishBatch(ctx context.Context, msgs []*outbox.Message) []
 			errs[i] = fmt.Errorf("not produced: %w", err)
 			continue
 		}
-		r := p.Record(msg)
+		r, err := p.Record(msg)
+		if err != nil {
+			errs[i] = outbox.Permanent(fmt.Errorf("kafka: %w", err))
+			continue
+		}
 		topics[i] = r.Topic
 		if err := validTopic(r.Topic); err != nil {
 			errs[i] = outbox.Permanent(fmt.Errorf("kafka: topic %q (template %q): %w", r.Topic, p.topic, err))
@@ -315,7 +364,7 @@ func (p *Publisher) retryTooLarge(ctx context.Context, msgs []*outbox.Message, e
 			errs[i] = fmt.Errorf("not produced again after the batch was refused as too large: %w", err)
 			continue
 		}
-		errs[i] = p.cl.ProduceSync(ctx, p.Record(msgs[i])).FirstErr()
+		errs[i] = p.produceAgain(ctx, msgs[i])
 	}
 }
 
@@ -371,7 +420,7 @@ func (p *Publisher) createMissing(ctx context.Context, msgs []*outbox.Message, e
 			errs[i] = fmt.Errorf("not produced again after creating its topic: %w", err)
 			continue
 		}
-		errs[i] = p.cl.ProduceSync(ctx, p.Record(msgs[i])).FirstErr()
+		errs[i] = p.produceAgain(ctx, msgs[i])
 	}
 }
 

@@ -160,6 +160,7 @@ func TestConformance(t *testing.T) {
 				c.proxy.Cut()
 				return c.proxy.Restore
 			},
+			CloudEvents: &publishertest.CloudEvents{Prefix: "ce_", ContentType: "content-type"},
 		}
 	})
 }

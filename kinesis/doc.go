@@ -30,6 +30,13 @@
 // consumers deduplicate on headers["outbox-event-id"]. Decode reads a
 // record's data back.
 //
+// With a CloudEvents envelope (outbox.RelayConfig.Envelope, either mode) the
+// data is the CloudEvents JSON event format instead,
+// {"specversion":"1.0","id":...,"data":<payload>}: structured content mode,
+// since CloudEvents has no Kinesis binding and a record has no headers for
+// binary mode. Partition key and limits stay the same; consumers
+// deduplicate on its id (docs/CLOUDEVENTS.md).
+//
 // A record's data plus partition key over MaxRecordBytes (default 1 MiB;
 // raise it up to 10 MiB to match a stream's MaxRecordSizeInKiB) fails
 // permanently before any request.

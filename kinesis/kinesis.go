@@ -187,7 +187,7 @@ func (p *Publisher) record(msg *outbox.Message) (types.PutRecordsRequestEntry, i
 	if n := utf8.RuneCountInString(key); n > maxKeyChars {
 		return types.PutRecordsRequestEntry{}, 0, fmt.Errorf("aggregate id as partition key: %d characters; Kinesis wants at most %d", n, maxKeyChars)
 	}
-	data, err := envelope.Encode(msg.StandardHeaders(), msg.Payload)
+	data, err := envelope.Body(msg)
 	if err != nil {
 		return types.PutRecordsRequestEntry{}, 0, fmt.Errorf("record data: %w", err)
 	}

@@ -28,7 +28,12 @@
 //     {"headers":{"outbox-event-id":"0192...","outbox-event-type":"order.created",...},"payload":{"order_id":"42"}}
 //
 //     OpenEnvelope reads it back (inbox/mqttinbox does); any JSON reader
-//     can too. The payload must be JSON, as the outbox's always is;
+//     can too. The payload must be JSON, as the outbox's always is.
+//     With a CloudEvents envelope (outbox.RelayConfig.Envelope, either
+//     mode) the payload is the CloudEvents JSON event format instead
+//     ({"specversion":"1.0","id":...,"data":<payload>}): the MQTT binding
+//     defines only structured content mode for MQTT 3.1.1, whose messages
+//     have no user properties (docs/CLOUDEVENTS.md);
 //
 //   - QoS 1, not retained.
 //

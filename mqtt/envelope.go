@@ -40,6 +40,17 @@ func Envelope(msg *outbox.Message) ([]byte, error) {
 	return append(b, '}'), nil
 }
 
+// Payload returns the MQTT payload msg becomes, in msg.Envelope: the
+// outbox envelope (Envelope), or, with either CloudEvents envelope, the
+// JSON event format (structured content mode, the only one the MQTT
+// binding defines for MQTT 3.1.1, which has no user properties).
+func Payload(msg *outbox.Message) ([]byte, error) {
+	if msg.Envelope.CloudEvents() {
+		return msg.StructuredCloudEvent()
+	}
+	return Envelope(msg)
+}
+
 // OpenEnvelope returns the headers and the payload of an envelope Envelope
 // made, the payload byte for byte. Another writer's envelope of the same
 // shape (other spacing, other key order) is read too, its payload then as

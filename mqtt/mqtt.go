@@ -252,7 +252,7 @@ func (p *Publisher) PublishBatch(ctx context.Context, msgs []*outbox.Message) []
 			errs[i] = outbox.Permanent(fmt.Errorf("mqtt: topic from template %q: %w", p.topic, err))
 			continue
 		}
-		payload, err := Envelope(msg)
+		payload, err := Payload(msg)
 		if err != nil {
 			errs[i] = outbox.Permanent(fmt.Errorf("mqtt: %s: %w", topic, err))
 			continue

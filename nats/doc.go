@@ -13,6 +13,21 @@
 //     id, so JetStream's duplicate window drops the re-sends that
 //     at-least-once delivery produces.
 //
+// With a CloudEvents envelope (outbox.RelayConfig.Envelope) the message
+// follows the CloudEvents NATS protocol binding instead:
+//
+//   - outbox.EnvelopeCloudEvents (binary content mode): data = the
+//     payload; one header per attribute, ce-specversion, ce-id, ce-source,
+//     ce-type, ce-subject (aggregate id), ce-time (created_at),
+//     ce-datacontenttype (application/json) and ce-<extension> for the
+//     aggregate type and the row's headers, values percent-encoded as the
+//     binding asks;
+//   - outbox.EnvelopeCloudEventsStructured: data = the JSON event format,
+//     Content-Type: application/cloudevents+json.
+//
+// Nats-Msg-Id stays the event id in every envelope. docs/CLOUDEVENTS.md
+// has every broker's mapping.
+//
 // PublishBatch sends every message asynchronously and then collects every
 // PubAck: one pipelined round per batch, one result per message.
 //

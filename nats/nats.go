@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/outboxtype"
 )
 
 // Config configures a Publisher.
@@ -135,15 +136,43 @@ func (p *Publisher) MessagingSystem() string { return "nats" }
 // Destination implements outbox.Describer: the subject.
 func (p *Publisher) Destination(msg *outbox.Message) string { return p.subject.Render(msg) }
 
-func (p *Publisher) natsMsg(msg *outbox.Message) *natsgo.Msg {
+// natsMsg returns the message msg becomes, in its Envelope: the NATS
+// binding's binary content mode (ce- headers, percent-encoded values) or
+// structured mode (Content-Type: application/cloudevents+json), or the
+// outbox's own headers. An error is about the message: permanent.
+func (p *Publisher) natsMsg(msg *outbox.Message) (*natsgo.Msg, error) {
 	m := natsgo.NewMsg(p.subject.Render(msg))
-	m.Data = msg.Payload
-	for k, v := range msg.StandardHeaders() {
-		m.Header.Set(k, v)
+	switch msg.Envelope {
+	case outbox.EnvelopeCloudEvents:
+		ce, err := msg.CloudEvent()
+		if err != nil {
+			return nil, err
+		}
+		for _, a := range ce.Attributes() {
+			m.Header.Set(HeaderCloudEventsPrefix+a.Name, outboxtype.EncodeHeaderValue(a.Value))
+		}
+		m.Header.Set(HeaderCloudEventsPrefix+"datacontenttype", ce.DataContentType)
+		m.Data = msg.Payload
+	case outbox.EnvelopeCloudEventsStructured:
+		body, err := msg.StructuredCloudEvent()
+		if err != nil {
+			return nil, err
+		}
+		m.Header.Set("Content-Type", outboxtype.CloudEventsJSON)
+		m.Data = body
+	default:
+		m.Data = msg.Payload
+		for k, v := range msg.StandardHeaders() {
+			m.Header.Set(k, v)
+		}
 	}
 	m.Header.Set(jetstream.MsgIDHeader, msg.ID.String())
-	return m
+	return m, nil
 }
+
+// HeaderCloudEventsPrefix prefixes the CloudEvents attributes' headers in
+// binary content mode (the NATS protocol binding): ce-id, ce-type...
+const HeaderCloudEventsPrefix = "ce-"
 
 // Publish sends msg and waits for the stream's acknowledgement.
 func (p *Publisher) Publish(ctx context.Context, msg *outbox.Message) error {
@@ -181,11 +210,16 @@ func (p *Publisher) PublishBatch(ctx context.Context, msgs []*outbox.Message) []
 			errs[i] = outbox.Permanent(err)
 			continue
 		}
-		if len(msg.Payload) > int(p.nc.MaxPayload()) {
-			errs[i] = outbox.Permanent(fmt.Errorf("nats: payload of %d bytes exceeds the server's max_payload %d", len(msg.Payload), p.nc.MaxPayload()))
+		nm, err := p.natsMsg(msg)
+		if err != nil {
+			errs[i] = outbox.Permanent(fmt.Errorf("nats: %w", err))
 			continue
 		}
-		f, err := p.js.PublishMsgAsync(p.natsMsg(msg), jetstream.WithStallWait(time.Until(deadline(ctx))))
+		if len(nm.Data) > int(p.nc.MaxPayload()) {
+			errs[i] = outbox.Permanent(fmt.Errorf("nats: payload of %d bytes exceeds the server's max_payload %d", len(nm.Data), p.nc.MaxPayload()))
+			continue
+		}
+		f, err := p.js.PublishMsgAsync(nm, jetstream.WithStallWait(time.Until(deadline(ctx))))
 		if err != nil {
 			errs[i] = p.classify(err, msg)
 			continue

@@ -66,6 +66,7 @@ func setupBroker(t *testing.T) *publishertest.Broker {
 			proxy.Cut()
 			return proxy.Restore
 		},
+		CloudEvents: &publishertest.CloudEvents{Prefix: "ce-", PercentEncoded: true, ContentType: "Content-Type"},
 	}
 }
 

@@ -4,11 +4,16 @@
 // It also holds the wire format both sides of a broker agree on: the header
 // names every publisher sets and the Redis and webhook field names, which
 // the consumer's packages (inbox and its adapters) read from here so that a
-// consumer links none of the relay.
+// consumer links none of the relay; and the CloudEvents mapping every
+// publisher and the inbox share (Envelope, Message.CloudEvent,
+// ReadCloudEvent).
 //
 // It is a leaf (it imports nothing of pgoutbox), so the engine under
 // internal/ can use the very types users see instead of mirrors of them.
 // Package outbox re-exports each one under its usual name (outbox.Message,
-// outbox.Backoff, outbox.ErrorClass...): applications and publishers use
-// those and never need to import this package.
+// outbox.Backoff, outbox.ErrorClass, outbox.Envelope...): applications use
+// those and never need to import this package. Publishers and consumers
+// call its CloudEvents helpers (Message.CloudEvent, CloudEvent.Attributes,
+// CloudEvent.Structured, EncodeHeaderValue, ReadCloudEvent) from here: the
+// inbox links this package, not the relay's.
 package outboxtype

@@ -20,6 +20,16 @@ type Message struct {
 	Headers       map[string]string // the row's headers; may be nil
 	CreatedAt     time.Time         // when the event was written
 	Attempt       int               // 1 on the first publish, 2 on the first retry, ...
+
+	// Envelope is the wire format the relay asks for (RelayConfig.Envelope):
+	// the zero value and EnvelopeOutbox mean the outbox's own format,
+	// EnvelopeCloudEvents and EnvelopeCloudEventsStructured a CloudEvent
+	// (see Message.CloudEvent). A publisher maps it onto its broker.
+	Envelope Envelope
+	// CloudEventsSource is the CloudEvents source attribute
+	// (RelayConfig.CloudEventsSource), used with a CloudEvents Envelope;
+	// empty means DefaultCloudEventsSource.
+	CloudEventsSource string
 }
 
 // Standard header names every publisher sets, besides the row's own headers,

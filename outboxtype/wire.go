@@ -32,6 +32,19 @@ const (
 	RedisHeaderPrefix       = "h:"
 )
 
+// Redis Streams entry field names with a CloudEvents envelope, which has no
+// Redis binding: the NATS binding's rules, with fields for headers. Binary
+// content mode: one RedisFieldCloudEventsPrefix field per attribute
+// (ce-specversion, ce-id, ce-source, ce-type, ce-subject, ce-time,
+// ce-datacontenttype, ce-<extension>), values percent-encoded as that
+// binding asks, and the payload in RedisFieldPayload. Structured mode:
+// RedisFieldContentType = application/cloudevents+json and the JSON event
+// format in RedisFieldPayload.
+const (
+	RedisFieldCloudEventsPrefix = "ce-"
+	RedisFieldContentType       = "content-type"
+)
+
 // WebhookHeaderPrefix prefixes the row's own headers in a webhook request
 // (package webhook), so they cannot collide with HTTP's or the signature's
 // headers. The standard outbox-* headers are sent under their own names.

@@ -49,6 +49,11 @@ type Received struct {
 	Headers map[string]string
 	// Payload is the body, which must equal the outbox payload byte for byte.
 	Payload []byte
+	// Body is the message's body as the broker holds it, for a harness
+	// that decodes an envelope of its own into Headers and Payload (MQTT,
+	// Kinesis, EventBridge); nil means Payload is the body. The
+	// CloudEvents sub-test reads it.
+	Body []byte
 }
 
 // Broker is what a publisher's test gives the suite for one sub-test: a
@@ -106,6 +111,9 @@ type Broker struct {
 	// sub-test's publisher may be affected (sub-tests run in parallel). The
 	// suite calls restore exactly once. nil skips Disconnected and Outage.
 	Disconnect func(t *testing.T) (restore func())
+	// CloudEvents says how the broker carries a CloudEvent (binary mode's
+	// header prefix...); nil skips CloudEvents.
+	CloudEvents *CloudEvents
 }
 
 // Run runs the suite. setup is called once per sub-test, from the sub-test's
@@ -134,6 +142,9 @@ type Broker struct {
 //   - Outage (Disconnect): a real Relay on a real outbox table drains every
 //     event through an outage with no loss, no attempt counted and no dead
 //     letter.
+//   - CloudEvents (CloudEvents): messages sent with each CloudEvents
+//     envelope are read back with the official SDK, valid, and carry the
+//     event's id, source, type, subject, time, extensions and data.
 func Run(t *testing.T, setup func(t *testing.T) *Broker) {
 	sub := func(name string, f func(*testing.T, *Broker)) {
 		t.Run(name, func(t *testing.T) {
@@ -150,6 +161,7 @@ func Run(t *testing.T, setup func(t *testing.T) *Broker) {
 	sub("RefusesAll", testRefusesAll)
 	sub("Disconnected", testDisconnected)
 	sub("Outage", testOutage)
+	sub("CloudEvents", testCloudEvents)
 }
 
 // NewMessage returns a message with a fresh id, the given payload and a

@@ -25,9 +25,24 @@
 //     subscription with message ordering enabled delivers one aggregate's
 //     events in the order the relay published them.
 //
+// With a CloudEvents envelope (outbox.RelayConfig.Envelope) the message
+// follows the CloudEvents Pub/Sub protocol binding instead; topic and
+// ordering key stay the same:
+//
+//   - outbox.EnvelopeCloudEvents (binary content mode): data = the payload;
+//     attributes ce-specversion, ce-id, ce-source, ce-type, ce-subject
+//     (aggregate id), ce-time (created_at), ce-<extension> for the
+//     aggregate type and the row's headers (canonical strings, not
+//     percent-encoded), and Content-Type = application/json;
+//   - outbox.EnvelopeCloudEventsStructured: data = the JSON event format,
+//     Content-Type = application/cloudevents+json.
+//
+// docs/CLOUDEVENTS.md has every broker's mapping.
+//
 // Pub/Sub has no deduplication on publish: after a relay retry a subscriber
 // may see an event twice (as any Pub/Sub subscriber may anyway), and
-// deduplicates on the outbox-event-id attribute (inbox/pubsubinbox does).
+// deduplicates on the outbox-event-id attribute (ce-id, or the structured
+// event's id, with a CloudEvents envelope; inbox/pubsubinbox does).
 //
 // Pub/Sub's limits are checked before sending, and a message over one fails
 // permanently: 100 attributes, attribute names of 1 to 256 bytes not

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/outboxtype"
 )
 
 // Defaults for Config's zero values, and Pub/Sub's limits.
@@ -238,11 +239,46 @@ func (p *Publisher) Health(ctx context.Context) error {
 	return nil
 }
 
-// Message returns the Pub/Sub message msg becomes: data = payload,
-// attributes = msg.StandardHeaders(), ordering key = aggregate id (unless
-// Config.DisableOrdering). It fails when Pub/Sub would refuse the message.
+// The Pub/Sub protocol binding's attribute names: each CloudEvents
+// attribute travels as ce-<name> (binary content mode, canonical strings,
+// no percent-encoding), datacontenttype or the event format as
+// Content-Type.
+const (
+	AttrCloudEventsPrefix = "ce-"
+	AttrContentType       = "Content-Type"
+)
+
+// Message returns the Pub/Sub message msg becomes: ordering key =
+// aggregate id (unless Config.DisableOrdering) and, in msg.Envelope, data =
+// payload with attributes = msg.StandardHeaders() (the outbox's format); or
+// the Pub/Sub binding's binary content mode (data = payload, one ce-
+// attribute per CloudEvents attribute, Content-Type = application/json) or
+// structured mode (data = the JSON event format, Content-Type =
+// application/cloudevents+json). It fails when Pub/Sub would refuse the
+// message, or no CloudEvent can carry it.
 func (p *Publisher) Message(msg *outbox.Message) (*gpubsub.Message, error) {
-	m := &gpubsub.Message{Data: msg.Payload, Attributes: msg.StandardHeaders()}
+	m := &gpubsub.Message{Data: msg.Payload}
+	switch msg.Envelope {
+	case outbox.EnvelopeCloudEvents:
+		ce, err := msg.CloudEvent()
+		if err != nil {
+			return nil, err
+		}
+		attrs := ce.Attributes()
+		m.Attributes = make(map[string]string, len(attrs)+1)
+		for _, a := range attrs {
+			m.Attributes[AttrCloudEventsPrefix+a.Name] = a.Value
+		}
+		m.Attributes[AttrContentType] = ce.DataContentType
+	case outbox.EnvelopeCloudEventsStructured:
+		body, err := msg.StructuredCloudEvent()
+		if err != nil {
+			return nil, err
+		}
+		m.Data, m.Attributes = body, map[string]string{AttrContentType: outboxtype.CloudEventsJSON}
+	default:
+		m.Attributes = msg.StandardHeaders()
+	}
 	if p.ordered {
 		m.OrderingKey = msg.AggregateID
 	}

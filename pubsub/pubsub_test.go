@@ -201,6 +201,7 @@ func TestConformance(t *testing.T) {
 				e.proxy.Cut()
 				return e.proxy.Restore
 			},
+			CloudEvents: &publishertest.CloudEvents{Prefix: pubsub.AttrCloudEventsPrefix, ContentType: pubsub.AttrContentType},
 		}
 	})
 }

@@ -29,6 +29,24 @@
 //     strings.
 //   - body: the payload as the outbox table stores it.
 //
+// With a CloudEvents envelope (outbox.RelayConfig.Envelope) the message
+// follows the CloudEvents AMQP protocol binding, with the AMQP 0-9-1 headers
+// table standing for AMQP 1.0's application properties; message_id, routing
+// key, type, timestamp and delivery_mode stay as above:
+//
+//   - outbox.EnvelopeCloudEvents (binary content mode): body = the payload,
+//     content_type = application/json (datacontenttype), headers
+//     cloudEvents_specversion, cloudEvents_id, cloudEvents_source,
+//     cloudEvents_type, cloudEvents_subject (aggregate id),
+//     cloudEvents_time (created_at) and cloudEvents_<extension> for the
+//     aggregate type and the row's headers, all strings. The binding allows
+//     the prefixes cloudEvents_ and cloudEvents: and prefers the first
+//     (JMS selectors cannot name the second); inbox/rabbitmqinbox reads both;
+//   - outbox.EnvelopeCloudEventsStructured: body = the JSON event format,
+//     content_type = application/cloudevents+json, no headers.
+//
+// docs/CLOUDEVENTS.md has every broker's mapping.
+//
 // # Connections and errors
 //
 // New does not connect; the first Publish (or Health) does, and the

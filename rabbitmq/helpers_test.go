@@ -148,6 +148,9 @@ func (r *reader) Read(ctx context.Context, n int) ([]publishertest.Received, err
 		for k, v := range d.Headers {
 			h[k] = fmt.Sprint(v)
 		}
+		if d.ContentType != "" {
+			h["content-type"] = d.ContentType // a property, where CloudEvents looks for datacontenttype
+		}
 		out[i] = publishertest.Received{Topic: d.RoutingKey, DedupID: d.MessageId, Headers: h, Payload: d.Body}
 	}
 	return out, err

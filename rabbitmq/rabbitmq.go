@@ -16,6 +16,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/outboxtype"
 )
 
 // Defaults for Config's zero values.
@@ -211,9 +212,13 @@ func (p *Publisher) PublishBatch(ctx context.Context, msgs []*outbox.Message) []
 			}
 		}
 	}
+	pubs := make([]amqp.Publishing, len(msgs))
 	for i, m := range msgs {
-		if len(m.Payload) > p.cfg.MaxMessageSize {
-			errs[i] = outbox.Permanent(fmt.Errorf("rabbitmq: message of %d bytes exceeds MaxMessageSize %d", len(m.Payload), p.cfg.MaxMessageSize))
+		var err error
+		if pubs[i], err = Publishing(m); err != nil {
+			errs[i] = outbox.Permanent(fmt.Errorf("rabbitmq: %w", err))
+		} else if len(pubs[i].Body) > p.cfg.MaxMessageSize {
+			errs[i] = outbox.Permanent(fmt.Errorf("rabbitmq: message of %d bytes exceeds MaxMessageSize %d", len(pubs[i].Body), p.cfg.MaxMessageSize))
 		} else if k := p.key.Render(m); len(k) > maxShortString {
 			errs[i] = outbox.Permanent(fmt.Errorf("rabbitmq: routing key of %d bytes exceeds AMQP's %d", len(k), maxShortString))
 		}
@@ -236,7 +241,7 @@ func (p *Publisher) PublishBatch(ctx context.Context, msgs []*outbox.Message) []
 			fill(i, fmt.Errorf("rabbitmq: publish: %w", err))
 			break
 		}
-		w, err := s.publish(p.cfg.Exchange, p.key.Render(m), m)
+		w, err := s.publish(p.cfg.Exchange, p.key.Render(m), m.ID.String(), pubs[i])
 		if err != nil {
 			// The channel is gone: nothing after this message was sent either.
 			fill(i, err)
@@ -486,9 +491,8 @@ func (s *session) unlockPublish() { <-s.pub }
 
 // publish sends one message; the caller holds the publish slot. Its error is
 // always unavailable: the channel is unusable.
-func (s *session) publish(exchange, key string, m *outbox.Message) (*waiter, error) {
-	id := m.ID.String()
-	w := &waiter{msgID: id, size: len(m.Payload), exchange: exchange, key: key, res: make(chan error, 1)}
+func (s *session) publish(exchange, key, id string, pub amqp.Publishing) (*waiter, error) {
+	w := &waiter{msgID: id, size: len(pub.Body), exchange: exchange, key: key, res: make(chan error, 1)}
 	// The caller holds the publish slot, so this is the tag the broker will
 	// confirm. Read it before taking s.mu: amqp091 may hold the lock behind
 	// it while it waits for the tracker, which needs s.mu.
@@ -507,19 +511,7 @@ func (s *session) publish(exchange, key string, m *outbox.Message) (*waiter, err
 	s.waiters[tag] = w
 	s.mu.Unlock()
 
-	headers := amqp.Table{}
-	for k, v := range m.StandardHeaders() {
-		headers[k] = v
-	}
-	err := s.ch.Publish(exchange, key, true, false, amqp.Publishing{
-		Headers:      headers,
-		ContentType:  "application/json",
-		DeliveryMode: amqp.Persistent,
-		MessageId:    id,
-		Timestamp:    m.CreatedAt,
-		Type:         m.EventType,
-		Body:         m.Payload,
-	})
+	err := s.ch.Publish(exchange, key, true, false, pub)
 	if err != nil {
 		s.mu.Lock()
 		delete(s.waiters, tag)
@@ -527,6 +519,51 @@ func (s *session) publish(exchange, key string, m *outbox.Message) (*waiter, err
 		return nil, outbox.Unavailable(fmt.Errorf("rabbitmq: publish: %w", err))
 	}
 	return w, nil
+}
+
+// HeaderCloudEventsPrefix prefixes the CloudEvents attributes' headers in
+// binary content mode: the AMQP protocol binding's application property
+// names (cloudEvents_id, cloudEvents_type...), in the headers table that
+// AMQP 0-9-1 has in their place. The binding prefers the '_' separator to
+// the older ':' (JMS selectors cannot name the latter).
+const HeaderCloudEventsPrefix = "cloudEvents_"
+
+// Publishing returns the AMQP message m becomes: persistent, message_id =
+// the event id, type = the event type, timestamp = created_at, and in
+// m.Envelope: body = the payload with m.StandardHeaders as headers and
+// content_type application/json (the outbox's format); or the AMQP
+// binding's binary content mode (body = the payload, content_type =
+// application/json, one cloudEvents_ header per attribute) or structured
+// mode (body = the JSON event format, content_type =
+// application/cloudevents+json, no headers). An error is about the
+// message (no CloudEvent can carry it): permanent.
+func Publishing(m *outbox.Message) (amqp.Publishing, error) {
+	pub := amqp.Publishing{
+		Headers: amqp.Table{}, ContentType: "application/json", DeliveryMode: amqp.Persistent,
+		MessageId: m.ID.String(), Timestamp: m.CreatedAt, Type: m.EventType, Body: m.Payload,
+	}
+	switch m.Envelope {
+	case outbox.EnvelopeCloudEvents:
+		ce, err := m.CloudEvent()
+		if err != nil {
+			return pub, err
+		}
+		for _, a := range ce.Attributes() {
+			pub.Headers[HeaderCloudEventsPrefix+a.Name] = a.Value
+		}
+		pub.ContentType = ce.DataContentType
+	case outbox.EnvelopeCloudEventsStructured:
+		body, err := m.StructuredCloudEvent()
+		if err != nil {
+			return pub, err
+		}
+		pub.Body, pub.ContentType = body, outboxtype.CloudEventsJSON
+	default:
+		for k, v := range m.StandardHeaders() {
+			pub.Headers[k] = v
+		}
+	}
+	return pub, nil
 }
 
 // track resolves waiters from the channel's confirms and returns, and fails

@@ -45,6 +45,7 @@ func TestConformance(t *testing.T) {
 				proxy.Cut()
 				return proxy.Restore
 			},
+			CloudEvents: &publishertest.CloudEvents{Prefix: rabbitmq.HeaderCloudEventsPrefix, ContentType: "content-type"},
 		}
 	})
 }

@@ -39,6 +39,24 @@
 // consumers (and redis-cli) read them without decoding, and no header name
 // can collide with the fixed fields.
 //
+// With a CloudEvents envelope (outbox.RelayConfig.Envelope) the entry holds
+// a CloudEvent instead. CloudEvents has no Redis binding; the entry follows
+// the NATS binding's rules, fields standing for headers, so a consumer reads
+// both alike (inbox/redisinbox does):
+//
+//	outbox.EnvelopeCloudEvents (binary content mode):
+//	ce-specversion  ce-id  ce-source  ce-type  ce-subject (aggregate id)
+//	ce-time (created_at)  ce-datacontenttype (application/json)
+//	ce-<extension>  the aggregate type and the row's headers; values
+//	                percent-encoded as the NATS binding asks
+//	payload         the payload
+//
+//	outbox.EnvelopeCloudEventsStructured:
+//	content-type    application/cloudevents+json
+//	payload         the JSON event format
+//
+// docs/CLOUDEVENTS.md has every broker's mapping.
+//
 // Config.MaxLen trims each stream to about that many entries on every XADD
 // (MAXLEN ~). By default XADD creates a missing stream; Config.RequireStream
 // makes a missing stream an outage (ErrNoStream, unavailable, naming the

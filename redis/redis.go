@@ -26,6 +26,19 @@ const (
 	HeaderPrefix       = outboxtype.RedisHeaderPrefix
 )
 
+// Stream entry field names with a CloudEvents envelope, which has no Redis
+// binding: the NATS binding's rules, with fields for headers. Binary
+// content mode: one FieldCloudEventsPrefix field per attribute
+// (ce-specversion, ce-id, ce-source, ce-type, ce-subject, ce-time,
+// ce-datacontenttype, ce-<extension>), values percent-encoded as that
+// binding asks, and the payload in FieldPayload. Structured mode:
+// FieldContentType = application/cloudevents+json and the JSON event
+// format in FieldPayload.
+const (
+	FieldCloudEventsPrefix = outboxtype.RedisFieldCloudEventsPrefix
+	FieldContentType       = outboxtype.RedisFieldContentType
+)
+
 // Defaults for Config's zero values.
 const (
 	// DefaultMaxValueSize is Redis's default proto-max-bulk-len (512 MiB).
@@ -118,8 +131,29 @@ func (p *Publisher) MessagingSystem() string { return "redis" }
 // Destination implements outbox.Describer: the stream.
 func (p *Publisher) Destination(msg *outbox.Message) string { return p.stream.Render(msg) }
 
-// Values returns msg's stream entry as XADD field-value pairs.
-func Values(msg *outbox.Message) []any {
+// Values returns msg's stream entry as XADD field-value pairs, in
+// msg.Envelope: the fields above, or a CloudEvent's (FieldCloudEventsPrefix).
+// An error is about the message (no CloudEvent can carry it): permanent.
+func Values(msg *outbox.Message) ([]any, error) {
+	switch msg.Envelope {
+	case outbox.EnvelopeCloudEvents:
+		ce, err := msg.CloudEvent()
+		if err != nil {
+			return nil, err
+		}
+		attrs := ce.Attributes()
+		v := make([]any, 0, 2*len(attrs)+4)
+		for _, a := range attrs {
+			v = append(v, FieldCloudEventsPrefix+a.Name, outboxtype.EncodeHeaderValue(a.Value))
+		}
+		return append(v, FieldCloudEventsPrefix+"datacontenttype", ce.DataContentType, FieldPayload, msg.Payload), nil
+	case outbox.EnvelopeCloudEventsStructured:
+		body, err := msg.StructuredCloudEvent()
+		if err != nil {
+			return nil, err
+		}
+		return []any{FieldContentType, outboxtype.CloudEventsJSON, FieldPayload, body}, nil
+	}
 	h := msg.StandardHeaders()
 	keys := make([]string, 0, len(h))
 	for k := range h {
@@ -138,7 +172,18 @@ func Values(msg *outbox.Message) []any {
 	for _, k := range keys {
 		v = append(v, HeaderPrefix+k, h[k])
 	}
-	return v
+	return v, nil
+}
+
+// payloadSize is the length of FieldPayload's value among XADD values.
+func payloadSize(values []any) int {
+	for i := 0; i+1 < len(values); i += 2 {
+		if values[i] == FieldPayload {
+			b, _ := values[i+1].([]byte)
+			return len(b)
+		}
+	}
+	return 0
 }
 
 // Publish adds msg to its stream.
@@ -164,8 +209,13 @@ func (p *Publisher) PublishBatch(ctx context.Context, msgs []*outbox.Message) []
 	pipe := p.client.Pipeline()
 	cmds := make([]*goredis.StringCmd, len(msgs))
 	for i, m := range msgs {
-		if len(m.Payload) > p.cfg.MaxValueSize {
-			errs[i] = outbox.Permanent(fmt.Errorf("redis: payload of %d bytes exceeds MaxValueSize %d", len(m.Payload), p.cfg.MaxValueSize))
+		values, err := Values(m)
+		if err != nil {
+			errs[i] = outbox.Permanent(fmt.Errorf("redis: %w", err))
+			continue
+		}
+		if n := payloadSize(values); n > p.cfg.MaxValueSize {
+			errs[i] = outbox.Permanent(fmt.Errorf("redis: payload of %d bytes exceeds MaxValueSize %d", n, p.cfg.MaxValueSize))
 			continue
 		}
 		cmds[i] = pipe.XAdd(ctx, &goredis.XAddArgs{
@@ -173,7 +223,7 @@ func (p *Publisher) PublishBatch(ctx context.Context, msgs []*outbox.Message) []
 			NoMkStream: p.cfg.RequireStream,
 			MaxLen:     p.cfg.MaxLen,
 			Approx:     p.cfg.MaxLen > 0,
-			Values:     Values(m),
+			Values:     values,
 		})
 	}
 	if pipe.Len() == 0 {

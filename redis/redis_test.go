@@ -124,6 +124,8 @@ func received(stream string, ms []goredis.XMessage) []publishertest.Received {
 		for k, v := range m.Values {
 			if name, ok := strings.CutPrefix(k, outboxredis.HeaderPrefix); ok {
 				h[name] = fmt.Sprint(v)
+			} else if strings.HasPrefix(k, outboxredis.FieldCloudEventsPrefix) || k == outboxredis.FieldContentType {
+				h[k] = fmt.Sprint(v)
 			}
 		}
 		payload, _ := m.Values[outboxredis.FieldPayload].(string)
@@ -171,6 +173,7 @@ func TestConformance(t *testing.T) {
 				proxy.Cut()
 				return proxy.Restore
 			},
+			CloudEvents: &publishertest.CloudEvents{Prefix: outboxredis.FieldCloudEventsPrefix, PercentEncoded: true, ContentType: outboxredis.FieldContentType},
 		}
 	})
 }

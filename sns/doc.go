@@ -38,6 +38,24 @@
 //     permanently. A standard topic has no dedup key: consumers deduplicate
 //     on the outbox-event-id attribute.
 //
+// With a CloudEvents envelope (outbox.RelayConfig.Envelope) the message
+// carries a CloudEvent. CloudEvents has no SNS binding: the attributes
+// follow the HTTP and NATS bindings' rules (ce- names, values
+// percent-encoded), so one reader serves them all (inbox adapters do):
+//
+//   - outbox.EnvelopeCloudEvents (binary content mode): message = the payload;
+//     String attributes ce-specversion, ce-id, ce-source, ce-type,
+//     ce-subject (aggregate id), ce-time (created_at), ce-datacontenttype
+//     (application/json), then the extensions while the 10 attributes last:
+//     ce-outboxaggregatetype, ce-traceparent, ce-tracestate, then the row's
+//     other headers by name. An event with more than 3 extensions loses the
+//     last ones: use structured mode to carry every header;
+//   - outbox.EnvelopeCloudEventsStructured: message = the JSON event format
+//     (every header in it), one attribute content-type =
+//     application/cloudevents+json.
+//
+// An SNS subscription filter policy can match ce-type. docs/CLOUDEVENTS.md has every broker's mapping.
+//
 // Attribute bytes count toward SNS's size limit. A message whose body plus
 // attribute names, types and values exceeds MaxMessageBytes (default
 // 256 KiB; raise it up to 1 MiB to match a topic's MaximumMessageSize)

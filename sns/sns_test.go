@@ -160,6 +160,7 @@ func TestConformance(t *testing.T) {
 						e.proxy.Cut()
 						return e.proxy.Restore
 					},
+					CloudEvents: &publishertest.CloudEvents{Prefix: "ce-", PercentEncoded: true, ContentType: "content-type"},
 				}
 				if strings.HasSuffix(topic, ".fifo") {
 					b.KeyOf = func(m *outbox.Message) string { return m.AggregateID }

@@ -16,6 +16,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/awsurl"
+	"github.com/pgoutbox/outbox/outboxtype"
 )
 
 // Limits and defaults.
@@ -202,13 +204,9 @@ func (p *Publisher) Entry(msg *outbox.Message) (types.SendMessageBatchRequestEnt
 }
 
 func (p *Publisher) entry(i int, msg *outbox.Message, fifo bool) (entry, error) {
-	h := msg.StandardHeaders()
-	all, err := json.Marshal(h)
-	if err != nil {
-		return entry{}, err
-	}
-	attrs := make(map[string]types.MessageAttributeValue, 6)
-	size := len(msg.Payload)
+	attrs := make(map[string]types.MessageAttributeValue, awsurl.MaxAttributes)
+	body := msg.Payload
+	size := 0
 	add := func(name, value string) {
 		if value == "" {
 			return // SQS refuses empty attribute values; the JSON attribute still has it
@@ -216,13 +214,38 @@ func (p *Publisher) entry(i int, msg *outbox.Message, fifo bool) (entry, error) 
 		attrs[name] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(value)}
 		size += len(name) + len("String") + len(value)
 	}
-	for _, k := range []string{outbox.HeaderEventID, outbox.HeaderEventType, outbox.HeaderAggregateType,
-		outbox.HeaderAggregateID, outbox.HeaderCreatedAt} {
-		add(k, h[k])
+	switch msg.Envelope {
+	case outbox.EnvelopeCloudEvents:
+		ce, err := msg.CloudEvent()
+		if err != nil {
+			return entry{}, err
+		}
+		list, _ := awsurl.CloudEventsAttributes(ce) // extensions past the limit: see the package doc
+		for _, a := range list {
+			add(a.Name, a.Value)
+		}
+	case outbox.EnvelopeCloudEventsStructured:
+		b, err := msg.StructuredCloudEvent()
+		if err != nil {
+			return entry{}, err
+		}
+		body = b
+		add(awsurl.AttrContentType, outboxtype.CloudEventsJSON)
+	default:
+		h := msg.StandardHeaders()
+		all, err := json.Marshal(h)
+		if err != nil {
+			return entry{}, err
+		}
+		for _, k := range []string{outbox.HeaderEventID, outbox.HeaderEventType, outbox.HeaderAggregateType,
+			outbox.HeaderAggregateID, outbox.HeaderCreatedAt} {
+			add(k, h[k])
+		}
+		add(AttrHeaders, string(all))
 	}
-	add(AttrHeaders, string(all))
+	size += len(body)
 	e := entry{i: i, size: size, e: types.SendMessageBatchRequestEntry{
-		Id: aws.String(strconv.Itoa(i)), MessageBody: aws.String(string(msg.Payload)), MessageAttributes: attrs,
+		Id: aws.String(strconv.Itoa(i)), MessageBody: aws.String(string(body)), MessageAttributes: attrs,
 	}}
 	if fifo {
 		if err := checkGroupID(msg.AggregateID); err != nil {
@@ -232,11 +255,11 @@ func (p *Publisher) entry(i int, msg *outbox.Message, fifo bool) (entry, error) 
 		e.e.MessageGroupId = aws.String(msg.AggregateID)
 		e.e.MessageDeduplicationId = aws.String(msg.ID.String())
 	}
-	if len(msg.Payload) == 0 {
+	if len(body) == 0 {
 		return e, errors.New("empty payload: SQS refuses an empty message body")
 	}
 	if size > p.maxBytes {
-		return e, fmt.Errorf("message of %d bytes (payload %d plus attributes) exceeds the limit of %d bytes", size, len(msg.Payload), p.maxBytes)
+		return e, fmt.Errorf("message of %d bytes (body %d plus attributes) exceeds the limit of %d bytes", size, len(body), p.maxBytes)
 	}
 	return e, nil
 }

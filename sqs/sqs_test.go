@@ -194,6 +194,7 @@ func TestConformance(t *testing.T) {
 						e.proxy.Cut()
 						return e.proxy.Restore
 					},
+					CloudEvents: &publishertest.CloudEvents{Prefix: "ce-", PercentEncoded: true, ContentType: "content-type"},
 				}
 				if strings.HasSuffix(queue, ".fifo") {
 					b.KeyOf = func(m *outbox.Message) string { return m.AggregateID }
@@ -669,3 +670,46 @@ func TestCreateQueues(t *testing.T) {
 
 // apiOnly implements sqs.API and nothing more.
 type apiOnly struct{ sqs.API }
+
+// SQS carries 10 message attributes: in binary content mode the 7 context
+// attributes, then the extensions that fit, the aggregate type and the
+// trace context first; structured mode carries every one in the body.
+func TestCloudEventsAttributeLimit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	pub := e.publisher(sqs.Config{QueueURL: e.createQueue("ce-limit", nil)})
+	m := publishertest.NewMessage("42", `{"a":1}`)
+	m.Envelope = outbox.EnvelopeCloudEvents
+	m.Headers["tracestate"] = "k=v"
+	m.Headers["alpha"] = "1"
+	m.Headers["beta"] = "2"
+	entry, _, err := pub.Entry(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for k := range entry.MessageAttributes {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	want := []string{"ce-datacontenttype", "ce-id", "ce-outboxaggregatetype", "ce-source", "ce-specversion",
+		"ce-subject", "ce-time", "ce-tracestate", "ce-traceparent", "ce-type"}
+	slices.Sort(want)
+	if !slices.Equal(names, want) {
+		t.Errorf("attributes %v, want %v", names, want)
+	}
+	m.Envelope = outbox.EnvelopeCloudEventsStructured
+	entry, _, err = pub.Entry(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := aws.ToString(entry.MessageBody)
+	for _, ext := range []string{`"alpha":"1"`, `"beta":"2"`, `"tenant":"acme"`, `"tracestate":"k=v"`} {
+		if !strings.Contains(body, ext) {
+			t.Errorf("structured body %s lacks %s", body, ext)
+		}
+	}
+	if len(entry.MessageAttributes) != 1 || aws.ToString(entry.MessageAttributes["content-type"].StringValue) != "application/cloudevents+json" {
+		t.Errorf("structured attributes %v", entry.MessageAttributes)
+	}
+}

@@ -30,6 +30,23 @@
 //     newline in a value, a space in a name) fails the event permanently;
 //   - Config.Header (an Authorization for the receiver, say) on every request.
 //
+// With a CloudEvents envelope (outbox.RelayConfig.Envelope) the request
+// follows the CloudEvents HTTP protocol binding, beside the Standard
+// Webhooks headers, which stay as above (webhook-id is the event id, the
+// signature covers the body sent):
+//
+//   - outbox.EnvelopeCloudEvents (binary content mode): body = the
+//     payload, Content-Type: application/json (datacontenttype); one header
+//     per attribute, ce-specversion, ce-id, ce-source, ce-type, ce-subject
+//     (aggregate id), ce-time (created_at) and ce-<extension> for the
+//     aggregate type and the row's headers, values percent-encoded as the
+//     binding asks;
+//   - outbox.EnvelopeCloudEventsStructured: body = the JSON event format,
+//     Content-Type: application/cloudevents+json.
+//
+// The outbox-* headers are not sent then: the attributes carry the same.
+// docs/CLOUDEVENTS.md has every broker's mapping.
+//
 // PublishBatch sends Concurrency requests at a time. One aggregate's events
 // go one after another in batch order, and once one fails the rest of that
 // aggregate's events in the batch are not sent, so a receiver sees an

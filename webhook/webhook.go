@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/outboxtype"
 )
 
 // Defaults for Config's zero values.
@@ -300,10 +301,24 @@ func (p *Publisher) Request(ctx context.Context, msg *outbox.Message, now time.T
 	if err != nil {
 		return nil, outbox.Permanent(fmt.Errorf("webhook: URL from template: %w", err))
 	}
-	if len(msg.Payload) > p.maxBody {
-		return nil, outbox.Permanent(fmt.Errorf("webhook: payload of %d bytes exceeds MaxBodyBytes %d", len(msg.Payload), p.maxBody))
+	body, contentType := msg.Payload, "application/json"
+	var ce *outboxtype.CloudEvent
+	switch msg.Envelope {
+	case outbox.EnvelopeCloudEvents:
+		if ce, err = msg.CloudEvent(); err != nil {
+			return nil, outbox.Permanent(fmt.Errorf("webhook: %w", err))
+		}
+		contentType = ce.DataContentType
+	case outbox.EnvelopeCloudEventsStructured:
+		if body, err = msg.StructuredCloudEvent(); err != nil {
+			return nil, outbox.Permanent(fmt.Errorf("webhook: %w", err))
+		}
+		contentType = outboxtype.CloudEventsJSON
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(msg.Payload))
+	if len(body) > p.maxBody {
+		return nil, outbox.Permanent(fmt.Errorf("webhook: body of %d bytes exceeds MaxBodyBytes %d", len(body), p.maxBody))
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(body))
 	if err != nil {
 		return nil, outbox.Permanent(fmt.Errorf("webhook: request to %s: %w", redact(u), err))
 	}
@@ -311,7 +326,7 @@ func (p *Publisher) Request(ctx context.Context, msg *outbox.Message, now time.T
 		req.Header[http.CanonicalHeaderKey(k)] = vs
 	}
 	id := msg.ID.String()
-	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Content-Type", contentType)
 	req.Header.Set("User-Agent", p.userAgent)
 	req.Header.Set(HeaderID, id)
 	// The same on every attempt. Besides telling receivers that follow the
@@ -321,7 +336,17 @@ func (p *Publisher) Request(ctx context.Context, msg *outbox.Message, now time.T
 	// was sent.
 	req.Header.Set("Idempotency-Key", id)
 	req.Header.Set(HeaderTimestamp, strconv.FormatInt(now.Unix(), 10))
-	req.Header.Set(HeaderSignature, signatureHeader(p.keys, id, now.Unix(), msg.Payload))
+	req.Header.Set(HeaderSignature, signatureHeader(p.keys, id, now.Unix(), body))
+	if msg.Envelope.CloudEvents() {
+		// The CloudEvents attributes stand for the outbox-* headers; the
+		// structured body carries them itself.
+		if ce != nil {
+			for _, a := range ce.Attributes() {
+				req.Header.Set(HeaderCloudEventsPrefix+a.Name, outboxtype.EncodeHeaderValue(a.Value))
+			}
+		}
+		return req, nil
+	}
 	std := map[string]bool{outbox.HeaderEventID: true, outbox.HeaderEventType: true, outbox.HeaderAggregateType: true,
 		outbox.HeaderAggregateID: true, outbox.HeaderCreatedAt: true}
 	for k, v := range msg.StandardHeaders() {
@@ -336,6 +361,10 @@ func (p *Publisher) Request(ctx context.Context, msg *outbox.Message, now time.T
 	}
 	return req, nil
 }
+
+// HeaderCloudEventsPrefix prefixes the CloudEvents attributes' headers in
+// binary content mode (the HTTP protocol binding): ce-id, ce-type...
+const HeaderCloudEventsPrefix = outboxtype.CloudEventsHeaderPrefix
 
 // Publish posts msg and waits for a 2xx answer.
 func (p *Publisher) Publish(ctx context.Context, msg *outbox.Message) error {

@@ -84,7 +84,7 @@ func (rc *receiver) serve(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case strings.HasPrefix(lk, webhook.HeaderRowPrefix):
 			h[strings.TrimPrefix(lk, webhook.HeaderRowPrefix)] = r.Header.Get(k)
-		case strings.HasPrefix(lk, "outbox-"):
+		case strings.HasPrefix(lk, "outbox-"), strings.HasPrefix(lk, webhook.HeaderCloudEventsPrefix), lk == "content-type":
 			h[lk] = r.Header.Get(k)
 		}
 	}
@@ -166,6 +166,7 @@ func TestConformance(t *testing.T) {
 				proxy.Cut()
 				return proxy.Restore
 			},
+			CloudEvents: &publishertest.CloudEvents{Prefix: "ce-", PercentEncoded: true, ContentType: "content-type"},
 		}
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -88,11 +89,33 @@ func New(proc inbox.Processor, cfg Config) (*Handler, error) {
 // unauthenticated, from UnsignedHeader. An outbox-event-id header that
 // disagrees with webhook-id marks a broken sender; the error wraps
 // inbox.ErrInvalidMessage, as does a webhook-id that is not a UUID.
+//
+// A structured CloudEvent (Content-Type application/cloudevents+json, a
+// relay with the cloudevents-structured envelope) is signed whole, so its
+// attributes are trusted: the Message is inbox.MessageFromCloudEvent's,
+// Payload its data, and its id must be webhook-id. In binary mode the ce-
+// headers are not signed: they are treated as the outbox-* headers are
+// (ce-id must agree with webhook-id; the others are in UnsignedHeader).
 func ToMessage(header http.Header, body []byte) (inbox.Message, error) {
 	wid := header.Get(signature.HeaderID)
-	if oid := header.Get(outboxtype.HeaderEventID); oid != "" && !sameUUID(oid, wid) {
-		return inbox.Message{}, fmt.Errorf("httpinbox: %s %.64q and %s %.64q disagree: %w",
-			signature.HeaderID, wid, outboxtype.HeaderEventID, oid, inbox.ErrInvalidMessage)
+	for _, name := range []string{outboxtype.HeaderEventID, outboxtype.CloudEventsHeaderPrefix + "id"} {
+		if oid := header.Get(name); oid != "" && !sameUUID(oid, wid) {
+			return inbox.Message{}, fmt.Errorf("httpinbox: %s %.64q and %s %.64q disagree: %w",
+				signature.HeaderID, wid, name, oid, inbox.ErrInvalidMessage)
+		}
+	}
+	if ct := header.Get("Content-Type"); strings.HasPrefix(ct, outboxtype.CloudEventsJSON) {
+		ce, err := outboxtype.ReadCloudEvent(map[string]string{"content-type": ct}, body)
+		if err != nil || ce == nil {
+			return inbox.Message{}, fmt.Errorf("httpinbox: a %s body that is no CloudEvent: %v: %w", ct, err, inbox.ErrInvalidMessage)
+		}
+		if !sameUUID(ce.ID, wid) {
+			return inbox.Message{}, fmt.Errorf("httpinbox: %s %.64q and the CloudEvent's id %.64q disagree: %w",
+				signature.HeaderID, wid, ce.ID, inbox.ErrInvalidMessage)
+		}
+		return inbox.MessageFromCloudEvent(ce, map[string]string{
+			signature.HeaderID: wid, signature.HeaderTimestamp: header.Get(signature.HeaderTimestamp),
+		})
 	}
 	id, err := uuid.Parse(wid)
 	if err != nil || id == uuid.Nil {
@@ -203,6 +226,9 @@ func unsigned(h http.Header) http.Header {
 func rowHeader(h http.Header, key string) string {
 	if v := h.Get(outboxtype.WebhookHeaderPrefix + key); v != "" {
 		return v
+	}
+	if v := h.Get(outboxtype.CloudEventsHeaderPrefix + key); v != "" {
+		return v // binary CloudEvents: the Distributed Tracing extension
 	}
 	return h.Get(key)
 }

@@ -283,6 +283,34 @@ func Run(t *testing.T, newAdapter func(t *testing.T, e *Env) Adapter) {
 		}
 	})
 
+	// A relay with a CloudEvents envelope, either mode: the adapter reads
+	// the CloudEvent's id as the event id, and the handler sees the event's
+	// type, aggregate, time, headers and payload as without one.
+	t.Run("CloudEvents", func(t *testing.T) {
+		e := Setup(t)
+		a := newAdapter(t, e)
+		var mu sync.Mutex
+		seen := map[uuid.UUID]inbox.Message{}
+		e.SetFail(func(_ context.Context, m inbox.Message) error {
+			mu.Lock()
+			seen[m.ID] = m
+			mu.Unlock()
+			return nil
+		})
+		stop := a.Start(t, e.Processor())
+		msgs := CloudEventsEvents(2)
+		a.Publish(t, msgs...)
+		e.WaitOutcomes(IDs(msgs), 1)
+		stop()
+		a.CheckSettled(t)
+		e.CheckOnce(IDs(msgs), Processed)
+		mu.Lock()
+		defer mu.Unlock()
+		for _, m := range msgs {
+			checkCloudEvent(t, m, seen[m.ID])
+		}
+	})
+
 	// A message without an event id can never be processed: it is settled
 	// without reaching the handler, and the next message is unaffected.
 	t.Run("InvalidMessageSettledWithoutHandler", func(t *testing.T) {
@@ -300,6 +328,39 @@ func Run(t *testing.T, newAdapter func(t *testing.T, e *Env) Adapter) {
 			t.Errorf("handler calls = %d, want 1", n)
 		}
 	})
+}
+
+// CloudEventsEvents returns 2n new events, n for each CloudEvents envelope,
+// with a tenant header and a source of the suite's.
+func CloudEventsEvents(n int) []*outbox.Message {
+	var out []*outbox.Message
+	for _, env := range []outbox.Envelope{outbox.EnvelopeCloudEvents, outbox.EnvelopeCloudEventsStructured} {
+		for _, m := range Events(n) {
+			m.Envelope, m.CloudEventsSource = env, "/pgoutbox/inboxtest.outbox_events"
+			m.Headers = map[string]string{"tenant": "acme"}
+			m.Payload = []byte(fmt.Sprintf(`{"order_id":%q}`, m.AggregateID))
+			m.CreatedAt = m.CreatedAt.Truncate(time.Microsecond)
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// checkCloudEvent fails t unless the handler saw m as the relay wrote it.
+func checkCloudEvent(t *testing.T, m *outbox.Message, got inbox.Message) {
+	t.Helper()
+	if got.ID != m.ID || got.EventType != m.EventType || got.AggregateType != m.AggregateType ||
+		got.AggregateID != m.AggregateID || !got.CreatedAt.Equal(m.CreatedAt) {
+		t.Errorf("%s: handler saw id %s type %q aggregate %q/%q created %s; want %s %q %q/%q %s", m.Envelope,
+			got.ID, got.EventType, got.AggregateType, got.AggregateID, got.CreatedAt,
+			m.ID, m.EventType, m.AggregateType, m.AggregateID, m.CreatedAt)
+	}
+	if got.Header("tenant") != "acme" {
+		t.Errorf("%s: handler saw header tenant = %q, want acme (headers %v)", m.Envelope, got.Header("tenant"), got.Headers)
+	}
+	if strings.ReplaceAll(string(got.Payload), " ", "") != string(m.Payload) {
+		t.Errorf("%s: handler saw payload %s, want %s", m.Envelope, got.Payload, m.Payload)
+	}
 }
 
 // PublishAll sends msgs with pub, failing t on the first error.

@@ -72,6 +72,10 @@ func New(proc inbox.Processor, cfg Config) (*Consumer, error) {
 func ToMessage(msg paho.Message) (inbox.Message, error) {
 	h, payload, err := mqtt.OpenEnvelope(msg.Payload())
 	if err != nil {
+		// A relay with a CloudEvents envelope sends the JSON event format.
+		if m, cerr := inbox.MessageFromHeaders(nil, msg.Payload()); cerr == nil {
+			return m, nil
+		}
 		return inbox.Message{}, fmt.Errorf("mqttinbox: topic %s: %w: %w", msg.Topic(), err, inbox.ErrInvalidMessage)
 	}
 	return inbox.MessageFromHeaders(h, payload)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"time"
 
 	gpubsub "cloud.google.com/go/pubsub/v2"
@@ -60,6 +61,11 @@ func New(proc inbox.Processor, cfg Config) (*Consumer, error) {
 func ToMessage(msg *gpubsub.Message) (inbox.Message, error) {
 	h := make(map[string]string, len(msg.Attributes))
 	for k, v := range msg.Attributes {
+		if len(k) > 3 && strings.EqualFold(k[:3], "ce-") {
+			// The Pub/Sub binding sends ce- values as they are, where HTTP
+			// and NATS percent-encode them, as MessageFromHeaders expects.
+			v = strings.NewReplacer("%", "%25", `"`, "%22").Replace(v)
+		}
 		h[k] = v
 	}
 	return inbox.MessageFromHeaders(h, msg.Data)

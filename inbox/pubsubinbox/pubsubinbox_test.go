@@ -184,3 +184,23 @@ func TestConfigValidation(t *testing.T) {
 		t.Error("Run(nil) accepted")
 	}
 }
+
+// The Pub/Sub binding sends ce- attributes as they are: a value with a %
+// or quotes reaches the handler unchanged (HTTP and NATS percent-encode).
+func TestToMessageCloudEventsAttributesAsSent(t *testing.T) {
+	t.Parallel()
+	m := inboxtest.Events(1)[0]
+	m.Envelope, m.AggregateID = outbox.EnvelopeCloudEvents, `100%41 "q"`
+	ce, err := m.CloudEvent()
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := &gpubsub.Message{Data: m.Payload, Attributes: map[string]string{pubsub.AttrContentType: "application/json"}}
+	for _, a := range ce.Attributes() { // as the pubsub publisher sends them
+		msg.Attributes[pubsub.AttrCloudEventsPrefix+a.Name] = a.Value
+	}
+	got, err := pubsubinbox.ToMessage(msg)
+	if err != nil || got.ID != m.ID || got.AggregateID != m.AggregateID {
+		t.Errorf("ToMessage = %+v, %v; want id %s, aggregate %q", got, err, m.ID, m.AggregateID)
+	}
+}

@@ -90,6 +90,9 @@ func ToMessage(d amqp.Delivery) (inbox.Message, error) {
 	if _, ok := h[outboxtype.HeaderEventType]; !ok && d.Type != "" {
 		h[outboxtype.HeaderEventType] = d.Type
 	}
+	if _, ok := h["content-type"]; !ok && d.ContentType != "" {
+		h["content-type"] = d.ContentType // a structured CloudEvent says so here
+	}
 	return inbox.MessageFromHeaders(h, d.Body)
 }
 

@@ -128,6 +128,8 @@ func ToMessage(x goredis.XMessage) (inbox.Message, error) {
 			payload = []byte(s)
 		case strings.HasPrefix(k, outboxtype.RedisHeaderPrefix):
 			h[strings.TrimPrefix(k, outboxtype.RedisHeaderPrefix)] = s
+		case strings.HasPrefix(k, outboxtype.RedisFieldCloudEventsPrefix), k == outboxtype.RedisFieldContentType:
+			h[k] = s // a CloudEvent's attributes
 		}
 	}
 	fallbacks := map[string]string{

@@ -1,6 +1,7 @@
-// Package awsurl holds what the AWS publishers' broker URLs share: loading
-// the SDK's default configuration for a region, and checking endpoint= and
-// ARNs. Only the AWS publisher packages import it, so the SDK stays out of
+// Package awsurl holds what the AWS publishers share: for their broker URLs,
+// loading the SDK's default configuration for a region, and checking
+// endpoint= and ARNs; and the CloudEvents message attributes of SQS and
+// SNS. Only the AWS publisher packages import it, so the SDK stays out of
 // every other package's imports.
 package awsurl
 

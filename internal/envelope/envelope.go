@@ -15,6 +15,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/pgoutbox/outbox/outboxtype"
 )
 
 // Envelope is a decoded envelope.
@@ -45,6 +47,17 @@ func Encode(headers map[string]string, payload []byte) ([]byte, error) {
 	out = append(out, payloadKey...)
 	out = append(out, payload...)
 	return append(out, '}'), nil
+}
+
+// Body returns what msg becomes, in msg.Envelope: the envelope of its
+// standard headers and payload, or, with either CloudEvents envelope, the
+// JSON event format (structured content mode: neither destination has
+// headers for binary mode).
+func Body(msg *outboxtype.Message) ([]byte, error) {
+	if msg.Envelope.CloudEvents() {
+		return msg.StructuredCloudEvent()
+	}
+	return Encode(msg.StandardHeaders(), msg.Payload)
 }
 
 // Size is the length of Encode's result, without encoding the payload.

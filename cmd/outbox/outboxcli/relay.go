@@ -31,6 +31,8 @@ type relaySettings struct {
 	db           dbOptions
 	cfg          outbox.RelayConfig
 	source       string // RelayConfig.Source, checked by validate
+	envelope     string // RelayConfig.Envelope, checked by validate
+	ceSource     string // RelayConfig.CloudEventsSource
 	broker       string
 	topic        string
 	httpAddr     string
@@ -139,6 +141,13 @@ The relay creates no stream, topic, exchange or queue unless asked with
 --create-topology (or --ensure-stream NAME for NATS): a missing destination is
 an outage (no attempt counted, not ready, the log names the command creating it).
 
+--envelope cloudevents sends every event as a CloudEvent 1.0 in binary
+content mode (the payload as the body, the attributes in the broker's
+headers: Kafka ce_, HTTP, NATS and Pub/Sub ce-, AMQP cloudEvents_);
+cloudevents-structured sends the JSON event format as the body. MQTT,
+Kinesis and EventBridge, which have no headers, get structured mode either
+way. --cloudevents-source sets the source attribute. See docs/CLOUDEVENTS.md.
+
 --topic is the subject/topic template: {event_type}, {aggregate_type} and
 {aggregate_id} are replaced by the event's fields, e.g. "events.{aggregate_type}".
 
@@ -158,6 +167,10 @@ Logs are JSON on stderr, or text when stderr is a terminal.`)
 	f.StringVar(&s.topic, "topic", outbox.DefaultTopicTemplate, "subject/topic template")
 	f.StringVar(&s.source, "source", string(outbox.SourceTable), "where events come from: table (claim them from the outbox table) or wal (stream them from the table's logical replication slot)")
 	o.setsField("Source", "source")
+	f.StringVar(&s.envelope, "envelope", string(outbox.EnvelopeOutbox), "wire format: outbox (the payload, outbox-* headers), cloudevents (CloudEvents 1.0, binary content mode) or cloudevents-structured (the JSON event format as the body); see docs/CLOUDEVENTS.md")
+	o.setsField("Envelope", "envelope")
+	f.StringVar(&s.ceSource, "cloudevents-source", "", "with --envelope cloudevents[-structured]: the events' source attribute, a URI reference (default /pgoutbox/<schema>.<table>)")
+	o.setsField("CloudEventsSource", "cloudevents-source")
 	for _, st := range s.relayFlags() {
 		st.register(o)
 	}
@@ -192,6 +205,12 @@ func (s *relaySettings) validate(o *options) error {
 	default:
 		return o.settingErr("source", "%q is not a source (want %s or %s)", s.source, outbox.SourceTable, outbox.SourceWAL)
 	}
+	if err := outbox.Envelope(s.envelope).Valid(); err != nil || s.envelope == "" {
+		return o.settingErr("envelope", "%q is not an envelope (want %s, %s or %s)", s.envelope, outbox.EnvelopeOutbox, outbox.EnvelopeCloudEvents, outbox.EnvelopeCloudEventsStructured)
+	}
+	if s.ceSource != "" && !outbox.Envelope(s.envelope).CloudEvents() {
+		return o.settingErr("cloudevents-source", "%q: set without --envelope cloudevents or cloudevents-structured", s.ceSource)
+	}
 	if _, err := outbox.ParseTopicTemplate(s.topic); err != nil {
 		return o.settingErr("topic", "%s", strings.TrimPrefix(err.Error(), "outbox: "))
 	}
@@ -208,6 +227,7 @@ func (s *relaySettings) relayConfig(log *slog.Logger, reg prometheus.Registerer)
 	cfg := s.cfg
 	cfg.Schema, cfg.Table = s.db.Schema, s.db.Table
 	cfg.Source = outbox.Source(s.source)
+	cfg.Envelope, cfg.CloudEventsSource = outbox.Envelope(s.envelope), s.ceSource
 	cfg.BatchDelay = cliBatchDelay(cfg.BatchDelay)
 	cfg.Logger, cfg.Registerer = log, reg
 	return cfg
@@ -252,7 +272,7 @@ func (c *cli) relay(ctx context.Context, o *options, s *relaySettings) error {
 	r.log.Info("outbox relay started", "version", Version().Version, "table", tableName(s.db), "source", s.source, "broker", r.brokerURL, "topic", s.topic,
 		"workers", s.cfg.Workers, "batch_size", s.cfg.BatchSize, "poll_interval", s.cfg.PollInterval,
 		"max_attempts", s.cfg.MaxAttempts, "retention", s.cfg.Retention, "ordered", s.cfg.Ordered, "listen", s.cfg.Listen,
-		"delete_on_publish", s.cfg.DeleteOnPublish, "batch_delay", s.cfg.BatchDelay)
+		"delete_on_publish", s.cfg.DeleteOnPublish, "batch_delay", s.cfg.BatchDelay, "envelope", s.envelope)
 	wctx, stopWatch := context.WithCancel(ctx)
 	watched := make(chan struct{})
 	go func() {
