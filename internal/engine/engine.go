@@ -58,10 +58,10 @@ type Engine struct {
 	outage      outageState  // the workers' shared backoff while the destination is down
 	brokerDown  atomic.Bool
 	brokerErr   atomic.Pointer[error] // why, when brokerDown
-	lastClaim   atomic.Int64 // when the last claim started, Unix ns
-	lastRelease atomic.Int64 // when a claim last released due scheduled events, Unix ns
-	pacing      atomic.Bool  // a worker paces the claims of a heavy stream
-	pollDue     atomic.Int64 // when the relay's next poll is due, Unix ns (worker.go)
+	lastClaim   atomic.Int64          // when the last claim started, Unix ns
+	lastRelease atomic.Int64          // when a claim last released due scheduled events, Unix ns
+	pacing      atomic.Bool           // a worker paces the claims of a heavy stream
+	pollDue     atomic.Int64          // when the relay's next poll is due, Unix ns (worker.go)
 
 	// WAL source (wal.go): nil for a table source. qh are the claims of
 	// the rows handed to the table path; fallback: the slot is lost and

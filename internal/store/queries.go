@@ -238,9 +238,9 @@ released AS (
     FROM due WHERE o.id = due.id
     RETURNING 1)
 SELECT count(*) FROM released`,
-		AnyDue:    `SELECT EXISTS (SELECT 1 FROM ` + t + ` WHERE deliver_at <= now() AND processed_at IS NULL)`,
-		CountDead: `SELECT count(*) FROM ` + t + ` WHERE dead_at IS NOT NULL AND processed_at IS NULL AND held_by IS NULL`,
-		CountHeld: `SELECT count(*) FROM ` + t + ` WHERE dead_at IS NOT NULL AND processed_at IS NULL AND held_by IS NOT NULL`,
+		AnyDue:               `SELECT EXISTS (SELECT 1 FROM ` + t + ` WHERE deliver_at <= now() AND processed_at IS NULL)`,
+		CountDead:            `SELECT count(*) FROM ` + t + ` WHERE dead_at IS NOT NULL AND processed_at IS NULL AND held_by IS NULL`,
+		CountHeld:            `SELECT count(*) FROM ` + t + ` WHERE dead_at IS NOT NULL AND processed_at IS NULL AND held_by IS NOT NULL`,
 		CountProcessedBefore: `SELECT count(*) FROM ` + t + ` WHERE processed_at IS NOT NULL AND processed_at < now() - $1::interval`,
 		Cleanup: `DELETE FROM ` + t + ` WHERE id IN (
     SELECT id FROM ` + t + `
