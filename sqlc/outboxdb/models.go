@@ -8,6 +8,11 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+type OutboxCancel struct {
+	One bool   `json:"one"`
+	Lsn string `json:"lsn"`
+}
+
 type OutboxDeadLetter struct {
 	ID            pgtype.UUID        `json:"id"`
 	AggregateType string             `json:"aggregate_type"`
