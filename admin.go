@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"github.com/pgoutbox/outbox/internal/engine"
 	"github.com/pgoutbox/outbox/internal/ident"
 	"github.com/pgoutbox/outbox/internal/store"
+	"github.com/pgoutbox/outbox/internal/wal"
 )
 
 // DefaultAdminStatementTimeout bounds each Admin call when
@@ -42,6 +44,21 @@ type AdminConfig struct {
 	// connections set statement_timeout (a run-time parameter in the
 	// connection string), that plus 5s.
 	StatementTimeout time.Duration
+	// StuckAfter is how long events may be due before Status reports them
+	// Waiting. Defaults to DefaultStuckAfter (1m), the relay's default.
+	StuckAfter time.Duration
+}
+
+// Waiting is Status's account of events due for too long.
+type Waiting struct {
+	Due          int64         `json:"due"`
+	OldestDueAge time.Duration `json:"oldest_due_age_ns"`
+	// Causes are what the database shows that can hold the relays (a
+	// transaction holding the xmin horizon, the WAL source's slot not
+	// streamed); empty when it shows none: the relay's /readyz and log
+	// name the others (the destination refusing everything, failing
+	// batches).
+	Causes []string `json:"causes"`
 }
 
 // StatementTimeoutError is returned by an Admin call that outlived
@@ -77,7 +94,8 @@ type Admin struct {
 	// migrated9: the table has the cancellations table (migration 9),
 	// which deletions of unpublished events update for WAL relays; found
 	// once, at the first deletion.
-	migrated9 atomic.Bool
+	migrated9  atomic.Bool
+	stuckAfter time.Duration
 }
 
 // NewAdmin validates cfg and returns an Admin.
@@ -93,7 +111,11 @@ func NewAdmin(pool *pgxpool.Pool, cfg AdminConfig) (*Admin, error) {
 	if timeout == 0 {
 		timeout = defaultAdminTimeout(pool.Config())
 	}
-	return &Admin{pool: pool, names: n, q: store.New(n, false), aq: store.NewAdmin(n, false), timeout: timeout}, nil
+	if cfg.StuckAfter < 0 {
+		return nil, &ConfigError{Config: "AdminConfig", Field: "StuckAfter", Err: fmt.Errorf("%s: must not be negative", cfg.StuckAfter)}
+	}
+	return &Admin{pool: pool, names: n, q: store.New(n, false), aq: store.NewAdmin(n, false), timeout: timeout,
+		stuckAfter: cmp.Or(cfg.StuckAfter, DefaultStuckAfter)}, nil
 }
 
 // deleting returns the statements for deleting unpublished events: with
@@ -238,6 +260,50 @@ type Status struct {
 	Scheduled int64        `json:"scheduled"`
 	NextDue   *time.Time   `json:"next_due,omitempty"`
 	ByType    []TypeStatus `json:"by_type"`
+	// Waiting is set when events have been due (pending, not scheduled,
+	// retry due) for AdminConfig.StuckAfter or longer: the relays are
+	// stuck or far behind. Its causes are those the database shows.
+	Waiting *Waiting `json:"waiting,omitempty"`
+}
+
+// waiting reads how long events have been due, and, past StuckAfter, what
+// the database shows that can hold the relays.
+func (a *Admin) waiting(ctx context.Context) (*Waiting, error) {
+	var due int64
+	var oldest *time.Time
+	var now time.Time
+	if err := a.pool.QueryRow(ctx, a.q.Due).Scan(&due, &oldest, &now); err != nil {
+		return nil, err
+	}
+	if due == 0 || oldest == nil || now.Sub(*oldest) < a.stuckAfter {
+		return nil, nil
+	}
+	w := &Waiting{Due: due, OldestDueAge: now.Sub(*oldest), Causes: []string{}}
+	var pid int
+	var app, state string
+	var age time.Duration
+	err := a.pool.QueryRow(ctx, a.q.OldestXmin).Scan(&pid, &app, &state, &age)
+	switch {
+	case err == nil && age >= a.stuckAfter:
+		w.Causes = append(w.Causes, fmt.Sprintf("a transaction open for %s (pid %d, application %q, %s) holds the xmin horizon", age.Round(time.Second), pid, app, state))
+	case err != nil && !errors.Is(err, pgx.ErrNoRows):
+		return nil, err
+	}
+	n, err := wal.Resolve(ctx, a.pool, a.names)
+	if err != nil {
+		return nil, err
+	}
+	slot, err := wal.Inspect(ctx, a.pool, n)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case slot.Exists && slot.WALStatus == "lost":
+		w.Causes = append(w.Causes, "the WAL source's slot "+n.Slot+" was invalidated (wal_status lost)")
+	case slot.Exists && !slot.Active:
+		w.Causes = append(w.Causes, "no relay streams the WAL source's slot "+n.Slot)
+	}
+	return w, nil
 }
 
 // Status reads the outbox's state.
@@ -257,6 +323,11 @@ func (a *Admin) Status(ctx context.Context) (*Status, error) {
 	if err := a.pool.QueryRow(ctx, a.q.Scheduled).Scan(&st.Scheduled, &st.NextDue); err != nil {
 		return nil, a.fail(ctx, "status", err)
 	}
+	waiting, err := a.waiting(ctx)
+	if err != nil {
+		return nil, a.fail(ctx, "status", err)
+	}
+	st.Waiting = waiting
 	rows, err := a.pool.Query(ctx, a.q.Status)
 	if err != nil {
 		return nil, a.fail(ctx, "status", err)

@@ -43,6 +43,10 @@ var (
 	// relay reads event types and payloads as UTF-8. Set client_encoding=UTF8
 	// in the connection string; the outbox command does.
 	ErrClientEncoding = engine.ErrClientEncoding
+	// ErrStuck is what Relay.Ready returns (wrapped, with the counts and
+	// the cause when known) while events are due and none reached the
+	// destination for RelayConfig.StuckAfter.
+	ErrStuck = errors.New("outbox relay stuck")
 )
 
 type classified struct {

@@ -41,6 +41,7 @@ const (
 	DefaultRotateEvents     = 1_000_000              // RelayConfig.RotateEvents
 	DefaultRotateInterval   = 5 * time.Minute        // RelayConfig.RotateInterval
 	DefaultWALSenderTimeout = 4 * time.Second        // RelayConfig.WALSenderTimeout
+	DefaultStuckAfter       = time.Minute            // RelayConfig.StuckAfter
 )
 
 // Backoff is an exponential backoff: the n-th wait is Base·2^(n-1), capped at
@@ -162,6 +163,15 @@ type RelayConfig struct {
 	// cutting a healthy relay under load. At least 2s. Defaults to
 	// DefaultWALSenderTimeout (4s).
 	WALSenderTimeout time.Duration
+
+	// StuckAfter is how long events may be due with none reaching the
+	// destination before the relay reports itself stuck: Ready (and
+	// /readyz) fails naming the cause when it can tell (the destination
+	// refusing everything, batches failing, the slot not streamed, a
+	// transaction holding the xmin horizon), the log says it once, and
+	// outbox_stuck is 1. Checked every StatsInterval. Defaults to
+	// DefaultStuckAfter (1m).
+	StuckAfter time.Duration
 
 	// DeleteOnPublish deletes a row once the broker confirmed it, instead of
 	// setting processed_at. (With SourceWAL, streamed events are always
@@ -309,6 +319,7 @@ func (cfg RelayConfig) withDefaults() RelayConfig {
 	orDefault(&cfg.RotateEvents, DefaultRotateEvents)
 	orDefault(&cfg.RotateInterval, DefaultRotateInterval)
 	orDefault(&cfg.WALSenderTimeout, DefaultWALSenderTimeout)
+	orDefault(&cfg.StuckAfter, DefaultStuckAfter)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -380,6 +391,8 @@ func (cfg RelayConfig) validate(raw RelayConfig) error {
 		return bad("RotateEvents", "%d: must be at least 1", raw.RotateEvents)
 	case cfg.RotateInterval < time.Second:
 		return bad("RotateInterval", "%s: must be at least 1s", raw.RotateInterval)
+	case cfg.StuckAfter < 0:
+		return bad("StuckAfter", "%s: must not be negative", raw.StuckAfter)
 	case cfg.WALSenderTimeout < 2*time.Second:
 		return bad("WALSenderTimeout", "%s: must be at least 2s (the stream reports every second)", raw.WALSenderTimeout)
 	}
@@ -422,6 +435,7 @@ func (cfg RelayConfig) engineConfig() (engine.Config, error) {
 		RotateEvents:     int64(c.RotateEvents),
 		RotateInterval:   c.RotateInterval,
 		SenderTimeout:    c.WALSenderTimeout,
+		StuckAfter:       c.StuckAfter,
 		Logger:           c.Logger,
 	}, nil
 }
@@ -571,6 +585,9 @@ func (r *Relay) Wake() { r.eng.Wake() }
 func (r *Relay) Ready(ctx context.Context) error {
 	if err := r.pool.Ping(ctx); err != nil {
 		return fmt.Errorf("database: %w", err)
+	}
+	if st := r.eng.Stuck(); st.Due > 0 {
+		return fmt.Errorf("%w: %s", ErrStuck, st.Error())
 	}
 	if r.eng.BrokerDown() {
 		if err := r.eng.BrokerErr(); err != nil {

@@ -58,6 +58,9 @@ type Config struct {
 	// (walpartition.go).
 	RotateEvents   int64
 	RotateInterval time.Duration
+	// StuckAfter: events due and none delivered for this long make the
+	// relay stuck (stuck.go).
+	StuckAfter time.Duration
 	// SenderTimeout is the stream's wal_sender_timeout.
 	SenderTimeout time.Duration
 

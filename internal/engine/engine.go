@@ -27,6 +27,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -56,6 +57,7 @@ type Engine struct {
 
 	alone       aloneTracker // tells a message failing alone from an outage
 	outage      outageState  // the workers' shared backoff while the destination is down
+	stuck       stuckState   // why nothing moves (stuck.go)
 	brokerDown  atomic.Bool
 	brokerErr   atomic.Pointer[error] // why, when brokerDown
 	lastClaim   atomic.Int64          // when the last claim started, Unix ns
@@ -88,6 +90,7 @@ func New(pool *pgxpool.Pool, cfg Config) *Engine {
 // Run starts the workers and the housekeeping loops and blocks until ctx is
 // cancelled and every batch in flight has been finished or rolled back.
 func (e *Engine) Run(ctx context.Context) error {
+	e.stuck.moved(time.Now()) // a relay just started has not been stuck yet
 	var wg sync.WaitGroup
 	for i := range e.cfg.Workers {
 		wg.Go(func() { e.worker(ctx, i) })

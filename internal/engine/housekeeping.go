@@ -29,6 +29,7 @@ func (e *Engine) statsLoop(ctx context.Context) {
 	}
 	for {
 		run("held events", e.tendHeld)
+		run("stuck detector", e.checkStuck)
 		if e.cfg.Metrics != nil {
 			run("gauges", e.refreshGauges)
 			if e.ws != nil {

@@ -194,6 +194,10 @@ func (s *walSource) run(ctx context.Context) {
 			failures = 0 // a stream that worked: this interruption is a first one
 		}
 		s.setState(func(st *SourceState) { st.Streaming, st.Err = false, err })
+		if !errors.Is(err, wal.ErrSlotBusy) {
+			e := s.e
+			e.stuck.batchFailed(err)
+		}
 		if m != nil {
 			m.Streaming.Set(0)
 		}

@@ -26,6 +26,7 @@ func (e *Engine) worker(ctx context.Context, id int) {
 		case err != nil && ctx.Err() != nil:
 			return
 		case err != nil:
+			e.stuck.batchFailed(err)
 			outages++
 			if e.cfg.Metrics != nil {
 				e.cfg.Metrics.DBErrors.Inc()

@@ -27,6 +27,7 @@ type Metrics struct {
 	Scheduled         prometheus.Gauge
 	NextDue           prometheus.Gauge
 	OldestPendingAge  prometheus.Gauge
+	Stuck             prometheus.Gauge
 
 	// The event source (RelayConfig.Source). Replication* are set only by a
 	// relay whose source is the WAL, from the slot's row in
@@ -113,6 +114,10 @@ func New(reg prometheus.Registerer, constLabels prometheus.Labels, wal bool) (*M
 			Name: "outbox_scheduled_next_due_timestamp_seconds", ConstLabels: constLabels,
 			Help: "Unix time the earliest scheduled event is due; 0 when none is scheduled.",
 		}),
+		Stuck: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "outbox_stuck", ConstLabels: constLabels,
+			Help: "1 while events are due and none reached the destination for RelayConfig.StuckAfter (the relay's log and /readyz say why), else 0.",
+		}),
 		OldestPendingAge: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "outbox_oldest_pending_age_seconds", ConstLabels: constLabels,
 			Help: "Age of the oldest claimable event (by insertion order); 0 when none is pending.",
@@ -162,7 +167,7 @@ func New(reg prometheus.Registerer, constLabels prometheus.Labels, wal bool) (*M
 
 func (m *Metrics) collectors() []prometheus.Collector {
 	cs := []prometheus.Collector{m.Published, m.Failed, m.Pending, m.BatchDuration, m.DeadLetters,
-		m.DeadLettered, m.PublishLag, m.BrokerUnavailable, m.DBErrors, m.LastPublish, m.BlockedAggregates, m.HeldEvents, m.OldestPendingAge,
+		m.DeadLettered, m.PublishLag, m.BrokerUnavailable, m.DBErrors, m.LastPublish, m.BlockedAggregates, m.HeldEvents, m.OldestPendingAge, m.Stuck,
 		m.Scheduled, m.NextDue, m.Source}
 	if m.wal {
 		cs = append(cs, m.Streaming, m.Fallbacks, m.ReplicationLag, m.ReplicationRetained, m.ReplicationSlotState,

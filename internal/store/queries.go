@@ -149,6 +149,12 @@ type Queries struct {
 	Cancels      string
 	CancelledLSN string
 	StreamOwned  string
+	// Due counts the events due (pending, not scheduled, retry due) and
+	// reads the oldest one's created_at (NULL if none) and now(): the stuck
+	// detector's round. OldestXmin reads the session whose transaction
+	// holds the xmin horizon longest (pid, application_name, state, age).
+	Due        string
+	OldestXmin string
 
 	table string // the quoted table, for HandoffOnly
 }
@@ -163,6 +169,14 @@ func New(n ident.Names, deleteProcessed bool) *Queries {
 		CancelledLSN: `SELECT (lsn - '0/0'::pg_lsn)::bigint FROM ` + cancels,
 		StreamOwned: `SELECT id FROM ` + t + `
 WHERE id = ANY($1::uuid[]) AND processed_at IS NULL AND retry_after IS NULL AND dead_at IS NULL`,
+		Due: `SELECT count(*), min(` + finite("created_at") + `), now() FROM ` + t + `
+WHERE processed_at IS NULL AND dead_at IS NULL AND deliver_at IS NULL
+  AND (retry_after IS NULL OR retry_after <= now())`,
+		OldestXmin: `SELECT pid, application_name, COALESCE(state, ''), now() - xact_start
+FROM pg_stat_activity
+WHERE backend_xmin IS NOT NULL AND xact_start IS NOT NULL AND pid <> pg_backend_pid()
+ORDER BY xact_start
+LIMIT 1`,
 		table: t,
 		Claim: `SELECT id, seq, aggregate_type, aggregate_id, event_type, ` + claimBody + `, created_at, attempts, last_error IS NOT NULL, false, false
 FROM ` + t + `

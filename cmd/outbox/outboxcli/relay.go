@@ -75,6 +75,7 @@ func (s *relaySettings) relayFlags() []setting {
 		bind("BatchDelayAbove", "batch-delay-above", &c.BatchDelayAbove, outbox.DefaultBatchDelayAbove, "events/s above which claims triggered by wake-ups are spaced out (until the stream falls below three quarters of it)"),
 		bind("RotateEvents", "rotate-events", &c.RotateEvents, outbox.DefaultRotateEvents, "partitioned table, --source wal: move new events to a new partition after this many, and drop old partitions once delivered"),
 		bind("RotateInterval", "rotate-interval", &c.RotateInterval, outbox.DefaultRotateInterval, "partitioned table, --source wal: move new events to a new partition after this long, if the current one took any"),
+		bind("StuckAfter", "stuck-after", &c.StuckAfter, outbox.DefaultStuckAfter, "events due and none delivered for this long: /readyz fails naming the cause, outbox_stuck is 1"),
 		bind("WALSenderTimeout", "wal-sender-timeout", &c.WALSenderTimeout, outbox.DefaultWALSenderTimeout, "--source wal: a relay that stops answering loses the slot after this long, and a standby takes it over"),
 		bind("DeleteOnPublish", "delete-on-publish", &c.DeleteOnPublish, false, "delete each event once the broker confirmed it, instead of setting processed_at"),
 		bind("Ordered", "ordered", &c.Ordered, false, "per-aggregate ordering: an aggregate's events are published in insertion order (commit order with --source wal)"),

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -109,6 +110,13 @@ in bytes).`)
 		}
 		if slot != nil {
 			slot.print(w)
+		}
+		if wt := st.Waiting; wt != nil {
+			cause := "the database shows no cause: the relays' /readyz and logs say why (a destination refusing everything, failing batches), or no relay runs"
+			if len(wt.Causes) > 0 {
+				cause = strings.Join(wt.Causes, "; ")
+			}
+			fmt.Fprintf(w, "  STUCK?            %d event(s) due, the oldest for %s: %s\n", wt.Due, age(wt.OldestDueAge), cause)
 		}
 		if len(st.ByType) == 0 {
 			return nil
