@@ -586,6 +586,9 @@ func (r *Relay) Ready(ctx context.Context) error {
 	if err := r.pool.Ping(ctx); err != nil {
 		return fmt.Errorf("database: %w", err)
 	}
+	if err := r.eng.Unrecorded(); err != nil {
+		return fmt.Errorf("database: %w", err)
+	}
 	if st := r.eng.Stuck(); st.Due > 0 {
 		return fmt.Errorf("%w: %s", ErrStuck, st.Error())
 	}

@@ -153,15 +153,20 @@ func TestThrottledAloneCountsNoAttempt(t *testing.T) {
 		return nil
 	})
 	r := e.relay(batchPub{mem}, outbox.RelayConfig{MaxAttempts: 2, PollInterval: 10 * time.Millisecond,
-		RetryBackoff: outbox.Backoff{Base: 10 * time.Millisecond, Max: 20 * time.Millisecond}})
+		RetryBackoff:  outbox.Backoff{Base: 10 * time.Millisecond, Max: 20 * time.Millisecond},
+		OutageBackoff: outbox.Backoff{Base: 10 * time.Millisecond, Max: 50 * time.Millisecond}})
 	e.run(r)
 	if err := mem.WaitDistinct(ctx(t), 20); err != nil {
 		t.Fatal(err)
 	}
-	e.write(5) // keeps the destination busy beside the hot event
+	// Events written meanwhile keep the destination busy beside the hot
+	// one, so that it is seen failing alone.
+	written := 21
 	deadline := time.Now().Add(10 * time.Second)
 	for e.count(fmt.Sprintf("id = '%s' AND last_error IS NOT NULL", hot)) == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
+		e.write(1)
+		written++
+		time.Sleep(20 * time.Millisecond)
 	}
 	time.Sleep(500 * time.Millisecond) // many more rounds than MaxAttempts
 	if n := e.count(fmt.Sprintf("id = '%s' AND dead_at IS NULL AND attempts = 0 AND retry_after IS NOT NULL", hot)); n != 1 {
@@ -171,7 +176,7 @@ func TestThrottledAloneCountsNoAttempt(t *testing.T) {
 		t.Fatalf("the throttled event: attempts %d, dead %v; want waiting with no attempt counted", attempts, dead)
 	}
 	throttled.Store(false)
-	if err := mem.WaitDistinct(ctx(t), 26); err != nil {
+	if err := mem.WaitDistinct(ctx(t), written); err != nil {
 		t.Fatalf("the throttled event was not delivered once accepted: %v", err)
 	}
 }

@@ -38,6 +38,11 @@ func (e *Engine) Batch(ctx context.Context) (Result, error) {
 	bg := context.WithoutCancel(ctx)
 	defer c.lease.release(bg)
 	res := Result{Claimed: len(c.rows), Full: c.full}
+	if len(c.rows) > 0 && e.marks.holding() {
+		// Another worker's batch just failed to record these very rows,
+		// perhaps: they wait for the backoff, untouched.
+		return Result{}, c.lease.commit(bg)
+	}
 	if len(c.rows) == 0 {
 		return res, c.lease.commit(bg)
 	}
@@ -55,7 +60,10 @@ func (e *Engine) Batch(ctx context.Context) (Result, error) {
 	}
 
 	if err := c.lease.record(bg, c.rows, s); err != nil {
-		return res, err
+		return res, e.unrecorded(s, err)
+	}
+	if s.published+s.retried+s.dead > 0 {
+		e.stuck.moved(time.Now())
 	}
 	res.Published = s.published
 	e.observe(ctx, c, s, ackedAt)

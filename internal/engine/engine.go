@@ -57,7 +57,9 @@ type Engine struct {
 
 	alone       aloneTracker // tells a message failing alone from an outage
 	outage      outageState  // the workers' shared backoff while the destination is down
-	stuck       stuckState   // why nothing moves (stuck.go)
+	marks       outageState  // the workers' shared backoff while outcomes cannot be recorded (unrecorded.go)
+	markErr     atomic.Pointer[error]
+	stuck       stuckState // why nothing moves (stuck.go)
 	brokerDown  atomic.Bool
 	brokerErr   atomic.Pointer[error] // why, when brokerDown
 	lastClaim   atomic.Int64          // when the last claim started, Unix ns

@@ -173,9 +173,6 @@ func (e *Engine) report(rows []*Row, s *settlement) {
 			}
 		}
 	}
-	if s.published+s.retried+s.dead > 0 {
-		e.stuck.moved(time.Now())
-	}
 	if s.unavailable > 0 && s.unavailableErr != nil {
 		err := s.unavailableErr
 		e.brokerErr.Store(&err)

@@ -187,7 +187,11 @@ func (s *walSource) batch(ctx context.Context, st *wal.Stream, rows []*Row) (Res
 				}
 			}
 		}
-		return res, s.del.add(bg, st, j)
+		if err := s.del.add(bg, st, j); err != nil {
+			return res, err
+		}
+		s.moved(sets)
+		return res, nil
 	}
 	// Records that hand rows to the table run after every deletion queued
 	// before them, and before the next batch's order check, which reads
@@ -203,7 +207,16 @@ func (s *walSource) batch(ctx context.Context, st *wal.Stream, rows []*Row) (Res
 			return res, err
 		}
 	}
+	s.moved(sets)
 	return res, nil
+}
+
+// moved tells the stuck detector that a batch reached the destination
+// once its outcomes are recorded.
+func (s *walSource) moved(sets *settlement) {
+	if sets != nil && sets.published+sets.retried+sets.dead > 0 {
+		s.e.stuck.moved(time.Now())
+	}
 }
 
 // settled counts one event of the transaction at lsn as settled and

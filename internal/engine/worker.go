@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -15,7 +16,7 @@ func (e *Engine) worker(ctx context.Context, id int) {
 	log := e.cfg.Logger.With("worker", id)
 	outages := 0 // database errors, this worker's
 	for ctx.Err() == nil {
-		if !e.outage.wait(ctx) {
+		if !e.outage.wait(ctx) || !e.marks.wait(ctx) {
 			return
 		}
 		start := time.Now()
@@ -27,10 +28,16 @@ func (e *Engine) worker(ctx context.Context, id int) {
 			return
 		case err != nil:
 			e.stuck.batchFailed(err)
-			outages++
 			if e.cfg.Metrics != nil {
 				e.cfg.Metrics.DBErrors.Inc()
 			}
+			if u := (*unrecordedError)(nil); errors.As(err, &u) {
+				wait = u.wait
+				log.Error("outbox relay published events but could not record them; they stay pending and will be published again with the same event ids (consumers drop the copies); all workers back off",
+					"events", u.published, "phase", phaseOf(err), "err", err, "retry_in", wait)
+				break
+			}
+			outages++
 			wait = e.cfg.OutageBackoff.Delay(outages)
 			if timedOut(err) {
 				log.Error("outbox relay statement timed out; connection discarded, retrying on a fresh one",
@@ -47,11 +54,13 @@ func (e *Engine) worker(ctx context.Context, id int) {
 		case res.Full:
 			outages = 0
 			e.outage.reached(res)
+			e.marks.reached(res)
 			e.pollDue.Store(0) // a backlog: every worker whose poll comes due joins in
 			continue           // a full batch: more is likely waiting
 		default:
 			outages = 0
 			e.outage.reached(res)
+			e.marks.reached(res)
 			e.polled(start)
 			wait, poll = e.cfg.PollInterval, true
 		}
@@ -187,6 +196,20 @@ func (o *outageState) reached(res Result) {
 	o.mu.Lock()
 	o.n, o.until = 0, time.Time{}
 	o.mu.Unlock()
+}
+
+// holding reports whether the backoff has not passed yet.
+func (o *outageState) holding() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return time.Now().Before(o.until)
+}
+
+// failing reports whether the last batches failed and none reached since.
+func (o *outageState) failing() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.n > 0
 }
 
 // wait blocks until the outage's backoff has passed; false when ctx ends.

@@ -21,6 +21,7 @@ type Metrics struct {
 	PublishLag        *prometheus.HistogramVec
 	BrokerUnavailable prometheus.Gauge
 	DBErrors          prometheus.Counter
+	Unrecorded        prometheus.Counter
 	LastPublish       prometheus.Gauge
 	BlockedAggregates prometheus.Gauge
 	HeldEvents        prometheus.Gauge
@@ -93,6 +94,10 @@ func New(reg prometheus.Registerer, constLabels prometheus.Labels, wal bool) (*M
 		DBErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "outbox_database_errors_total", ConstLabels: constLabels,
 			Help: "Relay batches that failed on a database error.",
+		}),
+		Unrecorded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "outbox_unrecorded_total", ConstLabels: constLabels,
+			Help: "Events the destination confirmed whose outcome the relay could not record in the table: each stays pending and is published again, with the same event id, after a backoff.",
 		}),
 		LastPublish: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "outbox_last_publish_timestamp_seconds", ConstLabels: constLabels,
@@ -167,7 +172,7 @@ func New(reg prometheus.Registerer, constLabels prometheus.Labels, wal bool) (*M
 
 func (m *Metrics) collectors() []prometheus.Collector {
 	cs := []prometheus.Collector{m.Published, m.Failed, m.Pending, m.BatchDuration, m.DeadLetters,
-		m.DeadLettered, m.PublishLag, m.BrokerUnavailable, m.DBErrors, m.LastPublish, m.BlockedAggregates, m.HeldEvents, m.OldestPendingAge, m.Stuck,
+		m.DeadLettered, m.PublishLag, m.BrokerUnavailable, m.DBErrors, m.Unrecorded, m.LastPublish, m.BlockedAggregates, m.HeldEvents, m.OldestPendingAge, m.Stuck,
 		m.Scheduled, m.NextDue, m.Source}
 	if m.wal {
 		cs = append(cs, m.Streaming, m.Fallbacks, m.ReplicationLag, m.ReplicationRetained, m.ReplicationSlotState,
