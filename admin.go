@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox/internal/engine"
@@ -215,6 +216,14 @@ func (a *Admin) timedOut(ctx context.Context, op string, err error) error {
 // Table returns the quoted, qualified outbox table name.
 func (a *Admin) Table() string { return a.names.QTable }
 
+// unstorable reports whether err is the database refusing a value of a
+// lookup that its encoding cannot hold (a LATIN1 database asked for "Ω"):
+// no row can hold it, so the lookup finds nothing.
+func unstorable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "22P05" || pe.Code == "22021")
+}
+
 func (a *Admin) wrap(op string, err error) error {
 	if engine.IsUndefined(err) {
 		if ferr := foreignTable(context.Background(), a.pool, a.names); ferr != nil {
@@ -378,6 +387,9 @@ func (a *Admin) DeadLetters(ctx context.Context, f DeadLetterFilter) ([]Record, 
 		return nil, fmt.Errorf("outbox: DeadLetterFilter.OlderThan: %s must not be negative", f.OlderThan)
 	}
 	rows, err := a.pool.Query(ctx, a.q.DeadLetters, f.EventType, f.OlderThan, f.Limit)
+	if unstorable(err) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, a.fail(ctx, "dead letters", err)
 	}
@@ -530,7 +542,7 @@ func (a *Admin) Discard(ctx context.Context, sel DiscardSelector) (DiscardResult
 
 // DeadLetterGroup is a set of dead letters with one event type and one
 // normalised error (numbers and ids replaced by <n> and <id>; an error
-// longer than 200 characters keeps its start and its end around " … ").
+// longer than 200 characters keeps its start and its end around " ... ").
 type DeadLetterGroup struct {
 	// EventType is empty when grouped by error alone.
 	EventType string `json:"event_type"`

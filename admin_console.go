@@ -70,6 +70,9 @@ func (a *Admin) DeadLetterGroupMembers(ctx context.Context, sel RetrySelector, l
 	ctx, cancel := a.bound(ctx)
 	defer cancel()
 	rows, err := a.pool.Query(ctx, store.NewConsole(a.names).DeadInGroup, append(args, limit)...)
+	if unstorable(err) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, a.fail(ctx, "dead-letter group", err)
 	}
@@ -110,6 +113,9 @@ func (a *Admin) AggregateTimeline(ctx context.Context, q TimelineQuery) ([]Event
 	ctx, cancel := a.bound(ctx)
 	defer cancel()
 	rows, err := a.pool.Query(ctx, store.NewConsole(a.names).Timeline, q.AggregateType, q.AggregateID, q.Limit, q.PublishedWindow)
+	if unstorable(err) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, a.fail(ctx, "timeline", err)
 	}
@@ -129,6 +135,9 @@ func (a *Admin) collectEvents(ctx context.Context, rows pgx.Rows, op string) ([]
 		return []any{&e.ID, &e.Seq, &e.AggregateType, &e.AggregateID, &e.EventType, &e.Payload,
 			headerScanner{&e.Headers}, &e.Attempts, &e.CreatedAt, &e.ProcessedAt, &e.RetryAfter, &e.DeadAt, &e.LastError, &e.HeldBy}
 	})
+	if unstorable(err) {
+		return nil, nil // the lookup's value: see unstorable
+	}
 	if err != nil {
 		return nil, a.fail(ctx, op, err)
 	}

@@ -222,7 +222,7 @@ func TestAdminLongErrorGroup(t *testing.T) {
 	}
 	g := groups[0]
 	if g.Count != 2 || len([]rune(g.Error)) != 200 || !strings.HasPrefix(g.Error, "webhook: POST https://hooks.example.com/…: context") ||
-		!strings.HasSuffix(g.Error, "<n> Bad Request: amount <n> is negative") || !strings.Contains(g.Error, " … ") {
+		!strings.HasSuffix(g.Error, "<n> Bad Request: amount <n> is negative") || !strings.Contains(g.Error, " ... ") {
 		t.Errorf("long group = %q (%d runes)", g.Error, len([]rune(g.Error)))
 	}
 	if n, err := a.Retry(ctx(t), outbox.RetrySelector{ErrorGroup: g.Error, DryRun: true}); err != nil || n != 2 {

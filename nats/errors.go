@@ -28,6 +28,10 @@ var refusesAll = map[jetstream.ErrorCode]string{
 	10076: "JetStream is not enabled",
 }
 
+// headersTooLarge is the JetStream API error of a message whose headers
+// pass the server's limit (64 KiB): the message's own fault.
+const headersTooLarge jetstream.ErrorCode = 10097
+
 // classify wraps a publish error with the relay's class. subject is where the
 // message was going, named in the errors an operator has to act on.
 func classify(err error, subject string) error {
@@ -38,6 +42,9 @@ func classify(err error, subject string) error {
 	if errors.As(err, &jsErr) && jsErr.APIError() != nil {
 		if why, ok := refusesAll[jsErr.APIError().ErrorCode]; ok {
 			return outbox.Unavailable(fmt.Errorf("%w: subject %q: %s", err, subject, why))
+		}
+		if jsErr.APIError().ErrorCode == headersTooLarge {
+			return outbox.Permanent(fmt.Errorf("%w: the event's headers are larger than the server accepts; shorten them", err))
 		}
 	}
 	switch {

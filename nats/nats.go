@@ -163,11 +163,34 @@ func (p *Publisher) natsMsg(msg *outbox.Message) (*natsgo.Msg, error) {
 	default:
 		m.Data = msg.Payload
 		for k, v := range msg.StandardHeaders() {
+			if !headerName(k) {
+				return nil, fmt.Errorf("header name %q: not a NATS header name (letters, digits and !#$%%&'*+-.^_`|~ only); consumers could not read the message", k)
+			}
 			m.Header.Set(k, v)
 		}
 	}
 	m.Header.Set(jetstream.MsgIDHeader, msg.ID.String())
 	return m, nil
+}
+
+// headerName reports whether k is a header name consumers can read back:
+// an HTTP token, as NATS clients parse headers like MIME ones. The server
+// stores any bytes, and a message with an empty name or a colon in one
+// cannot be decoded by a consumer.
+func headerName(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // HeaderCloudEventsPrefix prefixes the CloudEvents attributes' headers in

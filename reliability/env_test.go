@@ -67,6 +67,9 @@ type envOpts struct {
 	natsCA    string        // CA file the test's NATS clients trust (a TLS server)
 	// cluster, when set, is the database instead of the test database.
 	cluster *pgCluster
+	// dbURL, when set, is another database of the shared server (one of
+	// another encoding) instead of the test database.
+	dbURL string
 	// wal prepares the table for the WAL source (outbox migrate --source
 	// wal) and makes every relay of the scenario run with --source wal.
 	wal bool
@@ -108,6 +111,13 @@ func newEnv(t *testing.T, o envOpts) *env {
 		if _, err := e.pool.Exec(ctxT(t, 30*time.Second), "CREATE SCHEMA "+pgx.Identifier{e.schema}.Sanitize()); err != nil {
 			t.Fatal(err)
 		}
+	} else if o.dbURL != "" {
+		e.dbURL = o.dbURL
+		e.schema = testdb.NewSchemaName("t")
+		e.pool = clusterPool(t, e.dbURL)
+		if _, err := e.pool.Exec(ctxT(t, 30*time.Second), "CREATE SCHEMA "+pgx.Identifier{e.schema}.Sanitize()); err != nil {
+			t.Fatal(err)
+		}
 	} else {
 		e.schema = testdb.Schema(t)
 		e.pool = testdb.Pool(t, "")
@@ -120,7 +130,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 		t.Fatal(err)
 	}
 	if o.wal {
-		e.setupWAL(o.cluster != nil, o.partitioned)
+		e.setupWAL(o.cluster != nil || o.dbURL != "", o.partitioned)
 	}
 	if !o.noNATS {
 		e.nats = startNATS(t, o.nats)

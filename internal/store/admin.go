@@ -9,13 +9,14 @@ const errorNorm = `regexp_replace(regexp_replace(COALESCE(last_error, ''),
     '[0-9]+', '<n>', 'g')`
 
 // ErrorGroupExpr is the key dead letters are grouped by: errorNorm, at most
-// 200 characters. A longer error keeps its first 80 and its last 117
-// characters around " … ": wrapped errors put the cause last, so the tail
+// 200 characters. A longer error keeps its first 80 and its last 115
+// characters around " ... " (ASCII: a LATIN1 database refuses
+// a query holding "…"): wrapped errors put the cause last, so the tail
 // is what tells two groups apart. An empty or NULL error makes the empty group.
 // Retry and Discard select by the same expression, so a group can be acted
 // on as it is shown.
 const ErrorGroupExpr = `(CASE WHEN length(` + errorNorm + `) <= 200 THEN ` + errorNorm + `
-    ELSE left(` + errorNorm + `, 80) || ' … ' || right(` + errorNorm + `, 117) END)`
+    ELSE left(` + errorNorm + `, 80) || ' ... ' || right(` + errorNorm + `, 115) END)`
 
 // deadFilter selects dead letters (held events excluded) by $1 event type
 // (empty: any), $2 error group (NULL: any; empty: the group of the dead
@@ -76,7 +77,7 @@ SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM released)`
 		DiscardIDs:      discard(deadByID),
 		CountDiscardIDs: `SELECT count(*) FROM ` + t + ` WHERE ` + deadByID,
 		DeadGroups: `SELECT CASE WHEN $1 THEN '' ELSE event_type END AS type, ` + ErrorGroupExpr + ` AS grp,
-       count(*), min(dead_at), max(dead_at), (array_agg(id ORDER BY seq))[1]
+       count(*), ` + shown("min(dead_at)") + `, ` + shown("max(dead_at)") + `, (array_agg(id ORDER BY seq))[1]
 FROM ` + t + `
 WHERE dead_at IS NOT NULL AND processed_at IS NULL AND held_by IS NULL
 GROUP BY 1, 2

@@ -32,6 +32,7 @@ func NewConsole(n ident.Names) *ConsoleQueries {
 FROM ` + t + `
 WHERE processed_at IS NOT NULL
   AND processed_at >= date_trunc('minute', now()) - ($1::int - 1) * interval '1 minute'
+  AND processed_at <= now() -- a plain INSERT may say 'infinity'
 GROUP BY 1
 ORDER BY 1`,
 		DeadInGroup: eventCols + t + `
