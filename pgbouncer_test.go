@@ -409,3 +409,18 @@ func nth(payload []byte) int {
 	fmt.Sscanf(string(payload[i+4:]), "%d", &n)
 	return n
 }
+
+// SetupReplication and DropReplication hold a session advisory lock: through
+// PgBouncer they refuse, naming the fix, before touching anything.
+func TestPgBouncerReplicationSetup(t *testing.T) {
+	b := setupBouncer(t)
+	pool := b.bouncerPool("cache_describe")
+	_, err := outbox.SetupReplication(ctx(t), pool, outbox.MigrateConfig{Schema: b.schema})
+	if err == nil || !strings.Contains(err.Error(), "SetupReplication (outbox migrate --source wal) needs a direct connection to PostgreSQL") {
+		t.Errorf("SetupReplication through PgBouncer = %v; want it refused, naming a direct connection", err)
+	}
+	err = outbox.DropReplication(ctx(t), pool, outbox.MigrateConfig{Schema: b.schema})
+	if err == nil || !strings.Contains(err.Error(), "DropReplication (outbox migrate drop-wal) needs a direct connection to PostgreSQL") {
+		t.Errorf("DropReplication through PgBouncer = %v; want it refused, naming a direct connection", err)
+	}
+}

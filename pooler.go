@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox/internal/pooler"
 )
@@ -63,6 +64,25 @@ func (r *Relay) checkPooler(ctx context.Context) error {
 			log.Warn("outbox relay: LISTEN does not reach the relay through its connection pooler (PgBouncer in transaction mode keeps no session): it polls every PollInterval instead; connect the relay to PostgreSQL directly for Listen, or drop Listen (outbox relay --listen)",
 				"poll_interval", r.cfg.PollInterval)
 		}
+	}
+	return nil
+}
+
+// directOnly refuses what takes a session advisory lock (the WAL setup's)
+// when pool's connections go through a pooler: the lock would stay on a
+// server connection that other clients get next.
+func directOnly(ctx context.Context, pool *pgxpool.Pool, what string) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("outbox: %s: %w", what, err)
+	}
+	defer conn.Release()
+	pooled, err := pooler.Detect(ctx, conn.Conn())
+	if err != nil {
+		return fmt.Errorf("outbox: %s: %w", what, err)
+	}
+	if pooled {
+		return fmt.Errorf("outbox: %s needs a direct connection to PostgreSQL (it holds a session advisory lock), and this one goes through a connection pooler: connect to PostgreSQL itself (its host and port, not PgBouncer's)", what)
 	}
 	return nil
 }
