@@ -19,10 +19,6 @@ import (
 	"github.com/pgoutbox/outbox/memory"
 )
 
-// execModes are pgx's query exec modes, as default_query_exec_mode names
-// them.
-var execModes = []string{"cache_statement", "cache_describe", "describe_exec", "exec", "simple_protocol"}
-
 // bouncerEnv is a migrated schema on the shared server and a PgBouncer in
 // transaction mode in front of it.
 type bouncerEnv struct {
