@@ -420,3 +420,55 @@ func TestPgBouncerReplicationSetup(t *testing.T) {
 		t.Errorf("DropReplication through PgBouncer = %v; want it refused, naming a direct connection", err)
 	}
 }
+
+// Admin's calls that take event ids work in every exec mode a pooler
+// needs (exec and simple_protocol send parameters without asking the
+// server their types).
+func TestPgBouncerAdmin(t *testing.T) {
+	b := setupBouncer(t)
+	for _, mode := range []string{"cache_describe", "exec", "simple_protocol"} {
+		ids := b.write(4)
+		if _, err := b.pool.Exec(ctx(t), `UPDATE outbox_events SET dead_at = now(), attempts = 10 WHERE id = $1`, ids[0]); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.pool.Exec(ctx(t), `UPDATE outbox_events SET processed_at = now() WHERE id = $1`, ids[3]); err != nil {
+			t.Fatal(err)
+		}
+		a, err := outbox.NewAdmin(b.bouncerPool(mode), outbox.AdminConfig{Schema: b.schema})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := ctx(t)
+		fail := func(what string, err error) {
+			if err != nil {
+				t.Errorf("%s with default_query_exec_mode=%s through PgBouncer: %v", what, mode, err)
+			}
+		}
+		_, err = a.Status(c)
+		fail("Status", err)
+		_, err = a.DeadLetters(c, outbox.DeadLetterFilter{})
+		fail("DeadLetters", err)
+		evs, err := a.Events(c, ids...)
+		fail("Events", err)
+		if err == nil && len(evs) != 4 {
+			t.Errorf("Events (%s): %d events, want 4", mode, len(evs))
+		}
+		_, err = a.Unprocessed(c, ids)
+		fail("Unprocessed", err)
+		n, err := a.Retry(c, outbox.RetrySelector{IDs: ids[:1]})
+		fail("Retry", err)
+		if err == nil && n != 1 {
+			t.Errorf("Retry (%s): %d re-queued, want 1", mode, n)
+		}
+		_, err = a.Cancel(c, ids[1])
+		fail("Cancel", err)
+		rep, err := a.Replay(c, outbox.ReplaySelector{Mode: outbox.ReplayNewID, IDs: ids[3:]})
+		fail("Replay", err)
+		_, err = a.ReplayList(c, 10)
+		fail("ReplayList", err)
+		if err == nil {
+			_, err = a.ReplayCancel(c, rep.ID)
+			fail("ReplayCancel", err)
+		}
+	}
+}
