@@ -447,7 +447,7 @@ func deadFilter(what string, sel RetrySelector) (args []any, byID bool, err erro
 	case len(sel.IDs) > 0 && (filter || sel.All):
 		return nil, false, fmt.Errorf("outbox: %s: IDs cannot be combined with EventType, ErrorGroup, NoError, OlderThan or All", what)
 	case len(sel.IDs) > 0:
-		return []any{sel.IDs}, true, nil
+		return []any{uuidArgs(sel.IDs)}, true, nil
 	case sel.All && (sel.EventType != "" || group):
 		return nil, false, fmt.Errorf("outbox: %s: All cannot be combined with EventType, ErrorGroup or NoError", what)
 	case !sel.All && !filter:
@@ -607,7 +607,7 @@ type EventInfo struct {
 func (a *Admin) Events(ctx context.Context, ids ...uuid.UUID) ([]EventInfo, error) {
 	ctx, cancel := a.bound(ctx)
 	defer cancel()
-	rows, err := a.pool.Query(ctx, a.aq.EventsByID, ids)
+	rows, err := a.pool.Query(ctx, a.aq.EventsByID, uuidArgs(ids))
 	if err != nil {
 		return nil, a.fail(ctx, "events", err)
 	}
@@ -633,7 +633,7 @@ func stateOf(e *EventInfo) EventState {
 func (a *Admin) Unprocessed(ctx context.Context, ids []uuid.UUID) ([]uuid.UUID, error) {
 	ctx, cancel := a.bound(ctx)
 	defer cancel()
-	rows, err := a.pool.Query(ctx, a.aq.Unprocessed, ids)
+	rows, err := a.pool.Query(ctx, a.aq.Unprocessed, uuidArgs(ids))
 	if err != nil {
 		return nil, a.fail(ctx, "lookup", err)
 	}

@@ -40,10 +40,10 @@ func (a *Admin) Cancel(ctx context.Context, ids ...uuid.UUID) (CancelResult, err
 		return res, a.fail(ctx, "cancel", err)
 	}
 	var gone []uuid.UUID
-	if err := a.pool.QueryRow(ctx, rq.CancelEvents, ids).Scan(&gone, &res.Released); err != nil {
+	if err := a.pool.QueryRow(ctx, rq.CancelEvents, uuidArgs(ids)).Scan(&gone, &res.Released); err != nil {
 		return res, a.fail(ctx, "cancel", err)
 	}
-	rows, err := a.pool.Query(ctx, rq.Published, ids)
+	rows, err := a.pool.Query(ctx, rq.Published, uuidArgs(ids))
 	if err != nil {
 		return res, a.fail(ctx, "cancel", err)
 	}

@@ -170,7 +170,7 @@ func (sel *ReplaySelector) args() []any {
 		}
 		return &v
 	}
-	return []any{ids, sel.EventType, sel.AggregateType, sel.AggregateID, t(sel.Since), t(sel.Until)}
+	return []any{uuidArgs(ids), sel.EventType, sel.AggregateType, sel.AggregateID, t(sel.Since), t(sel.Until)}
 }
 
 func (a *Admin) replayQueries() (*store.ReplayQueries, error) {
@@ -231,7 +231,8 @@ func (a *Admin) Replay(ctx context.Context, sel ReplaySelector) (ReplayResult, e
 	}
 	cctx, cancel := a.bound(ctx)
 	defer cancel()
-	if _, err := a.pool.Exec(cctx, rq.Create, res.ID, string(sel.Mode), selector, selected); err != nil {
+	// The selector as text: the exec modes would send []byte as bytea.
+	if _, err := a.pool.Exec(cctx, rq.Create, res.ID, string(sel.Mode), string(selector), selected); err != nil {
 		return res, a.fail(cctx, "replay", err)
 	}
 	err = a.queueReplay(ctx, rq, &sel, batches, &res)
@@ -403,11 +404,11 @@ func (a *Admin) replayTx(ctx context.Context, rq *store.ReplayQueries, sel *Repl
 			return err
 		}
 		if sel.Mode == ReplaySameID {
-			if _, err := tx.Exec(ctx, rq.MoveOriginals, ids); err != nil {
+			if _, err := tx.Exec(ctx, rq.MoveOriginals, uuidArgs(ids)); err != nil {
 				return err
 			}
 		}
-		tag, err := tx.Exec(ctx, rq.InsertCopies, ids, newIDs, replayID, sel.Mode == ReplayNewID)
+		tag, err := tx.Exec(ctx, rq.InsertCopies, uuidArgs(ids), uuidArgs(newIDs), replayID, sel.Mode == ReplayNewID)
 		if err != nil {
 			return err
 		}

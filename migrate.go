@@ -177,6 +177,9 @@ func SetupReplication(ctx context.Context, pool *pgxpool.Pool, cfg MigrateConfig
 		return ReplicationInfo{}, fmt.Errorf("outbox: %w", err)
 	}
 	info := ReplicationInfo{Publication: n.Publication, Slot: n.Slot}
+	if err := directOnly(ctx, pool, "SetupReplication (outbox migrate --source wal)"); err != nil {
+		return info, err
+	}
 	if err := wal.Check(ctx, pool, n); err != nil {
 		return info, fmt.Errorf("outbox: %w", err)
 	}
@@ -206,6 +209,9 @@ func DropReplication(ctx context.Context, pool *pgxpool.Pool, cfg MigrateConfig)
 	n, err := wal.Resolve(ctx, pool, in)
 	if err != nil {
 		return fmt.Errorf("outbox: %w", err)
+	}
+	if err := directOnly(ctx, pool, "DropReplication (outbox migrate drop-wal)"); err != nil {
+		return err
 	}
 	err = wal.WithSetupLock(ctx, pool, n, func(db wal.DB) error {
 		if err := wal.Drop(ctx, db, n); err != nil {

@@ -511,7 +511,9 @@ func (r *Relay) Run(ctx context.Context) error {
 		case ctx.Err() != nil:
 			return nil // stopped while starting: a clean stop, nothing was claimed
 		case err == nil:
-			err = r.eng.Prepare(ctx)
+			if err = r.checkPooler(ctx); err == nil {
+				err = r.eng.Prepare(ctx)
+			}
 		}
 		switch {
 		case ctx.Err() != nil:

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgoutbox/outbox/internal/dbtx"
 	"github.com/pgoutbox/outbox/internal/ident"
@@ -153,6 +154,12 @@ func (w *Writer) Queue(ctx context.Context, b *pgx.Batch, events ...Event) ([]uu
 func (w *Writer) insertErr(n int, err error) error {
 	if err == nil {
 		return nil
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "42P05" || pgErr.Code == "26000") && strings.Contains(pgErr.Message, `"stmtcache_`) {
+		// duplicate_prepared_statement, invalid_sql_statement_name: pgx's
+		// statement cache behind a pooler that does not keep them.
+		return fmt.Errorf("outbox: insert %d event(s) into %s: %w (the connection goes through a pooler that does not keep prepared statements, such as PgBouncer before 1.21 in transaction mode: add default_query_exec_mode=cache_describe to the connection string)", n, w.names.QTable, err)
 	}
 	return fmt.Errorf("outbox: insert %d event(s) into %s: %w", n, w.names.QTable, err)
 }

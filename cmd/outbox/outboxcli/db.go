@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/pooler"
 )
 
 // connectTimeout bounds connecting when the DSN does not say
@@ -69,7 +70,43 @@ func (c *cli) connect(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, 
 		closePool(pool)
 		return nil, err
 	}
-	return pool, nil
+	pool, _, err = poolerSafe(ctx, pool, cfg)
+	return pool, err
+}
+
+// poolerSafe returns pool, or, when its connections go through a pooler
+// that passes pgx's named prepared statements through to whichever server
+// connection it lends (PgBouncer before 1.21 in transaction mode) and the
+// DSN leaves the exec mode to pgx, closes it and returns a new pool on cfg
+// with default_query_exec_mode=cache_describe, which prepares only unnamed
+// statements, each in the round trip that runs it; switched says so. A
+// probe that fails leaves pool as it is: the command reports the database's
+// errors itself.
+func poolerSafe(ctx context.Context, pool *pgxpool.Pool, cfg *pgxpool.Config) (_ *pgxpool.Pool, switched bool, _ error) {
+	if strings.Contains(cfg.ConnString(), "default_query_exec_mode") || cfg.ConnConfig.DefaultQueryExecMode != pgx.QueryExecModeCacheStatement {
+		return pool, false, nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, cfg.ConnConfig.ConnectTimeout+5*time.Second)
+	defer cancel()
+	conn, err := pool.Acquire(pctx)
+	if err != nil {
+		return pool, false, nil
+	}
+	pooled, err := pooler.Detect(pctx, conn.Conn())
+	if err == nil && pooled {
+		pooled, err = pooler.NamedStatementsPass(pctx, conn.Conn())
+	}
+	conn.Release()
+	if err != nil || !pooled {
+		return pool, false, nil
+	}
+	closePool(pool)
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+	pool, err = pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, false, &exitError{code: ExitDatabase, err: fmt.Errorf("database: %w", err)}
+	}
+	return pool, true, nil
 }
 
 // poolCloseWait bounds closePool.
@@ -117,6 +154,11 @@ func connectError(cc *pgx.ConnConfig, err error) error {
 		case "28P01": // invalid_password
 			return fmt.Errorf("the server at %s refused the password of role %q: fix the password in --database-url (or PGPASSWORD, ~/.pgpass): %w",
 				server, cc.User, err)
+		case "08P01": // protocol_violation: PgBouncer refusing a startup parameter
+			if param, ok := strings.CutPrefix(pgErr.Message, "unsupported startup parameter: "); ok {
+				return fmt.Errorf("the connection pooler at %s (PgBouncer) refused the startup parameter %s: remove it from --database-url, or list it in PgBouncer's ignore_startup_parameters (the setting is then not applied): %w",
+					server, param, err)
+			}
 		case "28000": // invalid_authorization_specification: no such role, or no pg_hba.conf entry
 			return fmt.Errorf("the server at %s refused role %q: create the role, fix the user in --database-url, or allow it in pg_hba.conf: %w",
 				server, cc.User, err)

@@ -354,6 +354,16 @@ func (c *cli) startRelay(ctx context.Context, o *options, s *relaySettings) (_ *
 		pool.Close()
 		return nil, err
 	}
+	if p, switched, err := poolerSafe(ctx, pool, pcfg); err != nil {
+		return nil, err
+	} else if switched {
+		log.Info("the database connections go through a connection pooler that does not keep prepared statements (PgBouncer before 1.21 in transaction mode, say): using default_query_exec_mode=cache_describe; set default_query_exec_mode in --database-url to choose another")
+		pool = p
+		if probe, err = outbox.NewRelay(pool, outbox.PublisherFunc(func(context.Context, *outbox.Message) error { return nil }), s.relayConfig(nil, nil)); err != nil {
+			pool.Close()
+			return nil, flagError(err)
+		}
+	}
 	// A missing or old table stops the command at once with its exit code; any
 	// other failure of the check (a statement timeout, a session killed) is
 	// left to Relay.Run, which retries it through the outage backoff.
