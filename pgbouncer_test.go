@@ -188,12 +188,6 @@ func TestPgBouncerWritersStatementCache(t *testing.T) {
 	}
 }
 
-// engineEncodesIDs says whether the engine passes event ids as parameters
-// that pgx encodes without asking the server (exec, simple_protocol).
-// Until it does, the mark fails in those modes: "unable to encode
-// [][16]uint8 ... OID 0" (issue 44's engine change).
-const engineEncodesIDs = false
-
 // relayThroughBouncer writes n events, runs a relay on pool with cfg
 // (Schema filled in) until each was delivered, and checks what a user
 // would: every row processed, attempts counting the one refused try of
@@ -291,9 +285,6 @@ func TestPgBouncerRelay(t *testing.T) {
 			name += "/ordered"
 		}
 		t.Run(name, func(t *testing.T) {
-			if !engineEncodesIDs && c.mode != "cache_describe" {
-				t.Skip("the engine's event-id parameters are not encodable in this mode yet (issue 44's engine change)")
-			}
 			b := setupBouncer(t)
 			logs := b.relayThroughBouncer(b.bouncerPool(c.mode), outbox.RelayConfig{Ordered: c.ordered}, 300)
 			if strings.Contains(logs, "connection pooler") {

@@ -84,7 +84,7 @@ func (l *tableLease) readPayloads(ctx context.Context, rows []*Row) error {
 	}
 	b := &pgx.Batch{}
 	b.Queue(`SELECT ` + customPlans)
-	b.Queue(l.e.q.Payloads, ids)
+	b.Queue(l.e.q.Payloads, uuids(ids))
 	br := l.conn.SendBatch(ctx, b)
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {

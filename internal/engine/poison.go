@@ -55,11 +55,11 @@ func (l *tableLease) countAtFetch(ctx context.Context, rows, big []*Row) ([]*Row
 	}
 	b := &pgx.Batch{}
 	b.Queue(`SELECT ` + customPlans)
-	b.Queue(e.q.CountAttempt, bigIDs)
+	b.Queue(e.q.CountAttempt, uuids(bigIDs))
 	b.Queue("COMMIT")
 	l.begin(b)
 	b.Queue(`SELECT ` + customPlans)
-	b.Queue(e.q.Relock, ids)
+	b.Queue(e.q.Relock, uuids(ids))
 	br := l.conn.SendBatch(ctx, b)
 	defer br.Close()
 	for range 6 {

@@ -73,14 +73,14 @@ func (l *tableLease) record(ctx context.Context, rows []*Row, s *settlement) err
 	}
 	switch {
 	case ordered:
-		mark.Queue(e.claimQueries().MarkOrdered, a.okIDs, a.failIDs, a.failErrs, a.failDelays, a.failDead, a.failCount, a.releaseIDs)
+		mark.Queue(e.claimQueries().MarkOrdered, uuids(a.okIDs), uuids(a.failIDs), a.failErrs, a.failDelays, a.failDead, a.failCount, uuids(a.releaseIDs))
 	case len(a.failIDs) == 0:
-		mark.Queue(e.q.MarkPublished, a.okIDs)
+		mark.Queue(e.q.MarkPublished, uuids(a.okIDs))
 	default:
-		mark.Queue(e.q.MarkOutcomes, a.okIDs, a.failIDs, a.failErrs, a.failDelays, a.failDead, a.failCount)
+		mark.Queue(e.q.MarkOutcomes, uuids(a.okIDs), uuids(a.failIDs), a.failErrs, a.failDelays, a.failDead, a.failCount)
 	}
 	if len(a.refundIDs) > 0 {
-		mark.Queue(e.q.Refund, a.refundIDs)
+		mark.Queue(e.q.Refund, uuids(a.refundIDs))
 	}
 	mark.Queue("COMMIT")
 	ctx, cancel := e.stmtCtx(ctx)

@@ -48,7 +48,7 @@ func (s *walSource) dropCancelled(ctx context.Context, p *walPlan) error {
 	}
 	sctx, cancel = e.stmtCtx(ctx)
 	defer cancel()
-	rows, err := e.pool.Query(sctx, e.q.StreamOwned, suspects)
+	rows, err := e.pool.Query(sctx, e.q.StreamOwned, uuids(suspects))
 	if err != nil {
 		return inPhase("look up cancelled rows", err)
 	}

@@ -58,7 +58,7 @@ WHERE o.id = ANY($3::uuid[]) AND o.processed_at IS NULL AND o.retry_after IS NOT
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue(`SELECT ` + customPlans)
-	b.Queue(q, typs, aggs, ids).Query(func(rs pgx.Rows) error {
+	b.Queue(q, typs, aggs, uuids(ids)).Query(func(rs pgx.Rows) error {
 		var k aggKey
 		var id [16]byte
 		var head bool

@@ -289,9 +289,9 @@ func (s *walSource) record(ctx context.Context, p *walPlan, sets *settlement) er
 		a := e.markArgsOf(p.send, sets)
 		switch {
 		case len(a.failIDs) > 0:
-			b.Queue(s.qd.MarkOutcomes, a.okIDs, a.failIDs, a.failErrs, a.failDelays, a.failDead, a.failCount)
+			b.Queue(s.qd.MarkOutcomes, uuids(a.okIDs), uuids(a.failIDs), a.failErrs, a.failDelays, a.failDead, a.failCount)
 		case len(a.okIDs) > 0:
-			b.Queue(s.qd.MarkPublished, a.okIDs)
+			b.Queue(s.qd.MarkPublished, uuids(a.okIDs))
 		}
 	}
 	t := e.cfg.Names.QTable
@@ -299,14 +299,14 @@ func (s *walSource) record(ctx context.Context, p *walPlan, sets *settlement) er
 		// retry_after IS NULL: an event the table path owns already keeps
 		// its place (see checkOrder).
 		b.Queue(`UPDATE `+t+` SET held_by = $2, dead_at = now(), retry_after = now(), seq = DEFAULT
-WHERE id = $1 AND processed_at IS NULL AND retry_after IS NULL`, h.row.ID, h.holder)
+WHERE id = $1 AND processed_at IS NULL AND retry_after IS NULL`, uuidArg(h.row.ID), uuidArg(h.holder))
 	}
 	if len(p.handoff) > 0 {
 		ids := make([][16]byte, len(p.handoff))
 		for i, r := range p.handoff {
 			ids[i] = r.ID
 		}
-		b.Queue(`UPDATE `+t+` SET retry_after = COALESCE(retry_after, now()) WHERE id = ANY($1::uuid[]) AND processed_at IS NULL`, ids)
+		b.Queue(`UPDATE `+t+` SET retry_after = COALESCE(retry_after, now()) WHERE id = ANY($1::uuid[]) AND processed_at IS NULL`, uuids(ids))
 	}
 	for _, d := range p.bad {
 		if [16]byte(d.ID) == [16]byte{} {
@@ -315,7 +315,7 @@ WHERE id = $1 AND processed_at IS NULL AND retry_after IS NULL`, h.row.ID, h.hol
 			continue
 		}
 		b.Queue(`UPDATE `+t+` SET dead_at = now(), retry_after = COALESCE(retry_after, now()), last_error = $2
-WHERE id = $1 AND processed_at IS NULL`, [16]byte(d.ID), truncate("cannot decode the row from the WAL: "+d.Err.Error(), lastErrorMax))
+WHERE id = $1 AND processed_at IS NULL`, uuidArg(d.ID), truncate("cannot decode the row from the WAL: "+d.Err.Error(), lastErrorMax))
 		e.cfg.Logger.Error("outbox WAL source: an outbox row cannot be decoded; dead-lettered", "event_id", d.ID, "err", d.Err)
 	}
 	if b.Len() == opening {
