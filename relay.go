@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/pgoutbox/outbox/internal/dberr"
 	"github.com/pgoutbox/outbox/internal/engine"
 	"github.com/pgoutbox/outbox/internal/ident"
 	"github.com/pgoutbox/outbox/internal/metrics"
@@ -493,7 +494,9 @@ func NewRelay(pool *pgxpool.Pool, pub Publisher, cfg RelayConfig) (*Relay, error
 
 // Run relays events until ctx is cancelled, then finishes the batches in
 // flight (bounded by PublishTimeout) and returns nil. It first checks that the
-// table is migrated and returns an error wrapping ErrNotMigrated if not.
+// table is migrated and returns an error wrapping ErrNotMigrated if not,
+// ErrDatabaseTLS if the TLS connection to the database cannot be set up
+// (a configuration error, not an outage).
 // Database and broker outages, at start or later, do not end Run: it logs,
 // backs off and resumes.
 func (r *Relay) Run(ctx context.Context) error {
@@ -522,8 +525,13 @@ func (r *Relay) Run(ctx context.Context) error {
 			return err
 		case errors.Is(err, engine.ErrClientEncoding):
 			return fmt.Errorf("outbox: relay of %s: %w", r.names.QTable, err)
-		case errors.Is(err, ErrReplicationPrerequisite):
+		case errors.Is(err, ErrReplicationPrerequisite), errors.Is(err, ErrDatabaseTLS):
 			return fmt.Errorf("outbox: relay of %s: %w", r.names.QTable, err)
+		}
+		if terr := dberr.TLS(r.pool.Config().ConnConfig, err); terr != nil {
+			// A certificate the client refuses is a configuration
+			// error: waiting would retry it forever.
+			return fmt.Errorf("outbox: relay of %s: %w", r.names.QTable, terr)
 		}
 		wait := r.cfg.OutageBackoff.Delay(failures)
 		r.cfg.Logger.Warn("outbox relay cannot check its table yet; retrying", "err", err, "retry_in", wait)
@@ -554,6 +562,9 @@ func (r *Relay) CheckSchema(ctx context.Context) error {
 		}
 		return fmt.Errorf("outbox: table %s: %w (run `outbox migrate` or outbox.Migrate): %v", r.names.QTable, ErrNotMigrated, err)
 	default:
+		if terr := dberr.TLS(r.pool.Config().ConnConfig, err); terr != nil {
+			return fmt.Errorf("outbox: check table %s: %w", r.names.QTable, terr)
+		}
 		return fmt.Errorf("outbox: check table %s: %w", r.names.QTable, err)
 	}
 }
