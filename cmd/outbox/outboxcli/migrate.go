@@ -157,10 +157,10 @@ table is refused (exit 2), never converted.`)
 	}
 }
 
-// replicationErr gives a missing logical replication prerequisite the
-// configuration error's exit code.
+// replicationErr gives a missing logical replication prerequisite, or a
+// missing privilege, the configuration error's exit code.
 func replicationErr(err error) error {
-	if errors.Is(err, outbox.ErrReplicationPrerequisite) {
+	if errors.Is(err, outbox.ErrReplicationPrerequisite) || errors.Is(err, outbox.ErrPrivilege) {
 		return &exitError{code: ExitUsage, err: err}
 	}
 	return err
