@@ -44,8 +44,10 @@ func (r *Relay) checkPrivileges(ctx context.Context) error {
 // when it fails with insufficient_privilege.
 func adminJob(n ident.Names, op string) store.Job {
 	switch {
-	case op == "retry", op == "discard", op == "cancel":
+	case op == "retry", op == "discard":
 		return store.ActionsJob(n)
+	case op == "cancel":
+		return store.CancelJob(n)
 	case op == "cleanup":
 		return store.CleanupJob(n)
 	case strings.HasPrefix(op, "replay"):

@@ -142,6 +142,15 @@ func ArchiveJob(n ident.Names) Job {
 	}}
 }
 
+// CancelJob is what outbox cancel needs: ActionsJob, and reading the
+// archive for the ids already delivered.
+func CancelJob(n ident.Names) Job {
+	j := ActionsJob(n)
+	j.Name = "cancel"
+	j.Needs = append(j.Needs, Need{Table: n.Table + "_archive", Priv: "SELECT"})
+	return j
+}
+
 // Querier is what the checks run on: a pool, a connection, a transaction.
 type Querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
@@ -154,19 +163,19 @@ type Querier interface {
 // missing object or privilege.
 const privilegeCheck = `WITH s AS (
     SELECT n.oid FROM pg_namespace AS n
-    WHERE n.nspname = CASE WHEN $1 = '' THEN (SELECT nspname FROM pg_namespace AS m, pg_class AS c
-                                             WHERE c.oid = to_regclass(quote_ident($2)) AND m.oid = c.relnamespace)
-                           ELSE $1 END),
+    WHERE n.nspname::text = CASE WHEN $1::text = '' THEN (SELECT m.nspname::text FROM pg_namespace AS m, pg_class AS c
+                                                       WHERE c.oid = to_regclass(quote_ident($2::text)) AND m.oid = c.relnamespace)
+                                 ELSE $1::text END),
 t AS (
-    SELECT c.oid FROM pg_class AS c, s WHERE c.relnamespace = s.oid AND c.relname = $2)
+    SELECT c.oid FROM pg_class AS c, s WHERE c.relnamespace = s.oid AND c.relname::text = $2::text)
 SELECT current_user::text,
        (SELECT nspname::text FROM pg_namespace WHERE oid = (SELECT oid FROM s)),
        COALESCE((SELECT has_schema_privilege(oid, 'USAGE') FROM s), false),
        EXISTS (SELECT 1 FROM t),
-       COALESCE((SELECT has_table_privilege(oid, $3)
+       COALESCE((SELECT has_table_privilege(t.oid, $3::text)
                     OR ($4::text[] IS NOT NULL
                         AND NOT EXISTS (SELECT 1 FROM unnest($4::text[]) AS col
-                                        WHERE NOT has_column_privilege(t.oid, col, $3)))
+                                        WHERE NOT has_column_privilege(t.oid, col, $3::text)))
                  FROM t), false)`
 
 // Check returns a *PrivilegeError for the first of job's needs that
@@ -186,7 +195,11 @@ func Check(ctx context.Context, q Querier, n ident.Names, job Job) error {
 		if need.Columns != nil {
 			cols = need.Columns
 		}
-		if err := q.QueryRow(ctx, privilegeCheck, n.Schema, table, need.Priv, cols).Scan(&role, &schema, &usage, &exists, &has); err != nil {
+		priv := need.Priv
+		if need.Table == "" {
+			priv = "SELECT" // the schema's USAGE comes in its own column
+		}
+		if err := q.QueryRow(ctx, privilegeCheck, n.Schema, table, priv, cols).Scan(&role, &schema, &usage, &exists, &has); err != nil {
 			return fmt.Errorf("check the privileges of the %s: %w", job.Name, err)
 		}
 		qrole := pgx.Identifier{role}.Sanitize()
