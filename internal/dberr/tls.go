@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
@@ -79,12 +80,20 @@ func TLS(cfg *pgx.ConnConfig, err error) error {
 		msg = fmt.Sprintf("TLS to PostgreSQL at %s: the server's certificate is refused: %v: fix the server's certificate, or the connection string's sslrootcert", server, invalid)
 	case strings.Contains(err.Error(), "server refused TLS connection"):
 		msg = fmt.Sprintf("TLS to PostgreSQL at %s: the server does not offer TLS (ssl=off): turn ssl on on the server, or connect with a lower sslmode than the connection string's", server)
-	case strings.Contains(err.Error(), "tls: "):
+	case strings.Contains(err.Error(), "tls: ") && !transient(err):
 		msg = fmt.Sprintf("TLS to PostgreSQL at %s: the handshake failed: %s: check the server's ssl settings and the connection string's sslmode, sslrootcert, sslcert and sslkey", server, tlsTail(err.Error()))
 	default:
 		return nil
 	}
 	return &tlsError{msg: msg, err: err}
+}
+
+// transient reports a network failure during the handshake (a reset, a
+// timeout, a server that hung up): an outage to wait out, not TLS's
+// configuration.
+func transient(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, os.ErrDeadlineExceeded)
 }
 
 // certNames lists the names a certificate is valid for: its DNS names and

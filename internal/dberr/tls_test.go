@@ -127,3 +127,35 @@ func TestSSLRootCert(t *testing.T) {
 		}
 	}
 }
+
+// A server that hangs up during the handshake is an outage, not TLS's
+// configuration: TLS leaves it alone, so the relay waits it out.
+func TestTLSHangUp(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			b := make([]byte, 8)
+			if _, err := io.ReadFull(c, b); err == nil {
+				c.Write([]byte("S")) // TLS accepted, then nothing
+			}
+			c.Close()
+		}
+	}()
+	cfg, err := connect(t, "postgres://postgres@"+ln.Addr().String()+"/postgres?sslmode=require&connect_timeout=5")
+	if err == nil {
+		t.Fatal("connected to a server that hangs up")
+	}
+	t.Log(err)
+	if d := dberr.TLS(cfg, err); d != nil {
+		t.Errorf("TLS(%v) = %v; want nil for a hang-up", err, d)
+	}
+}
