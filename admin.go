@@ -231,7 +231,7 @@ func (a *Admin) wrap(op string, err error) error {
 		}
 		return fmt.Errorf("outbox: %s: table %s: %w (run `outbox migrate`): %v", op, a.names.QTable, ErrNotMigrated, err)
 	}
-	return fmt.Errorf("outbox: %s: %w", op, err)
+	return fmt.Errorf("outbox: %s: %w", op, explainPrivilege(a.pool, a.names, adminJob(a.names, op), err))
 }
 
 // TypeStatus is the state of one event type.

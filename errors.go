@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pgoutbox/outbox/internal/dberr"
 	"github.com/pgoutbox/outbox/internal/engine"
 	"github.com/pgoutbox/outbox/internal/ident"
 	"github.com/pgoutbox/outbox/outboxtype"
@@ -47,6 +48,13 @@ var (
 	// the cause when known) while events are due and none reached the
 	// destination for RelayConfig.StuckAfter.
 	ErrStuck = errors.New("outbox relay stuck")
+	// ErrDatabaseTLS is matched by the error Relay.Run returns at start when
+	// the TLS connection to PostgreSQL cannot be set up: the server's
+	// certificate is not signed by the CA in sslrootcert, does not name the
+	// host connected to, or has expired, or the server refuses TLS. Its text
+	// names the server, the cause and the fix; waiting cannot fix it, so Run
+	// does not retry.
+	ErrDatabaseTLS = dberr.ErrTLS
 )
 
 type classified struct {

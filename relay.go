@@ -13,9 +13,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/pgoutbox/outbox/internal/dberr"
 	"github.com/pgoutbox/outbox/internal/engine"
 	"github.com/pgoutbox/outbox/internal/ident"
 	"github.com/pgoutbox/outbox/internal/metrics"
+	"github.com/pgoutbox/outbox/internal/store"
 	"github.com/pgoutbox/outbox/outboxtype"
 )
 
@@ -493,7 +495,10 @@ func NewRelay(pool *pgxpool.Pool, pub Publisher, cfg RelayConfig) (*Relay, error
 
 // Run relays events until ctx is cancelled, then finishes the batches in
 // flight (bounded by PublishTimeout) and returns nil. It first checks that the
-// table is migrated and returns an error wrapping ErrNotMigrated if not.
+// table is migrated and returns an error wrapping ErrNotMigrated if not,
+// ErrPrivilege if the pool's role lacks a privilege the relay needs (the
+// error names the GRANT), ErrDatabaseTLS if the TLS connection to the database cannot be set up
+// (a configuration error, not an outage).
 // Database and broker outages, at start or later, do not end Run: it logs,
 // backs off and resumes.
 func (r *Relay) Run(ctx context.Context) error {
@@ -512,7 +517,9 @@ func (r *Relay) Run(ctx context.Context) error {
 			return nil // stopped while starting: a clean stop, nothing was claimed
 		case err == nil:
 			if err = r.checkPooler(ctx); err == nil {
-				err = r.eng.Prepare(ctx)
+				if err = r.checkPrivileges(ctx); err == nil {
+					err = r.eng.Prepare(ctx)
+				}
 			}
 		}
 		switch {
@@ -524,8 +531,14 @@ func (r *Relay) Run(ctx context.Context) error {
 			return err
 		case errors.Is(err, engine.ErrClientEncoding):
 			return fmt.Errorf("outbox: relay of %s: %w", r.names.QTable, err)
-		case errors.Is(err, ErrReplicationPrerequisite):
+		case errors.Is(err, ErrReplicationPrerequisite), errors.Is(err, ErrDatabaseTLS),
+			errors.Is(err, ErrPrivilege), store.IsInsufficientPrivilege(err):
 			return fmt.Errorf("outbox: relay of %s: %w", r.names.QTable, err)
+		}
+		if terr := dberr.TLS(r.pool.Config().ConnConfig, err); terr != nil {
+			// A certificate the client refuses is a configuration
+			// error: waiting would retry it forever.
+			return fmt.Errorf("outbox: relay of %s: %w", r.names.QTable, terr)
 		}
 		wait := r.cfg.OutageBackoff.Delay(failures)
 		r.cfg.Logger.Warn("outbox relay cannot check its table yet; retrying", "err", err, "retry_in", wait)
@@ -555,7 +568,12 @@ func (r *Relay) CheckSchema(ctx context.Context) error {
 			return ferr
 		}
 		return fmt.Errorf("outbox: table %s: %w (run `outbox migrate` or outbox.Migrate): %v", r.names.QTable, ErrNotMigrated, err)
+	case store.IsInsufficientPrivilege(err):
+		return fmt.Errorf("outbox: check table %s: %w", r.names.QTable, store.Explain(ctx, r.pool, r.names, r.privilegeJob(), err))
 	default:
+		if terr := dberr.TLS(r.pool.Config().ConnConfig, err); terr != nil {
+			return fmt.Errorf("outbox: check table %s: %w", r.names.QTable, terr)
+		}
 		return fmt.Errorf("outbox: check table %s: %w", r.names.QTable, err)
 	}
 }

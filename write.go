@@ -15,6 +15,7 @@ import (
 
 	"github.com/pgoutbox/outbox/internal/dbtx"
 	"github.com/pgoutbox/outbox/internal/ident"
+	"github.com/pgoutbox/outbox/internal/store"
 )
 
 // DefaultTable is the outbox table's default name.
@@ -96,13 +97,21 @@ func must[T any](v T, err error) T {
 // validated first; an invalid one fails the whole call before the database is
 // touched, so the caller's transaction is not aborted.
 func (w *Writer) Write(ctx context.Context, tx pgx.Tx, events ...Event) ([]uuid.UUID, error) {
-	return w.write(ctx, dbtx.Pgx(tx), events)
+	// The role, for the GRANT a missing privilege needs, is read only
+	// then: Conn().Config() copies the connection's configuration.
+	role := func() string {
+		if tx == nil || tx.Conn() == nil {
+			return ""
+		}
+		return tx.Conn().Config().User
+	}
+	return w.write(ctx, dbtx.Pgx(tx), role, events)
 }
 
 // WriteSQL is Write for a database/sql transaction, with any PostgreSQL driver
 // (pgx's stdlib, lib/pq).
 func (w *Writer) WriteSQL(ctx context.Context, tx *sql.Tx, events ...Event) ([]uuid.UUID, error) {
-	return w.write(ctx, dbtx.SQL(tx), events)
+	return w.write(ctx, dbtx.SQL(tx), nil, events)
 }
 
 // Write inserts events into the default table (outbox_events on the
@@ -117,10 +126,10 @@ func WriteSQL(ctx context.Context, tx *sql.Tx, events ...Event) ([]uuid.UUID, er
 	return defaultWriter.WriteSQL(ctx, tx, events...)
 }
 
-func (w *Writer) write(ctx context.Context, tx dbtx.Querier, events []Event) ([]uuid.UUID, error) {
+func (w *Writer) write(ctx context.Context, tx dbtx.Querier, role func() string, events []Event) ([]uuid.UUID, error) {
 	return w.statements(ctx, events, func(n int, query string, args []any) error {
 		_, err := tx.Exec(ctx, query, args...)
-		return w.insertErr(n, err)
+		return w.insertErr(n, role, err)
 	})
 }
 
@@ -144,14 +153,15 @@ func (w *Writer) Queue(ctx context.Context, b *pgx.Batch, events ...Event) ([]uu
 	return w.statements(ctx, events, func(n int, query string, args []any) error {
 		b.Queue(query, args...).Fn = func(br pgx.BatchResults) error {
 			_, err := br.Exec()
-			return w.insertErr(n, err)
+			return w.insertErr(n, nil, err)
 		}
 		return nil
 	})
 }
 
-// insertErr names the table in the error of an INSERT of n events.
-func (w *Writer) insertErr(n int, err error) error {
+// insertErr names the table in the error of an INSERT of n events, and
+// the GRANT a missing privilege needs (to role's, nil when unknown).
+func (w *Writer) insertErr(n int, role func() string, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -161,7 +171,11 @@ func (w *Writer) insertErr(n int, err error) error {
 		// statement cache behind a pooler that does not keep them.
 		return fmt.Errorf("outbox: insert %d event(s) into %s: %w (the connection goes through a pooler that does not keep prepared statements, such as PgBouncer before 1.21 in transaction mode: add default_query_exec_mode=cache_describe to the connection string)", n, w.names.QTable, err)
 	}
-	return fmt.Errorf("outbox: insert %d event(s) into %s: %w", n, w.names.QTable, err)
+	name := ""
+	if role != nil && store.IsInsufficientPrivilege(err) {
+		name = role()
+	}
+	return fmt.Errorf("outbox: insert %d event(s) into %s: %w", n, w.names.QTable, store.WriterDenied(w.names, name, err))
 }
 
 // Queue adds the INSERT of events into the default table to b. See

@@ -72,8 +72,11 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, status int, msg s
 func (c *Console) dbFail(w http.ResponseWriter, r *http.Request, err error) {
 	c.log.Error("console: query failed", "path", r.URL.Path, "err", err)
 	status := http.StatusInternalServerError
-	if errors.Is(err, context.DeadlineExceeded) {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
 		status = http.StatusGatewayTimeout
+	case errors.Is(err, outbox.ErrPrivilege): // the console's role lacks it: the text names the GRANT
+		status = http.StatusForbidden
 	}
 	c.fail(w, r, status, strings.TrimPrefix(err.Error(), "outbox: "))
 }

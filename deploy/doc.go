@@ -19,7 +19,10 @@
 //   - the Dockerfile's build command produces a static binary and the build
 //     context keeps every source file that command needs;
 //   - the least-privilege GRANTs documented in docs/OPERATING.md are enough,
-//     and no more than enough, on the real PostgreSQL;
+//     and no more than enough, on the real PostgreSQL; each documented role
+//     (owner, application, table and WAL relay, console, operator), with
+//     exactly its block and no superuser, does its job through the outbox
+//     command, and a missing privilege is one line naming the GRANT;
 //   - docs/OPERATING.md lists every metric and has the runbook section each
 //     alert links to.
 //

@@ -76,7 +76,7 @@ func startLogical() (string, error) {
 		}
 		fmt.Fprintf(os.Stderr, "testdb: the shared server has wal_level=%s; starting a private PostgreSQL with wal_level=logical for the WAL tests\n", level)
 	}
-	c, err := startCluster()
+	c, err := startCluster(clusterOptions{})
 	if err != nil {
 		return "", err
 	}
@@ -144,16 +144,36 @@ type cluster struct {
 	cmd  *exec.Cmd
 	done chan struct{} // closed when the server process has exited
 	log  *bytes.Buffer
+	opts clusterOptions
+}
+
+// clusterOptions change a private cluster from the logical one's defaults.
+type clusterOptions struct {
+	// listen is listen_addresses; "127.0.0.1" when empty.
+	listen string
+	// settings are more "name=value" server settings (-c).
+	settings []string
+	// prepare runs after initdb, before the server starts, with the data
+	// folder; chown gives a file it wrote to the server's user.
+	prepare func(data string, chown func(path string) error) error
+	// urlParams replace sslmode=disable in url().
+	urlParams string
+	// what names the cluster in the test log ("wal_level=logical").
+	what string
 }
 
 func (c *cluster) url() string {
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", c.port)
+	params := "sslmode=disable"
+	if c.opts.urlParams != "" {
+		params = c.opts.urlParams
+	}
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?%s", c.port, params)
 }
 
 // startCluster runs initdb and starts postgres as a child of the test
 // binary, which it does not outlive: it gets SIGQUIT (immediate shutdown)
 // if the test binary dies before stopping it.
-func startCluster() (*cluster, error) {
+func startCluster(opts clusterOptions) (*cluster, error) {
 	bin, err := binDir()
 	if err != nil {
 		return nil, err
@@ -178,12 +198,30 @@ func startCluster() (*cluster, error) {
 			return nil, err
 		}
 	}
-	c := &cluster{dir: dir, done: make(chan struct{}), log: &bytes.Buffer{}}
+	if opts.listen == "" {
+		opts.listen = "127.0.0.1"
+	}
+	if opts.what == "" {
+		opts.what = "wal_level=logical"
+	}
+	c := &cluster{dir: dir, done: make(chan struct{}), log: &bytes.Buffer{}, opts: opts}
 	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", filepath.Join(dir, "data"), "-U", "postgres", "--auth=trust", "--no-sync")
 	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	if out, err := initdb.CombinedOutput(); err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("initdb: %v\n%s", err, out)
+	}
+	if opts.prepare != nil {
+		chown := func(path string) error {
+			if cred == nil {
+				return nil
+			}
+			return os.Chown(path, int(cred.Uid), int(cred.Gid))
+		}
+		if err := opts.prepare(filepath.Join(dir, "data"), chown); err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -192,10 +230,14 @@ func startCluster() (*cluster, error) {
 	}
 	c.port = l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	c.cmd = exec.Command(filepath.Join(bin, "postgres"), "-D", filepath.Join(dir, "data"),
-		"-p", strconv.Itoa(c.port), "-k", dir, "-c", "listen_addresses=127.0.0.1",
+	args := []string{"-D", filepath.Join(dir, "data"),
+		"-p", strconv.Itoa(c.port), "-k", dir, "-c", "listen_addresses=" + opts.listen,
 		"-c", "wal_level=logical", "-c", "max_wal_senders=40", "-c", "max_replication_slots=40",
-		"-c", "max_connections=300", "-c", "fsync=off", "-c", "synchronous_commit=off")
+		"-c", "max_connections=300", "-c", "fsync=off", "-c", "synchronous_commit=off"}
+	for _, s := range opts.settings {
+		args = append(args, "-c", s)
+	}
+	c.cmd = exec.Command(filepath.Join(bin, "postgres"), args...)
 	c.cmd.Stdout, c.cmd.Stderr = c.log, c.log
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGQUIT}
 	started := make(chan error, 1)
@@ -222,7 +264,7 @@ func startCluster() (*cluster, error) {
 		cancel()
 		if err == nil {
 			conn.Close(context.Background())
-			fmt.Fprintf(os.Stderr, "testdb: private PostgreSQL (wal_level=logical) on port %d\n", c.port)
+			fmt.Fprintf(os.Stderr, "testdb: private PostgreSQL (%s) on port %d\n", opts.what, c.port)
 			return c, nil
 		}
 		select {

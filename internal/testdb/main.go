@@ -20,8 +20,8 @@ import (
 // database and sets DATABASE_URL to the database with that schema as
 // search_path, so Example functions read DATABASE_URL as a user's program
 // would, without touching a real database or each other's packages. After,
-// it drops the schema and stops the private logical server if a test
-// started one (Logical).
+// it drops the schema and stops the private servers tests started (Logical,
+// TLS).
 func Main(m *testing.M) int {
 	schema := NewSchemaName("examples")
 	dsn, err := examplesURL(schema)
@@ -37,6 +37,7 @@ func Main(m *testing.M) int {
 		}
 	}
 	StopLogical()
+	StopTLS()
 	return code
 }
 

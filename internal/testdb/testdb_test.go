@@ -44,7 +44,7 @@ func TestMissingDatabaseIsCreated(t *testing.T) {
 // stopping it leaves neither its process nor its folder.
 func TestPrivateLogicalServer(t *testing.T) {
 	t.Parallel()
-	c, err := startCluster()
+	c, err := startCluster(clusterOptions{})
 	if err != nil {
 		if os.Getenv("CI") != "true" {
 			t.Skipf("no private server: %v", err)

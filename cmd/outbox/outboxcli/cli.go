@@ -19,8 +19,8 @@ import (
 const (
 	ExitOK           = 0 // success
 	ExitFailure      = 1 // runtime failure
-	ExitUsage        = 2 // usage or configuration error, a missing replication prerequisite (--source wal); nothing was done
-	ExitDatabase     = 3 // cannot connect to the database, or it stopped answering (--statement-timeout)
+	ExitUsage        = 2 // usage or configuration error, a missing replication prerequisite (--source wal) or privilege; nothing was done
+	ExitDatabase     = 3 // cannot connect to the database (TLS refused too), or it stopped answering (--statement-timeout)
 	ExitNotMigrated  = 4 // the outbox table is missing or not migrated
 	ExitDrainTimeout = 5 // relay: the batch in flight outlived --drain-timeout
 	ExitNotFound     = 6 // retry, dead-letters discard, cancel, replay: some ids were left alone (named on stderr); the rest was done
@@ -172,6 +172,9 @@ func (c *cli) exit(err error) int {
 	if errors.Is(err, outbox.ErrNotMigrated) || errors.Is(err, outbox.ErrNotOutboxTable) {
 		code = ExitNotMigrated
 	}
+	if errors.Is(err, outbox.ErrPrivilege) && code == ExitFailure {
+		code = ExitUsage // configuration: the line names the GRANT
+	}
 	var ste *outbox.StatementTimeoutError
 	if errors.As(err, &ste) {
 		// Reworded for the operator, keeping what the command added around
@@ -219,9 +222,11 @@ const exitCodesHelp = `Exit codes:
   2  usage or configuration error (nothing was done); also relay and
      migrate with --source wal: a logical replication prerequisite is
      missing (wal_level, the REPLICATION privilege, a free replication
-     slot or WAL sender), named in one line with its fix
+     slot or WAL sender), named in one line with its fix; any command:
+     the role lacks a privilege, named with its GRANT
   3  cannot connect to the database (unreachable, authentication, no such
-     database), or it did not answer a statement within --statement-timeout
+     database, TLS refused: certificate, host name), or it did not answer a
+     statement within --statement-timeout
   4  the outbox table is missing or not migrated: run outbox migrate
      (also migrate status --exit-code when a migration is pending); or a
      table of its name is not an outbox table: name the outbox otherwise

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/dberr"
 	"github.com/pgoutbox/outbox/internal/pooler"
 )
 
@@ -144,6 +145,9 @@ func ping(ctx context.Context, pool *pgxpool.Pool) error {
 // answered (no such database, role or password), and "unreachable" only
 // when it did not: each has its own fix.
 func connectError(cc *pgx.ConnConfig, err error) error {
+	if terr := dberr.TLS(cc, err); terr != nil {
+		return terr // the certificate, the host name or the server's ssl setting
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		server := net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port)))

@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgoutbox/outbox/internal/dberr"
 )
 
 // dbWaitSettings say whether the relay waits for an unreachable database at
@@ -34,10 +36,14 @@ func (w *dbWaitSettings) validate(o *options) error {
 }
 
 // fatalConnectError reports a failure that waiting cannot cure: the server
-// answered and refused the credentials or the database name. Everything
-// else (refused or timed-out connections, DNS, a server starting up or out
-// of connection slots) may pass.
+// answered and refused the credentials or the database name, or TLS could
+// not be set up (a certificate the client refuses, a server without TLS).
+// Everything else (refused or timed-out connections, DNS, a server starting
+// up or out of connection slots) may pass.
 func fatalConnectError(err error) bool {
+	if errors.Is(err, dberr.ErrTLS) {
+		return true
+	}
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
 		return false

@@ -129,9 +129,11 @@
 //
 //	0  success
 //	1  runtime failure
-//	2  usage or configuration error (nothing was done)
+//	2  usage or configuration error (nothing was done), a missing
+//	   privilege (named with its GRANT)
 //	3  cannot connect to the database (unreachable, authentication, no such
-//	   database), or it did not answer a statement within --statement-timeout
+//	   database, TLS refused), or it did not answer a statement within
+//	   --statement-timeout
 //	4  the outbox table is missing or not migrated: run outbox migrate
 //	   (also migrate status --exit-code when a migration is pending); or a
 //	   table of its name is not an outbox table: name the outbox otherwise

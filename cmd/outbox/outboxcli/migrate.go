@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -105,13 +108,13 @@ table is refused (exit 2), never converted.`)
 			return &exitError{code: ExitUsage, err: err}
 		}
 		if err != nil {
-			return err
+			return migrateDenied(pool, err)
 		}
 		var repl *outbox.ReplicationInfo
 		if source == "wal" {
 			info, err := outbox.SetupReplication(ctx, pool, mc)
 			if err != nil {
-				return replicationErr(err)
+				return replicationErr(migrateDenied(pool, err))
 			}
 			repl = &info
 		}
@@ -157,10 +160,27 @@ table is refused (exit 2), never converted.`)
 	}
 }
 
-// replicationErr gives a missing logical replication prerequisite the
-// configuration error's exit code.
+// migrateDenied rewords insufficient_privilege for migrate, which only
+// the owner of the outbox's objects may run: exit 2, naming the fix.
+func migrateDenied(pool *pgxpool.Pool, err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "42501" {
+		return err
+	}
+	cc := pool.Config().ConnConfig
+	role := pgx.Identifier{cc.User}.Sanitize()
+	if strings.HasPrefix(pgErr.Message, "permission denied for database") {
+		return &exitError{code: ExitUsage, err: fmt.Errorf("%w: creating the WAL source's publication needs CREATE on the database: GRANT CREATE ON DATABASE %s TO %s (docs/OPERATING.md#the-wal-relay)",
+			err, pgx.Identifier{cc.Database}.Sanitize(), role)}
+	}
+	return &exitError{code: ExitUsage, err: fmt.Errorf("%w: outbox migrate creates and alters the outbox's tables (and, with --source wal, its publication): run it as the role that owns them, which %s is not (docs/OPERATING.md#the-owner)",
+		err, role)}
+}
+
+// replicationErr gives a missing logical replication prerequisite, or a
+// missing privilege, the configuration error's exit code.
 func replicationErr(err error) error {
-	if errors.Is(err, outbox.ErrReplicationPrerequisite) {
+	if errors.Is(err, outbox.ErrReplicationPrerequisite) || errors.Is(err, outbox.ErrPrivilege) {
 		return &exitError{code: ExitUsage, err: err}
 	}
 	return err

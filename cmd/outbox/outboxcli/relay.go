@@ -373,6 +373,9 @@ func (c *cli) startRelay(ctx context.Context, o *options, s *relaySettings) (_ *
 	} else if errors.Is(err, outbox.ErrNotOutboxTable) {
 		pool.Close()
 		return nil, &exitError{code: ExitNotMigrated, err: err}
+	} else if errors.Is(err, outbox.ErrPrivilege) {
+		pool.Close()
+		return nil, &exitError{code: ExitUsage, err: err}
 	} else if err != nil {
 		log.Warn("outbox relay cannot check its table yet; the relay will retry", "err", redactDSN(err.Error()))
 	}
