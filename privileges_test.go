@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"net/url"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -148,4 +150,50 @@ func TestRelayPrivilegesWAL(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantPrivilege(t, "WAL Run without SELECT on the cancellations table", runErr(t, r), "GRANT SELECT ON "+qs+`."outbox_cancels" TO `+pgx.Identifier{role}.Sanitize())
+}
+
+// A privilege revoked while the relay runs: each failed batch's log line
+// names the GRANT, as the relay's start does, not PostgreSQL's bare
+// "permission denied".
+func TestRelayPrivilegeRevokedWhileRunning(t *testing.T) {
+	e := setup(t)
+	role, pool := e.roleOn("revoked", "GRANT USAGE ON SCHEMA %n TO %s", "GRANT SELECT, UPDATE ON %t TO %s")
+	var logs syncBuf
+	pub := memory.New()
+	r, err := outbox.NewRelay(pool, pub, outbox.RelayConfig{Schema: e.schema, PollInterval: 10 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.run(r)
+	e.write(1)
+	if err := pub.WaitDistinct(ctx(t), 1); err != nil {
+		t.Fatal(err)
+	}
+	e.execSQL("REVOKE SELECT ON " + pgx.Identifier{e.schema, "outbox_events"}.Sanitize() + " FROM " + pgx.Identifier{role}.Sanitize())
+	// The text handler quotes the line: look for its words.
+	want := "GRANT SELECT ON \\\"" + e.schema + `\".\"outbox_events\" TO \"` + role + `\"`
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(logs.String(), want); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no log line naming %q within 10 s:\n%s", want, logs.String())
+		}
+	}
+}
+
+// syncBuf is a log destination tests read while the relay writes.
+type syncBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -19,7 +19,7 @@ func (e *Engine) cleanupLoop(ctx context.Context) {
 		n, err := e.Cleanup(ctx, e.cfg.Retention, e.cfg.CleanupBatch, nil)
 		switch {
 		case err != nil && ctx.Err() == nil:
-			e.cfg.Logger.Warn("outbox cleanup failed", "err", err, "deleted", n)
+			e.cfg.Logger.Warn("outbox cleanup failed", "err", e.explained(ctx, err), "deleted", n)
 		case n > 0:
 			e.cfg.Logger.Info("outbox cleanup", "deleted", n, "retention", e.cfg.Retention)
 		}

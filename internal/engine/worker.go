@@ -44,7 +44,7 @@ func (e *Engine) worker(ctx context.Context, id int) {
 					"phase", phaseOf(err), "statement_timeout", e.cfg.StatementTimeout, "err", err, "retry_in", wait)
 				break
 			}
-			log.Error("outbox relay batch failed", "phase", phaseOf(err), "err", err, "retry_in", wait)
+			log.Error("outbox relay batch failed", "phase", phaseOf(err), "err", e.explained(ctx, err), "retry_in", wait)
 		case res.Unavailable > 0:
 			outages = 0
 			// The destination may have said how long to leave it alone.
