@@ -3,8 +3,8 @@ package outbox_test
 import (
 	"context"
 	"errors"
-	"net/url"
 	"log/slog"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
