@@ -24,10 +24,12 @@ func discardCommand() (*options, func(context.Context, *cli, *options) error) {
 	var (
 		d   dbOptions
 		sel selectorFlags
+		yes bool
 	)
 	o := newOptions("dead-letters discard", "[flags] (ID... | --all | --type T | --error-group E | --older-than D)", `
-Deletes dead letters for good: the ones nobody will retry. It asks for no
-confirmation; --dry-run counts what it would delete. It prints how many dead
+Deletes dead letters for good: the ones nobody will retry. --all deletes
+nothing without --yes: it says how many it would delete and exits 2;
+--dry-run counts what it would delete. It prints how many dead
 letters it deleted and how many events they held back (ordered mode) were
 released: those are pending again and the relay publishes them.
 
@@ -39,12 +41,14 @@ released: those are pending again and the relay publishes them.
                                                    days ago or more (combines
                                                    with --type, --error-group
                                                    and --all)
-  outbox dead-letters discard --all                every dead letter
+  outbox dead-letters discard --all --yes          every dead letter
 
 Only dead letters are deleted: an id that is unknown or not a dead letter is
 named on stderr and the command exits 6 after deleting the others.`)
 	d.registerAdmin(o)
 	sel.register(o, "delete")
+	o.fs.BoolVar(&yes, "yes", false, "with --all: confirm deleting every dead letter")
+	o.flagOnly("yes")
 	return o, func(ctx context.Context, c *cli, o *options) error {
 		s, err := sel.selector(o)
 		if err != nil {
@@ -55,6 +59,15 @@ named on stderr and the command exits 6 after deleting the others.`)
 			return err
 		}
 		defer done()
+		if s.All && !s.DryRun && !yes {
+			dry := outbox.DiscardSelector(s)
+			dry.DryRun = true
+			res, err := admin.Discard(ctx, dry)
+			if err != nil {
+				return notMigrated(admin.Table(), &d, err)
+			}
+			return usageErr("dead-letters discard --all would delete %d dead letter(s) from %s for good: add --yes to confirm (nothing was deleted)", res.Discarded, admin.Table())
+		}
 		if err := sel.checkErrorGroup(ctx, admin); err != nil {
 			return notMigrated(admin.Table(), &d, err)
 		}

@@ -238,7 +238,12 @@ func TestDiscard(t *testing.T) {
 	if f.count("id = $1", a[1]) != 0 || f.count("id = $1 AND held_by IS NULL", held[0]) != 1 || f.count("id = $1", pending[0]) != 1 {
 		t.Error("discard ids: the dead letter is not deleted, its held event not released, or the pending event touched")
 	}
-	r = run(t, vars, "dead-letters", "discard", "--all", "--json")
+	r = run(t, vars, "dead-letters", "discard", "--all")
+	wantExit(t, r, ExitUsage)
+	if !strings.Contains(r.stderr, "add --yes to confirm (nothing was deleted)") || f.count("dead_at IS NOT NULL") == 0 {
+		t.Errorf("discard --all without --yes: %s", r)
+	}
+	r = run(t, vars, "dead-letters", "discard", "--all", "--yes", "--json")
 	wantExit(t, r, ExitOK)
 	var res discardJSON
 	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || res.Discarded != 4 || res.DryRun {
