@@ -23,7 +23,11 @@ type Result struct {
 // claimed the batch runs to its end even if ctx is cancelled (bounded by the
 // publish timeout), so shutdown never wastes a confirmed publish; it never
 // records a row the broker did not confirm as published.
-func (e *Engine) Batch(ctx context.Context) (Result, error) {
+func (e *Engine) Batch(ctx context.Context) (Result, error) { return e.batch(ctx, false) }
+
+// batch is Batch; a worker's batch (worker) also leaves its rows alone
+// while the workers back off from a record that failed (unrecorded.go).
+func (e *Engine) batch(ctx context.Context, worker bool) (Result, error) {
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
@@ -38,7 +42,7 @@ func (e *Engine) Batch(ctx context.Context) (Result, error) {
 	bg := context.WithoutCancel(ctx)
 	defer c.lease.release(bg)
 	res := Result{Claimed: len(c.rows), Full: c.full}
-	if len(c.rows) > 0 && e.marks.holding() {
+	if worker && len(c.rows) > 0 && e.marks.holding() {
 		// Another worker's batch just failed to record these very rows,
 		// perhaps: they wait for the backoff, untouched.
 		return Result{}, c.lease.commit(bg)

@@ -20,7 +20,7 @@ func (e *Engine) worker(ctx context.Context, id int) {
 			return
 		}
 		start := time.Now()
-		res, err := e.Batch(ctx)
+		res, err := e.batch(ctx, true)
 		var wait time.Duration
 		poll := false
 		switch {
