@@ -124,13 +124,16 @@ func TestScenario2HungRelay(t *testing.T) {
 		a.current().signal(syscall.SIGCONT)
 		resumedAt := time.Now()
 
-		// A finds its connection gone when it tries to mark the batch, or,
+		// A finds its connection gone when it tries to mark the batch (it
+		// published and could not record: all its workers back off), or,
 		// if its publish timeout fired first, gives the batch up as
 		// unconfirmed; either way it logs it.
 		var failure string
 		for deadline := time.Now().Add(30 * time.Second); failure == "" && time.Now().Before(deadline); {
 			logs := a.current().stderr.String()[logBefore:]
-			for _, l := range append(logLines(logs, "outbox relay batch failed"), logLines(logs, "broker unavailable")...) {
+			found := append(logLines(logs, "outbox relay batch failed"), logLines(logs, "broker unavailable")...)
+			found = append(found, logLines(logs, "could not record them")...)
+			for _, l := range found {
 				failure = l
 				break
 			}

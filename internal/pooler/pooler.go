@@ -3,8 +3,9 @@
 // named prepared statements, LISTEN, a replication connection. The relay
 // checks at start and the CLI chooses its exec mode with it.
 //
-// Every probe runs in the simple protocol, so it prepares nothing whatever
-// the connection's default_query_exec_mode.
+// Every probe runs in pgx's exec mode (the unnamed statement), so it
+// prepares nothing whatever the connection's default_query_exec_mode, and
+// works whatever its client_encoding (the simple protocol needs UTF8).
 package pooler
 
 import (
@@ -19,7 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-const simple = pgx.QueryExecModeSimpleProtocol
+const simple = pgx.QueryExecModeExec
 
 // Detect reports whether conn goes through a pooler: the backend that
 // answers is not the one whose key the client got at startup. PostgreSQL
