@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -40,6 +41,16 @@ func walDatabase(t *testing.T) (*pgxpool.Pool, wal.Names) {
 	srv.ReplicationObjects(t, n.Slot, "")
 	srv.ReplicationObjects(t, n.LegacySlot, "")
 	return pool, n
+}
+
+var legacySlotMu sync.Mutex
+
+// legacyTurn makes the tests that create the legacy slot take turns: its
+// name is the same in every database and slot names are cluster-wide. Call
+// it first, so that the turn ends after every cleanup of the test.
+func legacyTurn(t *testing.T) {
+	legacySlotMu.Lock()
+	t.Cleanup(legacySlotMu.Unlock)
 }
 
 // legacySlot creates the table's publication and slot as versions before
@@ -110,6 +121,7 @@ VALUES ('order', 'o-1', 'order.created', '{}')`); err != nil {
 // WAL source leaves the other's slot and stream alone.
 func TestWALSourceTwoDatabases(t *testing.T) {
 	t.Parallel()
+	legacyTurn(t)
 	pool1, n1 := walDatabase(t)
 	pool2, n2 := walDatabase(t)
 	if n1.Slot == n2.Slot || n1.LegacySlot != n2.LegacySlot {
@@ -166,6 +178,7 @@ func TestWALSourceTwoDatabases(t *testing.T) {
 // is lost, and no second slot is created.
 func TestWALSourceAdoptsLegacySlot(t *testing.T) {
 	t.Parallel()
+	legacyTurn(t)
 	pool, n := walDatabase(t)
 	legacySlot(t, pool, n)
 	t.Cleanup(func() {
