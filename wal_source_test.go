@@ -18,6 +18,7 @@ import (
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/ident"
+	"github.com/pgoutbox/outbox/internal/testdb"
 	"github.com/pgoutbox/outbox/internal/wal"
 	"github.com/pgoutbox/outbox/memory"
 )
@@ -26,7 +27,13 @@ import (
 // dropped (then checked gone) when the test ends.
 func setupWAL(t *testing.T) (*env, wal.Names) {
 	t.Helper()
-	e := setupLogical(t)
+	return setupWALOn(t, testdb.Logical(t))
+}
+
+// setupWALOn is setupWAL on srv, a server with wal_level=logical.
+func setupWALOn(t *testing.T, srv *testdb.Server) (*env, wal.Names) {
+	t.Helper()
+	e := setupOn(t, srv)
 	n := walNames(t, e)
 	if _, err := outbox.SetupReplication(ctx(t), e.pool, outbox.MigrateConfig{Schema: e.schema}); err != nil {
 		t.Fatalf("SetupReplication: %v", err)

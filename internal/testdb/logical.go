@@ -160,6 +160,8 @@ type clusterOptions struct {
 	urlParams string
 	// what names the cluster in the test log ("wal_level=logical").
 	what string
+	// env is added to the server's environment.
+	env []string
 }
 
 func (c *cluster) url() string {
@@ -239,6 +241,9 @@ func startCluster(opts clusterOptions) (*cluster, error) {
 	}
 	c.cmd = exec.Command(filepath.Join(bin, "postgres"), args...)
 	c.cmd.Stdout, c.cmd.Stderr = c.log, c.log
+	if len(opts.env) > 0 {
+		c.cmd.Env = append(os.Environ(), opts.env...)
+	}
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGQUIT}
 	started := make(chan error, 1)
 	go func() {

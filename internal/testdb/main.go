@@ -21,7 +21,7 @@ import (
 // search_path, so Example functions read DATABASE_URL as a user's program
 // would, without touching a real database or each other's packages. After,
 // it drops the schema and stops the private servers tests started (Logical,
-// TLS).
+// TLS, ClockBehind).
 func Main(m *testing.M) int {
 	schema := NewSchemaName("examples")
 	dsn, err := examplesURL(schema)
@@ -38,6 +38,7 @@ func Main(m *testing.M) int {
 	}
 	StopLogical()
 	StopTLS()
+	StopClockBehind()
 	return code
 }
 
