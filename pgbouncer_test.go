@@ -349,7 +349,7 @@ func TestPgBouncerRelayModeWarnings(t *testing.T) {
 func TestPgBouncerRelayListen(t *testing.T) {
 	b := setupBouncer(t)
 	logs := b.relayThroughBouncer(b.bouncerPool("cache_describe"), outbox.RelayConfig{Listen: true}, 50)
-	if n := strings.Count(logs, "LISTEN does not reach"); n != 1 || !strings.Contains(logs, "connect the relay to PostgreSQL directly for Listen") {
+	if n := strings.Count(logs, "LISTEN does not reach"); n != 1 || !strings.Contains(logs, "set DirectConnConfig (outbox relay --direct-url) to PostgreSQL itself") {
 		t.Errorf("want one line saying LISTEN does not reach the relay and how to fix it, got:\n%s", logs)
 	}
 
@@ -383,6 +383,101 @@ func TestPgBouncerRelayWAL(t *testing.T) {
 	if !errors.Is(err, outbox.ErrReplicationPrerequisite) || !strings.Contains(err.Error(), "replication needs a direct connection to PostgreSQL") ||
 		!strings.Contains(err.Error(), "unsupported startup parameter: replication") {
 		t.Fatalf("Run = %v; want ErrReplicationPrerequisite saying replication needs a direct connection, with PgBouncer's reason", err)
+	}
+}
+
+// directConfig is the connection config of e's server itself, for
+// RelayConfig.DirectConnConfig.
+func directConfig(t *testing.T, e *env) *pgx.ConnConfig {
+	t.Helper()
+	cc, err := pgx.ParseConfig(e.srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cc
+}
+
+// With DirectConnConfig, a relay whose pool goes through PgBouncer in
+// transaction mode LISTENs on PostgreSQL itself: no warning, and an event
+// is relayed on its notification although the poll interval is an hour.
+func TestPgBouncerRelayListenDirect(t *testing.T) {
+	b := setupBouncer(t)
+	logs := &syncBuffer{}
+	pool := b.bouncerPool("cache_describe")
+	pub := memory.New()
+	r, err := outbox.NewRelay(pool, pub, outbox.RelayConfig{Schema: b.schema, Listen: true, PollInterval: time.Hour, Workers: 1,
+		DirectConnConfig: directConfig(t, b.env), Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.run(r)
+	n, err := outbox.NewNotifier(pool, outbox.NotifierConfig{Schema: b.schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	waitListening(t, b.env)
+	for i := range 3 {
+		ids := b.write(1)
+		n.Notify()
+		c, cancel := context.WithTimeout(ctx(t), 20*time.Second)
+		err := pub.WaitFor(c, func(ms []outbox.Message) bool {
+			for _, m := range ms {
+				if m.ID == ids[0] {
+					return true
+				}
+			}
+			return false
+		})
+		cancel()
+		if err != nil {
+			t.Fatalf("event %d not relayed after Notify (poll interval 1h, LISTEN on the direct connection): %v\nlogs:\n%s", i, err, logs.String())
+		}
+	}
+	if strings.Contains(logs.String(), "LISTEN") || strings.Contains(logs.String(), "level=ERROR") {
+		t.Errorf("warned although LISTEN has a direct connection:\n%s", logs.String())
+	}
+}
+
+// With DirectConnConfig, the WAL source works with its pool behind
+// PgBouncer: it streams on the direct connection, delivers everything, and
+// deletes what it delivered.
+func TestPgBouncerRelayWALDirect(t *testing.T) {
+	e, _ := setupWAL(t)
+	bouncer := e.srv.PgBouncer(t)
+	cfg, err := pgxpool.ParseConfig(bouncer.URL() + "&default_query_exec_mode=cache_describe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	logs := &syncBuffer{}
+	pub := memory.New()
+	r, err := outbox.NewRelay(pool, pub, walConfig(outbox.RelayConfig{Schema: e.schema, DirectConnConfig: directConfig(t, e),
+		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.run(r)
+	waitStreaming(t, r, 30*time.Second)
+	e.write(100)
+	if err := pub.WaitDistinct(ctx(t), 100); err != nil {
+		t.Fatalf("%d of 100 delivered: %v\nlogs:\n%s", pub.Distinct(), err, logs.String())
+	}
+	for deadline := time.Now().Add(10 * time.Second); e.rows("true") > 0 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := e.rows("true"); n != 0 {
+		t.Errorf("%d rows left in the table, want the delivered ones deleted", n)
+	}
+	if !r.SourceStatus().Streaming {
+		t.Errorf("not streaming at the end: %+v", r.SourceStatus())
+	}
+	if el := errorLines(logs.String()); el != "" {
+		t.Errorf("the relay logged errors:\n%s", el)
 	}
 }
 

@@ -36,11 +36,16 @@ func (r *Relay) checkPooler(ctx context.Context) error {
 		return err
 	}
 	cc := r.pool.Config().ConnConfig
+	// The listener and the stream use DirectConnConfig when it is set.
+	session, sessionName := cc, "the relay's connections go"
+	if r.cfg.Direct != nil {
+		session, sessionName = r.cfg.Direct, "DirectConnConfig (outbox relay --direct-url) goes"
+	}
 	log := r.cfg.Logger.With("table", r.names.QTable)
 	if r.cfg.WAL {
-		if err := pooler.Replication(ctx, &cc.Config); err != nil {
-			return fmt.Errorf("%w: replication needs a direct connection to PostgreSQL, and the relay's connections go through a connection pooler that refused it (%v): connect the relay to PostgreSQL itself (its host and port in the DSN, not PgBouncer's)",
-				ErrReplicationPrerequisite, err)
+		if err := pooler.Replication(ctx, &session.Config); err != nil {
+			return fmt.Errorf("%w: replication needs a direct connection to PostgreSQL, and %s through a connection pooler that refused it (%v): set DirectConnConfig (outbox relay --direct-url) to PostgreSQL itself, its host and port rather than PgBouncer's; the rest may stay behind the pooler",
+				ErrReplicationPrerequisite, sessionName, err)
 		}
 	}
 	switch cc.DefaultQueryExecMode {
@@ -56,12 +61,12 @@ func (r *Relay) checkPooler(ctx context.Context) error {
 		log.Warn(`outbox relay: the connections go through a connection pooler, and default_query_exec_mode=describe_exec runs a statement in two round trips that a transaction pooler may send to two server connections ("bind message supplies 0 parameters"); use default_query_exec_mode=cache_describe`)
 	}
 	if r.cfg.Listen {
-		reaches, err := pooler.ListenReaches(ctx, cc, conn.Conn(), listenProbeWait)
+		reaches, err := pooler.ListenReaches(ctx, session, conn.Conn(), listenProbeWait)
 		if err != nil {
 			return fmt.Errorf("outbox: check LISTEN through the connection pooler: %w", err)
 		}
 		if !reaches {
-			log.Warn("outbox relay: LISTEN does not reach the relay through its connection pooler (PgBouncer in transaction mode keeps no session): it polls every PollInterval instead; connect the relay to PostgreSQL directly for Listen, or drop Listen (outbox relay --listen)",
+			log.Warn("outbox relay: LISTEN does not reach the relay: "+sessionName+" through a connection pooler that keeps no session (PgBouncer in transaction mode), so it polls every PollInterval instead; set DirectConnConfig (outbox relay --direct-url) to PostgreSQL itself, or drop Listen (outbox relay --listen)",
 				"poll_interval", r.cfg.PollInterval)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
@@ -205,6 +206,17 @@ type RelayConfig struct {
 	// listener reconnects by itself. It needs one extra connection per
 	// relay. Defaults to false.
 	Listen bool
+
+	// DirectConnConfig is a connection to PostgreSQL itself for what a
+	// connection pooler in transaction mode (PgBouncer) cannot carry: the
+	// Listen connection, and SourceWAL's replication stream and the
+	// connection that deletes the streamed rows. Claims, marks and gauges
+	// still go through the pool. Build it with pgx.ParseConfig from
+	// PostgreSQL's own host and port, with the pool's user and database.
+	// Defaults to nil: those connections use the pool's settings, so a
+	// relay whose pool goes through a pooler refuses SourceWAL at start and
+	// polls instead of listening.
+	DirectConnConfig *pgx.ConnConfig
 
 	// Retention enables the cleanup loop: processed rows older than this are
 	// deleted every CleanupInterval, CleanupBatch rows per statement.
@@ -437,6 +449,7 @@ func (cfg RelayConfig) engineConfig() (engine.Config, error) {
 		RotateEvents:     int64(c.RotateEvents),
 		RotateInterval:   c.RotateInterval,
 		SenderTimeout:    c.WALSenderTimeout,
+		Direct:           c.DirectConnConfig,
 		StuckAfter:       c.StuckAfter,
 		Logger:           c.Logger,
 	}, nil

@@ -2,9 +2,11 @@ package engine
 
 import (
 	"context"
-	"github.com/jackc/pglogrepl"
 	"log/slog"
 	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/outbox/internal/ident"
 	"github.com/pgoutbox/outbox/internal/metrics"
@@ -63,6 +65,10 @@ type Config struct {
 	StuckAfter time.Duration
 	// SenderTimeout is the stream's wal_sender_timeout.
 	SenderTimeout time.Duration
+	// Direct, when set, is the connection for what needs a session of its
+	// own (the listener, the stream, the stream's deleter) instead of the
+	// pool's: PostgreSQL itself when the pool goes through a pooler.
+	Direct *pgx.ConnConfig
 
 	Logger  *slog.Logger
 	Metrics *metrics.Metrics // nil: no metrics

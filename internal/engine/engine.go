@@ -251,3 +251,12 @@ func IsUndefined(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "42703")
 }
+
+// sessionConfig is a copy of the settings for a connection of the engine's
+// own, outside the pool: Config.Direct's, else the pool's.
+func (e *Engine) sessionConfig() *pgx.ConnConfig {
+	if e.cfg.Direct != nil {
+		return e.cfg.Direct.Copy()
+	}
+	return e.pool.Config().ConnConfig.Copy()
+}

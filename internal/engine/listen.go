@@ -33,7 +33,7 @@ func (e *Engine) listenLoop(ctx context.Context) {
 // connection fails or ctx is done.
 func (e *Engine) listen(ctx context.Context) error {
 	cctx, cancel := e.stmtCtx(ctx)
-	conn, err := pgx.ConnectConfig(cctx, e.pool.Config().ConnConfig.Copy())
+	conn, err := pgx.ConnectConfig(cctx, e.sessionConfig())
 	cancel()
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)

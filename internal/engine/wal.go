@@ -433,7 +433,7 @@ func (s *walSource) stream(ctx context.Context) (progressed bool, err error) {
 	e := s.e
 	n := s.slot()
 	opened := time.Now()
-	st, err := wal.Open(ctx, wal.StreamConfig{ConnConfig: &e.pool.Config().ConnConfig.Config, Names: n,
+	st, err := wal.Open(ctx, wal.StreamConfig{ConnConfig: &e.sessionConfig().Config, Names: n,
 		Timeout:       max(wal.DefaultTimeout, 3*e.cfg.StatementTimeout),
 		SenderTimeout: e.cfg.SenderTimeout,
 		// What waits for the next batch, bounded as one batch is.

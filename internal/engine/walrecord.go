@@ -200,7 +200,7 @@ func (d *deleter) exec(ctx context.Context, sql string, args ...any) (int64, err
 	sctx, cancel := e.stmtCtx(ctx)
 	defer cancel()
 	if d.conn == nil {
-		cfg := e.pool.Config().ConnConfig.Copy()
+		cfg := e.sessionConfig()
 		if cfg.RuntimeParams == nil {
 			cfg.RuntimeParams = map[string]string{}
 		}

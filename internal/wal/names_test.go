@@ -98,3 +98,18 @@ func TestSlotNameSQL(t *testing.T) {
 		}
 	}
 }
+
+// TestCreateSlotQueryFailover: slots are created with the failover option
+// from PostgreSQL 17 on, and without it before, where the function takes
+// two arguments (PostgreSQL 15 answers 42883 to the five-argument form).
+func TestCreateSlotQueryFailover(t *testing.T) {
+	for _, c := range []struct {
+		version  int
+		failover bool
+	}{{150020, false}, {160000, false}, {170000, true}, {180001, true}} {
+		q := createSlotQuery(c.version)
+		if got := strings.HasSuffix(q, ", false, false, true)"); got != c.failover {
+			t.Errorf("server %d: %s, want failover %v", c.version, q, c.failover)
+		}
+	}
+}

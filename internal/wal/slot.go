@@ -77,7 +77,11 @@ func Create(ctx context.Context, db DB, n Names) (created bool, err error) {
 	if exists {
 		return false, nil
 	}
-	if _, err := tx.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, $2)`, n.Slot, Plugin); err != nil {
+	var version int
+	if err := tx.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
+		return false, fmt.Errorf("WAL source: read the server's version: %w", err)
+	}
+	if _, err := tx.Exec(ctx, createSlotQuery(version), n.Slot, Plugin); err != nil {
 		if isCode(err, "42710") {
 			return false, nil
 		}

@@ -18,12 +18,21 @@ func (n Names) CreatePublicationSQL() string {
 	return fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert', publish_via_partition_root = true)", n.QPublication, n.Table.QTable)
 }
 
-// CreateSlotSQL is the statement creating the table's slot. Create the
-// publication first: the slot decodes from its creation point with the
-// catalog as it was then, and a publication created later is not found
-// until WAL written after it.
-func (n Names) CreateSlotSQL() string {
-	return fmt.Sprintf("SELECT pg_create_logical_replication_slot(%s, %s)", literal(n.Slot), literal(Plugin))
+// FailoverVersion is the first PostgreSQL (server_version_num) whose
+// logical slots can follow a failover: a slot created with the failover
+// option is copied to standbys that set sync_replication_slots, so a
+// promoted standby has it at a confirmed position.
+const FailoverVersion = 170000
+
+// createSlotQuery is the statement creating a slot ($1) with the pgoutput
+// plugin ($2); on FailoverVersion and later, with the failover option, so
+// that a standby can keep it (what it costs a primary without such a
+// standby is nothing).
+func createSlotQuery(version int) string {
+	if version >= FailoverVersion {
+		return `SELECT pg_create_logical_replication_slot($1, $2, false, false, true)`
+	}
+	return `SELECT pg_create_logical_replication_slot($1, $2)`
 }
 
 // DropSlotSQL is the statement dropping the table's slot. It fails while a
@@ -97,6 +106,8 @@ func (n Names) Script() string {
 	b.WriteString(n.CreatePublicationSQL())
 	b.WriteString(";\n")
 	// The slot's name includes the database's, which the server knows.
+	b.WriteString("-- PostgreSQL 17+: add the arguments false, false, true (failover) so that standbys\n")
+	b.WriteString("--   with sync_replication_slots = on keep the slot across a failover.\n")
 	fmt.Fprintf(&b, "SELECT pg_create_logical_replication_slot(%s, %s);\n", slotNameSQL(n.Table.Schema, n.Table.Table), literal(Plugin))
 	b.WriteString("-- Rows pending from before the slot go to the relay's table workers:\n")
 	b.WriteString(n.MarkBacklogSQL())
