@@ -235,6 +235,19 @@ func TestChartValues(t *testing.T) {
 			if !strings.Contains(yamlText(t, one(t, objs, "Deployment")), "memory: 1Gi") {
 				t.Error("Deployment: relay.resources.limits.memory not applied")
 			}
+			if strings.Contains(yamlText(t, one(t, objs, "Deployment")), "OUTBOX_DIRECT_URL") {
+				t.Error("Deployment: OUTBOX_DIRECT_URL without database.directUrlKey")
+			}
+		},
+	}, {
+		name: "direct URL behind PgBouncer", release: "pgoutbox",
+		args:  []string{"--set", "relay.source=wal", "--set", "database.directUrlKey=direct-url"},
+		image: "pgoutbox/outbox:" + meta.AppVersion,
+		check: func(t *testing.T, objs []*k8sObject) {
+			d := yamlText(t, one(t, objs, "Deployment"))
+			if !regexp.MustCompile(`- name: OUTBOX_DIRECT_URL\s+valueFrom:\s+secretKeyRef:\s+key: direct-url\s+name: pgoutbox-database\n`).MatchString(d) {
+				t.Errorf("Deployment: OUTBOX_DIRECT_URL not taken from the Secret's direct-url key:\n%s", d)
+			}
 		},
 	}, {
 		name: "digest, annotations instead of ServiceMonitor, restricted egress", release: "pgoutbox",

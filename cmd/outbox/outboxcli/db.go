@@ -36,28 +36,47 @@ func (c *cli) poolConfig(o *options, d *dbOptions, maxConns int32) (*pgxpool.Con
 	if err != nil {
 		return nil, o.settingErr("database-url", "%s", redactDSN(err.Error()))
 	}
-	if cfg.ConnConfig.ConnectTimeout == 0 {
-		cfg.ConnConfig.ConnectTimeout = connectTimeout
-		cfg.ConnConfig.DialFunc = (&net.Dialer{Timeout: connectTimeout}).DialContext
+	tuneConn(cfg.ConnConfig, o.cmd)
+	if maxConns > 0 && !strings.Contains(d.DatabaseURL, "pool_max_conns") {
+		cfg.MaxConns = maxConns
+	}
+	return cfg, nil
+}
+
+// tuneConn gives a connection config the commands' defaults, where the DSN
+// does not say otherwise.
+func tuneConn(cc *pgx.ConnConfig, cmd string) {
+	if cc.ConnectTimeout == 0 {
+		cc.ConnectTimeout = connectTimeout
+		cc.DialFunc = (&net.Dialer{Timeout: connectTimeout}).DialContext
 	}
 	// A server that vanished (host down, partition) fails the statement in
 	// outbox.DefaultTCPUserTimeout instead of the kernel's ~15 minutes; the
 	// commands' Admin calls have their own deadline on top
 	// (outbox.DefaultAdminStatementTimeout, or the DSN's statement_timeout
 	// plus 5s).
-	outbox.SetTCPTimeouts(&cfg.ConnConfig.Config, 0)
-	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
-		cfg.ConnConfig.RuntimeParams["application_name"] = "outbox " + o.cmd
+	outbox.SetTCPTimeouts(&cc.Config, 0)
+	if _, ok := cc.RuntimeParams["application_name"]; !ok {
+		cc.RuntimeParams["application_name"] = "outbox " + cmd
 	}
 	// Text in and out as UTF-8 whatever the database's encoding (LATIN1,
 	// say): the relay refuses connections in another client encoding.
-	if _, ok := cfg.ConnConfig.RuntimeParams["client_encoding"]; !ok {
-		cfg.ConnConfig.RuntimeParams["client_encoding"] = "UTF8"
+	if _, ok := cc.RuntimeParams["client_encoding"]; !ok {
+		cc.RuntimeParams["client_encoding"] = "UTF8"
 	}
-	if maxConns > 0 && !strings.Contains(d.DatabaseURL, "pool_max_conns") {
-		cfg.MaxConns = maxConns
+}
+
+// directConfig parses --direct-url, the relay's connection to PostgreSQL
+// itself for LISTEN and the WAL source's stream when --database-url goes
+// through a pooler. It registers its password with the redactor first.
+func (c *cli) directConfig(o *options, dsn string) (*pgx.ConnConfig, error) {
+	c.red.addDSN(dsn)
+	cc, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, o.settingErr("direct-url", "%s", redactDSN(err.Error()))
 	}
-	return cfg, nil
+	tuneConn(cc, o.cmd)
+	return cc, nil
 }
 
 // connect opens a pool and checks that the database answers; failing that, it

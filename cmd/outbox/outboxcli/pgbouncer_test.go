@@ -2,11 +2,14 @@ package outboxcli
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/outbox/internal/testdb"
 )
@@ -150,5 +153,49 @@ func TestPgBouncerStartupParameter(t *testing.T) {
 	wantExit(t, r, ExitDatabase)
 	if !strings.Contains(r.stderr, "refused the startup parameter search_path: remove it from --database-url, or list it in PgBouncer's ignore_startup_parameters") {
 		t.Errorf("stderr does not name the parameter and the fix:\n%s", r)
+	}
+}
+
+// --source wal with --database-url through PgBouncer: refused at start
+// naming --direct-url; with --direct-url to PostgreSQL itself, the relay
+// streams on it and delivers, the rest of its work going through PgBouncer.
+func TestPgBouncerRelayDirectURL(t *testing.T) {
+	t.Parallel()
+	schema, _, _, pool := walSchema(t)
+	wantExit(t, run(t, walEnv(t), "migrate", "--source", "wal", "--schema", schema), ExitOK)
+	vars := map[string]string{"DATABASE_URL": testdb.Logical(t).PgBouncer(t).URL(), "OUTBOX_SCHEMA": schema}
+
+	r := run(t, vars, "relay", "--source", "wal", "--broker", "stdout:")
+	wantExit(t, r, ExitUsage)
+	if !strings.Contains(r.stderr, "replication needs a direct connection") || !strings.Contains(r.stderr, "--direct-url") {
+		t.Errorf("relay --source wal through PgBouncer: want one line naming --direct-url:\n%s", r)
+	}
+
+	out := &syncBuffer{}
+	rr := startRelay(t, out, vars, "--source", "wal", "--direct-url", testdb.Logical(t).URL(), "--broker", "stdout:", "--poll-interval", "50ms")
+	const n = 50
+	eventually(t, "the relay streaming", func() bool {
+		var active bool
+		_ = pool.QueryRow(testCtx(t), `SELECT EXISTS (SELECT 1 FROM pg_stat_replication WHERE application_name LIKE 'pgoutbox relay %' || $1 || '%')`, schema).Scan(&active)
+		return active
+	})
+	if _, err := pool.Exec(testCtx(t), fmt.Sprintf(`INSERT INTO %s.outbox_events (aggregate_type, aggregate_id, event_type, payload)
+		SELECT 'order', i::text, 'order.created', '{}' FROM generate_series(1, %d) i`, pgx.Identifier{schema}.Sanitize(), n)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "every event delivered and deleted", func() bool {
+		var left int
+		_ = pool.QueryRow(testCtx(t), fmt.Sprintf(`SELECT count(*) FROM %s.outbox_events`, pgx.Identifier{schema}.Sanitize())).Scan(&left)
+		return left == 0 && strings.Count(out.String(), "order.created") >= n
+	})
+	if code := rr.stop(t); code != ExitOK {
+		t.Fatalf("exit %d; stderr:\n%s", code, rr.stderr)
+	}
+	logs := rr.stderr.String()
+	if !strings.Contains(logs, `"direct_connection":true`) {
+		t.Errorf("the start line does not say a direct connection is set:\n%s", logs)
+	}
+	if strings.Contains(logs, `"level":"ERROR"`) {
+		t.Errorf("the relay logged errors:\n%s", logs)
 	}
 }

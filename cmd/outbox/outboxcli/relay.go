@@ -45,6 +45,9 @@ type relaySettings struct {
 	// destination (BrokerOptions).
 	createTopology bool
 	ensureStream   string
+	// directURL is --direct-url; direct its parsed config (nil: none).
+	directURL string
+	direct    *pgx.ConnConfig
 }
 
 // relayFlags lists the relay's numeric and boolean settings. A RelayConfig
@@ -175,6 +178,7 @@ Logs are JSON on stderr, or text when stderr is a terminal.`)
 	for _, st := range s.relayFlags() {
 		st.register(o)
 	}
+	f.StringVar(&s.directURL, "direct-url", "", "connection string to PostgreSQL itself, for LISTEN (--listen) and the WAL source's stream when --database-url goes through a pooler such as PgBouncer (default: --database-url)")
 	f.StringVar(&s.httpAddr, "http-addr", "", "address serving /metrics, /healthz and /readyz, e.g. 127.0.0.1:9090 (empty: off)")
 	s.console.registerRelay(o)
 	f.BoolVar(&s.createTopology, "create-topology", false, "create a missing destination: JetStream stream, Kafka topics, the RabbitMQ exchange named in the URL, SQS queues, Pub/Sub topics (opt-in)")
@@ -231,6 +235,7 @@ func (s *relaySettings) relayConfig(log *slog.Logger, reg prometheus.Registerer)
 	cfg.Envelope, cfg.CloudEventsSource = outbox.Envelope(s.envelope), s.ceSource
 	cfg.BatchDelay = cliBatchDelay(cfg.BatchDelay)
 	cfg.Logger, cfg.Registerer = log, reg
+	cfg.DirectConnConfig = s.direct
 	return cfg
 }
 
@@ -273,7 +278,7 @@ func (c *cli) relay(ctx context.Context, o *options, s *relaySettings) error {
 	r.log.Info("outbox relay started", "version", Version().Version, "table", tableName(s.db), "source", s.source, "broker", r.brokerURL, "topic", s.topic,
 		"workers", s.cfg.Workers, "batch_size", s.cfg.BatchSize, "poll_interval", s.cfg.PollInterval,
 		"max_attempts", s.cfg.MaxAttempts, "retention", s.cfg.Retention, "ordered", s.cfg.Ordered, "listen", s.cfg.Listen,
-		"delete_on_publish", s.cfg.DeleteOnPublish, "batch_delay", s.cfg.BatchDelay, "envelope", s.envelope)
+		"delete_on_publish", s.cfg.DeleteOnPublish, "batch_delay", s.cfg.BatchDelay, "envelope", s.envelope, "direct_connection", s.direct != nil)
 	wctx, stopWatch := context.WithCancel(ctx)
 	watched := make(chan struct{})
 	go func() {
@@ -338,6 +343,11 @@ func (c *cli) startRelay(ctx context.Context, o *options, s *relaySettings) (_ *
 	pcfg, err := c.poolConfig(o, &s.db, int32(s.cfg.Workers)+4)
 	if err != nil {
 		return nil, err
+	}
+	if s.directURL != "" {
+		if s.direct, err = c.directConfig(o, s.directURL); err != nil {
+			return nil, err
+		}
 	}
 	// The pool connects lazily: the library validates its configuration
 	// (the probe) before the database is reached.
