@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgoutbox/outbox/internal/store"
 )
 
 // claim is a batch of rows held for this engine until their outcomes are
@@ -186,11 +188,16 @@ func (l *tableLease) claim(ctx context.Context, p claimPlan) (rows []*Row, more 
 	return rows, more, nil
 }
 
+// idleSlack is how much longer than PublishTimeout a lease's transaction
+// may sit idle before PostgreSQL ends it: the publish plus the time to
+// settle and send the mark, so only a relay that vanished loses its lease.
+const idleSlack = 5 * time.Second
+
 // begin queues the start of the lease's transaction and its settings.
 func (l *tableLease) begin(b *pgx.Batch) {
-	idle := strconv.FormatInt((l.e.cfg.PublishTimeout + 5*time.Second).Milliseconds(), 10)
+	idle := strconv.FormatInt((l.e.cfg.PublishTimeout + idleSlack).Milliseconds(), 10)
 	b.Queue("BEGIN")
-	b.Queue(`SELECT set_config('idle_in_transaction_session_timeout', $1, true), set_config('synchronous_commit', 'off', true)`, idle)
+	b.Queue(store.LeaseSettings, idle)
 }
 
 func (l *tableLease) commit(ctx context.Context) error {

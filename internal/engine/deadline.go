@@ -26,6 +26,18 @@ func (e *Engine) stmtCtx(ctx context.Context) (context.Context, context.CancelFu
 	return context.WithTimeout(ctx, e.cfg.StatementTimeout)
 }
 
+// ddlFloor is the least time a slow statement gets: DDL and replication
+// setup (creating a slot waits for every open write transaction, a
+// partition is read whole), which take longer than a claim and must not be
+// cut by a StatementTimeout tuned for claims.
+const ddlFloor = 30 * time.Second
+
+// ddlCtx is ctx bounded by the deadline of a slow statement: the statement
+// deadline, and at least ddlFloor.
+func (e *Engine) ddlCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, max(e.cfg.StatementTimeout, ddlFloor))
+}
+
 // stmtError is a statement's failure with the phase that ran it, for the
 // worker's log line.
 type stmtError struct {

@@ -200,7 +200,7 @@ func (e *Engine) CheckSchema(ctx context.Context) error {
 			return err
 		}
 	}
-	rows, err = e.pool.Query(ctx, `SELECT i FROM unnest($1::text[]) AS i WHERE to_regclass(i) IS NULL`, append(want, tableOnly...))
+	rows, err = e.pool.Query(ctx, store.MissingRelations, append(want, tableOnly...))
 	if err != nil {
 		return err
 	}
@@ -222,7 +222,7 @@ func (e *Engine) CheckSchema(ctx context.Context) error {
 			handoff = n.QSchema + "." + handoff
 		}
 		var wal bool
-		if err := e.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, handoff).Scan(&wal); err != nil {
+		if err := e.pool.QueryRow(ctx, store.RelationExists, handoff).Scan(&wal); err != nil {
 			return err
 		}
 		if wal {

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/outbox/internal/store"
 )
 
 // statsLoop refreshes the gauges and looks after held events every
@@ -88,7 +90,7 @@ func (e *Engine) refreshGauges(ctx context.Context) error {
 	var nextDue *time.Time
 	b.Queue(e.q.Scheduled).QueryRow(func(r pgx.Row) error { return r.Scan(&scheduled, &nextDue) })
 	var oldest, now time.Time
-	b.Queue(`SELECT now()`).QueryRow(func(r pgx.Row) error { return r.Scan(&now) })
+	b.Queue(store.Now).QueryRow(func(r pgx.Row) error { return r.Scan(&now) })
 	b.Queue(e.q.OldestPending).QueryRow(func(r pgx.Row) error {
 		if err := r.Scan(&oldest); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return err

@@ -6,7 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgoutbox/outbox/internal/ident"
+	"github.com/pgoutbox/outbox/internal/store"
 )
 
 // listenLoop holds a dedicated connection (outside the pool, so it never
@@ -44,7 +44,7 @@ func (e *Engine) listen(ctx context.Context) error {
 		conn.Close(cctx)
 	}()
 	sctx, cancel := e.stmtCtx(ctx)
-	_, err = conn.Exec(sctx, "LISTEN "+ident.Quote(e.cfg.Names.Channel))
+	_, err = conn.Exec(sctx, store.ListenSQL(e.cfg.Names))
 	cancel()
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)

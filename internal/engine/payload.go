@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/outbox/internal/store"
 )
 
 // A batch's payloads and headers are held in memory from the claim until
@@ -83,7 +85,7 @@ func (l *tableLease) readPayloads(ctx context.Context, rows []*Row) error {
 		at[r.ID] = r
 	}
 	b := &pgx.Batch{}
-	b.Queue(`SELECT ` + customPlans)
+	b.Queue(store.CustomPlans)
 	b.Queue(l.e.q.Payloads, uuids(ids))
 	br := l.conn.SendBatch(ctx, b)
 	defer br.Close()

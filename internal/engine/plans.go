@@ -16,8 +16,8 @@ const (
 	forceCustom   = "force_custom_plan"
 )
 
-// customPlans is the set_config call that plans the rest of a transaction's
-// statements with their parameters. A lease sets it in the round trip of
+// store.CustomPlans is the set_config call that plans the rest of a
+// transaction's statements with their parameters. A lease sets it in the round trip of
 // its first statement that finds rows by id (the mark, a payload fetch, an
 // attempt count), not before the claim: the claim reads the partial
 // indexes of pending rows, which even a generic plan made on a tiny table
@@ -25,4 +25,3 @@ const (
 // pg_stat_activity shows the claim as the session's last statement. The
 // ordered mark with failures (MarkOrdered) keeps its cached plan too: see
 // record. The WAL source's order check and record set it as well.
-const customPlans = `set_config('` + planCacheMode + `', '` + forceCustom + `', true)`

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/outbox/internal/store"
 )
 
 // A row whose payload kills the relay (it runs out of memory reading or
@@ -54,11 +56,11 @@ func (l *tableLease) countAtFetch(ctx context.Context, rows, big []*Row) ([]*Row
 		ids[i] = r.ID
 	}
 	b := &pgx.Batch{}
-	b.Queue(`SELECT ` + customPlans)
+	b.Queue(store.CustomPlans)
 	b.Queue(e.q.CountAttempt, uuids(bigIDs))
 	b.Queue("COMMIT")
 	l.begin(b)
-	b.Queue(`SELECT ` + customPlans)
+	b.Queue(store.CustomPlans)
 	b.Queue(e.q.Relock, uuids(ids))
 	br := l.conn.SendBatch(ctx, b)
 	defer br.Close()

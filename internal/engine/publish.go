@@ -15,6 +15,10 @@ import (
 // mode, parked behind that event if it failed.
 var errHeldBack = errors.New("not published: an earlier event of its aggregate in this batch was not confirmed")
 
+// publishGrace is how long a publish cut by its deadline may take to say
+// what the broker confirmed before every event counts as timed out.
+const publishGrace = 100 * time.Millisecond
+
 // publishBatch publishes a claimed batch under one PublishTimeout and
 // returns one Attempt per row. In ordered mode an aggregate's run goes out one
 // event per round (every aggregate's first event, all confirmations, then
@@ -136,7 +140,7 @@ func (e *Engine) publish(ctx context.Context, batch []*Row, deadline time.Time) 
 		// Give a ctx-honouring publisher a moment to report what it confirmed.
 		select {
 		case out = <-done:
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(publishGrace):
 			out = failAll(len(batch), Attempt{Timeout: true,
 				Err: fmt.Errorf("publish: no answer within %s: %w", e.cfg.PublishTimeout, context.DeadlineExceeded)})
 		}

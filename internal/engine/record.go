@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/outbox/internal/store"
 )
 
 // lastErrorMax bounds the last_error a failure records.
@@ -69,7 +71,7 @@ func (l *tableLease) record(ctx context.Context, rows []*Row, s *settlement) err
 		// Not MarkOrdered: its sub-statements update the same table, and
 		// what it does may depend on its plan, so it keeps the cached plan
 		// it is tested with.
-		mark.Queue(`SELECT ` + customPlans)
+		mark.Queue(store.CustomPlans)
 	}
 	switch {
 	case ordered:
@@ -92,7 +94,7 @@ func (l *tableLease) record(ctx context.Context, rows []*Row, s *settlement) err
 	)
 	if ordered {
 		err = mr.QueryRow().Scan(&released)
-	} else if _, err = mr.Exec(); err == nil { // customPlans, then the mark
+	} else if _, err = mr.Exec(); err == nil { // store.CustomPlans, then the mark
 		_, err = mr.Exec()
 	}
 	if err != nil {

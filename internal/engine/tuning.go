@@ -121,8 +121,12 @@ type rateMeter struct {
 	gate rate.Gate // Above: BatchDelayAbove, events/s
 }
 
+// rateSpan is the window the claim pace is measured over: short enough to
+// see a burst start, long enough to hold several claims.
+const rateSpan = 100 * time.Millisecond
+
 func newRateMeter(delayMax time.Duration, above int) *rateMeter {
-	return &rateMeter{delayMax: delayMax, w: rate.Window{Span: 100 * time.Millisecond}, gate: rate.Gate{Above: float64(above)}}
+	return &rateMeter{delayMax: delayMax, w: rate.Window{Span: rateSpan}, gate: rate.Gate{Above: float64(above)}}
 }
 
 // observe records a claim that found n events at now.

@@ -61,8 +61,10 @@ type walSource struct {
 	// through slot().
 	names    wal.Names
 	resolved bool
-	// qd marks outcomes with published rows deleted.
+	// qd marks outcomes with published rows deleted; qs are the stream's
+	// own statements.
 	qd *store.Queries
+	qs *store.StreamQueries
 
 	mu    sync.Mutex
 	state SourceState
@@ -83,7 +85,7 @@ type walSource struct {
 }
 
 func newWALSource(e *Engine) *walSource {
-	s := &walSource{e: e, names: wal.NamesFor(e.cfg.Names, ""), qd: store.New(e.cfg.Names, true)}
+	s := &walSource{e: e, names: wal.NamesFor(e.cfg.Names, ""), qd: store.New(e.cfg.Names, true), qs: store.NewStream(e.cfg.Names)}
 	s.del = newDeleter(s)
 	return s
 }
@@ -131,7 +133,7 @@ func (e *Engine) Prepare(ctx context.Context) error {
 	if e.ws == nil {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, max(e.cfg.StatementTimeout, 30*time.Second))
+	ctx, cancel := e.ddlCtx(ctx)
 	defer cancel()
 	n, err := e.ws.resolve(ctx)
 	if err != nil {
@@ -259,7 +261,7 @@ func (s *walSource) fallBack(ctx context.Context, log interface {
 	for attempt := 1; ctx.Err() == nil; attempt++ {
 		// Creating a slot waits for every transaction open on the server to
 		// end: the pending rows are handed over meanwhile, not after.
-		cctx, cancel := context.WithTimeout(ctx, max(e.cfg.StatementTimeout, 30*time.Second))
+		cctx, cancel := e.ddlCtx(ctx)
 		done := make(chan error, 1)
 		go func() { done <- s.replaceSlot(cctx) }()
 		err, ok := s.handOverUntil(ctx, done)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 
+	"github.com/pgoutbox/outbox/internal/store"
 	"github.com/pgoutbox/outbox/internal/wal"
 )
 
@@ -87,7 +88,7 @@ func (s *walSource) dueTime(ctx context.Context, rows []*Row) (time.Time, error)
 		var now time.Time
 		sctx, cancel := s.e.stmtCtx(ctx)
 		defer cancel()
-		if err := s.e.pool.QueryRow(sctx, `SELECT now()`).Scan(&now); err != nil {
+		if err := s.e.pool.QueryRow(sctx, store.Now).Scan(&now); err != nil {
 			return time.Time{}, inPhase("read the database's time", err)
 		}
 		return now, nil

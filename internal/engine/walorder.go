@@ -4,6 +4,8 @@ import (
 	"context"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/outbox/internal/store"
 )
 
 // checkOrder (ordered mode) finds the aggregates of the batch that have an
@@ -33,32 +35,18 @@ func (s *walSource) checkOrder(ctx context.Context, p *walPlan) error {
 	}
 	sctx, cancel := e.stmtCtx(ctx)
 	defer cancel()
-	// The first table-path event of each aggregate (head = true), one probe
-	// of the handoff order index each, however many events of it wait; and
-	// the batch's events already handed over, by id. A batch event the
-	// stream still owns is never a head: one the housekeeping parked behind
-	// a table-path event is parked again, behind its aggregate's first.
-	t := e.cfg.Names.QTable
-	q := `SELECT a.typ, a.agg, h.id, true
-FROM unnest($1::text[], $2::text[]) AS a(typ, agg)
-CROSS JOIN LATERAL (
-  SELECT o.id FROM ` + t + ` AS o
-  WHERE o.aggregate_type = a.typ AND o.aggregate_id = a.agg
-    AND o.processed_at IS NULL AND (o.retry_after IS NOT NULL OR o.dead_at IS NOT NULL)
-    AND NOT (o.id = ANY($3::uuid[]) AND o.retry_after IS NULL)
-  ORDER BY o.seq
-  LIMIT 1) AS h
-UNION ALL
-SELECT o.aggregate_type, o.aggregate_id, o.id, false FROM ` + t + ` AS o
-WHERE o.id = ANY($3::uuid[]) AND o.processed_at IS NULL AND o.retry_after IS NOT NULL`
+	// The first table-path event of each aggregate and the batch's events
+	// already handed over (store.StreamQueries.Heads). One the housekeeping
+	// parked behind a table-path event is parked again, behind its
+	// aggregate's first.
 	blocked := map[aggKey][16]byte{}
 	handed := map[[16]byte]bool{}
 	// Planned for these values: a plan cached while the table was small
 	// may read every row (see plans.go).
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue(`SELECT ` + customPlans)
-	b.Queue(q, typs, aggs, uuids(ids)).Query(func(rs pgx.Rows) error {
+	b.Queue(store.CustomPlans)
+	b.Queue(s.qs.Heads, typs, aggs, uuids(ids)).Query(func(rs pgx.Rows) error {
 		var k aggKey
 		var id [16]byte
 		var head bool

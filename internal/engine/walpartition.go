@@ -30,6 +30,11 @@ const (
 	// detachTimeout bounds a DETACH ... CONCURRENTLY, which waits for every
 	// transaction using the table; cut short, it is finished next time.
 	detachTimeout = time.Minute
+	// warnEvery spaces out the warnings of a rotation that keeps waiting.
+	warnEvery = time.Minute
+	// compactRecheck: how often a partition kept for failed events is
+	// looked at again (at most; RotateInterval when shorter).
+	compactRecheck = 30 * time.Second
 	// maxPartitions: no rotation while this many partitions are attached.
 	// Every statement on the table that cannot prune by seq (the
 	// deletions by id, the claims, ordered mode's look-ups) plans and
@@ -124,7 +129,7 @@ func (s *walSource) rotateOnce(ctx context.Context, r *rotation) error {
 	case used >= e.cfg.RotateEvents || (used > 0 && now.Sub(r.since) >= e.cfg.RotateInterval):
 		if len(p.Range) < maxPartitions {
 			err = s.rotateTo(ctx, r, cur.K+1, now)
-		} else if now.Sub(r.capped) >= time.Minute {
+		} else if now.Sub(r.capped) >= warnEvery {
 			r.capped = now
 			e.cfg.Logger.Warn("outbox partitions: old partitions wait to be dropped; new events stay in the current partition meanwhile",
 				"partitions", len(p.Range), "max", maxPartitions)
@@ -177,7 +182,7 @@ func (s *walSource) advance(ctx context.Context, r *rotation, now time.Time) err
 		return err
 	}
 	if running {
-		if now.Sub(r.nextSince) > time.Minute {
+		if now.Sub(r.nextSince) > warnEvery {
 			e.cfg.Logger.Warn("outbox partitions: a transaction open since the new partition was attached delays moving new events there",
 				"partition", r.next.QName, "waiting", now.Sub(r.nextSince).Round(time.Second))
 			r.nextSince = now
@@ -237,7 +242,7 @@ func (s *walSource) retire(ctx context.Context, r *rotation, x wal.Partition, no
 		return err
 	}
 	// Reading the partition whole may take longer than a claim.
-	lctx, lcancel := context.WithTimeout(ctx, max(e.cfg.StatementTimeout, 30*time.Second))
+	lctx, lcancel := e.ddlCtx(ctx)
 	left, err := wal.Unsettled(lctx, e.pool, x)
 	lcancel()
 	if err != nil {
@@ -255,7 +260,7 @@ func (s *walSource) retire(ctx context.Context, r *rotation, x wal.Partition, no
 	}
 	// Failed events are usually retried and gone within seconds: compact
 	// only a partition whose events stay on the table path.
-	recheck := min(e.cfg.RotateInterval, 30*time.Second)
+	recheck := min(e.cfg.RotateInterval, compactRecheck)
 	st.next = now.Add(recheck)
 	if st.waiting.IsZero() {
 		st.waiting = now
@@ -263,7 +268,7 @@ func (s *walSource) retire(ctx context.Context, r *rotation, x wal.Partition, no
 	if st.compact || now.Sub(st.waiting) < e.cfg.RotateInterval {
 		return nil
 	}
-	cctx, ccancel := context.WithTimeout(ctx, max(e.cfg.StatementTimeout, 30*time.Second))
+	cctx, ccancel := e.ddlCtx(ctx)
 	kept, err := wal.Compact(cctx, e.pool, s.slot(), x, compactLockWait)
 	ccancel()
 	if errors.Is(err, wal.ErrLockBusy) {
@@ -283,7 +288,7 @@ func (s *walSource) retire(ctx context.Context, r *rotation, x wal.Partition, no
 // again if events were committed into it after the relay looked.
 func (s *walSource) dropDetached(ctx context.Context, x wal.Partition) error {
 	e := s.e
-	sctx, cancel := context.WithTimeout(ctx, max(e.cfg.StatementTimeout, 30*time.Second))
+	sctx, cancel := e.ddlCtx(ctx)
 	defer cancel()
 	dropped, err := wal.DropDetached(sctx, e.pool, s.slot(), x)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgoutbox/outbox/internal/store"
 	"github.com/pgoutbox/outbox/internal/wal"
 )
 
@@ -283,7 +284,7 @@ func (s *walSource) record(ctx context.Context, p *walPlan, sets *settlement) er
 	}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue(`SELECT ` + customPlans)
+	b.Queue(store.CustomPlans)
 	opening := b.Len()
 	if sets != nil {
 		a := e.markArgsOf(p.send, sets)
@@ -294,19 +295,17 @@ func (s *walSource) record(ctx context.Context, p *walPlan, sets *settlement) er
 			b.Queue(s.qd.MarkPublished, uuids(a.okIDs))
 		}
 	}
-	t := e.cfg.Names.QTable
 	for _, h := range p.holds {
 		// retry_after IS NULL: an event the table path owns already keeps
 		// its place (see checkOrder).
-		b.Queue(`UPDATE `+t+` SET held_by = $2, dead_at = now(), retry_after = now(), seq = DEFAULT
-WHERE id = $1 AND processed_at IS NULL AND retry_after IS NULL`, uuidArg(h.row.ID), uuidArg(h.holder))
+		b.Queue(s.qs.Park, uuidArg(h.row.ID), uuidArg(h.holder))
 	}
 	if len(p.handoff) > 0 {
 		ids := make([][16]byte, len(p.handoff))
 		for i, r := range p.handoff {
 			ids[i] = r.ID
 		}
-		b.Queue(`UPDATE `+t+` SET retry_after = COALESCE(retry_after, now()) WHERE id = ANY($1::uuid[]) AND processed_at IS NULL`, uuids(ids))
+		b.Queue(s.qs.HandOff, uuids(ids))
 	}
 	for _, d := range p.bad {
 		if [16]byte(d.ID) == [16]byte{} {
@@ -314,8 +313,7 @@ WHERE id = $1 AND processed_at IS NULL AND retry_after IS NULL`, uuidArg(h.row.I
 				"lsn", d.LSN.String(), "err", d.Err)
 			continue
 		}
-		b.Queue(`UPDATE `+t+` SET dead_at = now(), retry_after = COALESCE(retry_after, now()), last_error = $2
-WHERE id = $1 AND processed_at IS NULL`, uuidArg(d.ID), truncate("cannot decode the row from the WAL: "+d.Err.Error(), lastErrorMax))
+		b.Queue(s.qs.DeadUndecodable, uuidArg(d.ID), truncate("cannot decode the row from the WAL: "+d.Err.Error(), lastErrorMax))
 		e.cfg.Logger.Error("outbox WAL source: an outbox row cannot be decoded; dead-lettered", "event_id", d.ID, "err", d.Err)
 	}
 	if b.Len() == opening {

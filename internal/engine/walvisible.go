@@ -8,7 +8,13 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/pgoutbox/outbox/internal/store"
 )
+
+// visibleRecheck is the wait between two looks at whether streamed
+// commits are visible: the proc array clears within microseconds.
+const visibleRecheck = time.Millisecond
 
 // waitVisible waits until the transactions xids are visible to new
 // snapshots. The stream hands out a transaction once its commit record is
@@ -31,7 +37,7 @@ func (s *walSource) waitVisible(ctx context.Context, xids map[uint32]bool) error
 	for {
 		var snap string
 		sctx, cancel := e.stmtCtx(ctx)
-		err := e.pool.QueryRow(sctx, `SELECT pg_current_snapshot()::text`).Scan(&snap)
+		err := e.pool.QueryRow(sctx, store.Snapshot).Scan(&snap)
 		cancel()
 		if err != nil {
 			return inPhase("snapshot", err)
@@ -46,7 +52,7 @@ func (s *walSource) waitVisible(ctx context.Context, xids map[uint32]bool) error
 		if time.Now().After(deadline) {
 			return inPhase("wait for commits to be visible", fmt.Errorf("transactions streamed %s ago are still in progress in snapshot %s", e.cfg.StatementTimeout, snap))
 		}
-		if !e.sleep(ctx, time.Millisecond, false) {
+		if !e.sleep(ctx, visibleRecheck, false) {
 			return ctx.Err()
 		}
 	}
