@@ -243,3 +243,34 @@ func TestHostileRows(t *testing.T) {
 		})
 	}
 }
+
+// TestGaugesOldestPendingInfinite: a pending row waiting for its retry
+// with created_at = 'infinity' is the first in claim order for as long as
+// it waits; the gauges skip its age instead of failing every round (they
+// logged "cannot scan NULL into *time.Time" and stopped refreshing).
+func TestGaugesOldestPendingInfinite(t *testing.T) {
+	e := setup(t)
+	e.execSQL(`INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, created_at, attempts, retry_after, last_error)
+		VALUES ('order', 'inf', 'order.created', '{}', 'infinity', 1, now() + interval '1 hour', 'refused')`)
+	e.write(3)
+	logs := &logRecorder{}
+	reg := prometheus.NewRegistry()
+	mem := memory.New()
+	r := e.relay(mem, outbox.RelayConfig{PollInterval: 20 * time.Millisecond, StatsInterval: 20 * time.Millisecond,
+		Registerer: reg, Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	e.run(r)
+	if err := mem.WaitDistinct(ctx(t), 3); err != nil {
+		t.Fatal(err)
+	}
+	// Several gauge rounds with the infinite row first in line.
+	for deadline := time.Now().Add(10 * time.Second); gauge(t, reg, "outbox_events_pending") != 1 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if got := gauge(t, reg, "outbox_events_pending"); got != 1 {
+		t.Errorf("outbox_events_pending = %v, want 1 (the row waiting for its retry)", got)
+	}
+	if strings.Contains(logs.String(), "housekeeping failed") {
+		t.Errorf("the gauges failed on an infinite created_at:\n%s", logs.String())
+	}
+}

@@ -89,7 +89,8 @@ func (e *Engine) refreshGauges(ctx context.Context) error {
 	var scheduled int64
 	var nextDue *time.Time
 	b.Queue(e.q.Scheduled).QueryRow(func(r pgx.Row) error { return r.Scan(&scheduled, &nextDue) })
-	var oldest, now time.Time
+	var now time.Time
+	var oldest *time.Time // NULL: the first pending row's created_at is infinite
 	b.Queue(store.Now).QueryRow(func(r pgx.Row) error { return r.Scan(&now) })
 	b.Queue(e.q.OldestPending).QueryRow(func(r pgx.Row) error {
 		if err := r.Scan(&oldest); err != nil && !errors.Is(err, pgx.ErrNoRows) {
@@ -116,8 +117,8 @@ func (e *Engine) refreshGauges(ctx context.Context) error {
 	}
 	e.cfg.Metrics.NextDue.Set(due)
 	age := 0.0
-	if !oldest.IsZero() {
-		age = max(now.Sub(oldest).Seconds(), 0)
+	if oldest != nil {
+		age = max(now.Sub(*oldest).Seconds(), 0)
 	}
 	e.cfg.Metrics.OldestPendingAge.Set(age)
 	return nil
