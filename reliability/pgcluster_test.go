@@ -183,6 +183,9 @@ func (c *pgCluster) pgctlNoFail(args ...string) {
 func (c *pgCluster) standby() *pgCluster {
 	c.t.Helper()
 	s := newClusterDir(c.t)
+	if _, err := os.Stat(filepath.Join(s.bin, "pg_basebackup")); err != nil {
+		missing(c.t, "needs pg_basebackup in %s (PG_BIN_DIR) for a standby of the test's own: %v", s.bin, err)
+	}
 	s.run("pg_basebackup", "-D", s.dir, "-h", "127.0.0.1", "-p", strconv.Itoa(c.port), "-U", "postgres",
 		"-R", "-X", "stream", "-c", "fast", "--no-sync")
 	// The copy has c's configuration: its own socket directory, and no
