@@ -49,6 +49,9 @@ type env struct {
 	// database, or a private cluster the test may restart.
 	dbURL    string
 	pgTarget string
+	// direct: relays connect with dbURL itself, not through their
+	// PostgreSQL proxy (envOpts.dsn).
+	direct bool
 	// broker, when set, is the broker instead of the env's NATS server
 	// (RabbitMQ, Redis): relays reach it through their broker proxy.
 	broker *otherBroker
@@ -67,6 +70,11 @@ type envOpts struct {
 	natsCA    string        // CA file the test's NATS clients trust (a TLS server)
 	// cluster, when set, is the database instead of the test database.
 	cluster *pgCluster
+	// dsn, with cluster, is the URL the scenario's pool, writers, outbox
+	// commands and relays use instead of the cluster's own: a multi-host
+	// URL listing the cluster and its standby (failoverDSN). Relays connect
+	// with it directly: their PostgreSQL proxy reaches one server only.
+	dsn string
 	// dbURL, when set, is another database of the shared server (one of
 	// another encoding) instead of the test database.
 	dbURL string
@@ -106,6 +114,9 @@ func newEnv(t *testing.T, o envOpts) *env {
 	e := &env{t: t, wire: newWireCounter(), hist: NewHistory(), ignore: map[string]bool{}, dbURL: testdb.URL(), pgTarget: pgAddr(t)}
 	if o.cluster != nil {
 		e.dbURL, e.pgTarget = o.cluster.url(), o.cluster.addr()
+		if o.dsn != "" {
+			e.dbURL, e.direct = o.dsn, true
+		}
 		e.schema = testdb.NewSchemaName("t")
 		e.pool = clusterPool(t, e.dbURL)
 		if _, err := e.pool.Exec(ctxT(t, 30*time.Second), "CREATE SCHEMA "+pgx.Identifier{e.schema}.Sanitize()); err != nil {

@@ -42,6 +42,26 @@ func pgBinDir() string {
 // the test ends.
 func startClusterConf(t *testing.T, extraConf string) *pgCluster {
 	t.Helper()
+	c := newClusterDir(t)
+	c.run("initdb", "-D", c.dir, "-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8")
+	c.appendConf(fmt.Sprintf("listen_addresses = '127.0.0.1'\nunix_socket_directories = '%s'\nfsync = off\nmax_connections = 100\nshared_buffers = 16MB\n%s", filepath.Dir(c.dir), extraConf))
+	c.start()
+	conn, err := pgx.Connect(context.Background(), fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", c.port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(context.Background(), "CREATE DATABASE test"); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// newClusterDir makes the temporary directory of a cluster (not created
+// yet: initdb or pg_basebackup does that) on a free port, owned by the
+// postgres user when we are root; removed when the test ends.
+func newClusterDir(t *testing.T) *pgCluster {
+	t.Helper()
 	bin := pgBinDir()
 	if _, err := os.Stat(filepath.Join(bin, "initdb")); err != nil {
 		missing(t, "needs the PostgreSQL server binaries (initdb, pg_ctl) in %s (PG_BIN_DIR) for a cluster of the test's own: %v", bin, err)
@@ -66,8 +86,13 @@ func startClusterConf(t *testing.T, extraConf string) *pgCluster {
 			t.Fatal(err)
 		}
 	}
-	c.run("initdb", "-D", c.dir, "-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8")
-	c.appendConf(fmt.Sprintf("listen_addresses = '127.0.0.1'\nunix_socket_directories = '%s'\nfsync = off\nmax_connections = 100\nshared_buffers = 16MB\n%s", root, extraConf))
+	return c
+}
+
+// start starts the server on c.port (another free port if that one was
+// taken meanwhile) and registers its stop (-m immediate) when the test ends.
+func (c *pgCluster) start() {
+	c.t.Helper()
 	// The free port may be taken between freePort and the server's bind
 	// (any process's outgoing connection can get it): then another one.
 	for attempt := 1; ; attempt++ {
@@ -78,21 +103,12 @@ func startClusterConf(t *testing.T, extraConf string) *pgCluster {
 		}
 		log, _ := os.ReadFile(c.log)
 		if attempt < 3 && strings.Contains(string(log), "could not bind") {
-			c.port = freePort(t)
+			c.port = freePort(c.t)
 			continue
 		}
-		t.Fatalf("pg_ctl start (port %d): %v\n%s\nserver log:\n%s", c.port, err, out, log)
+		c.t.Fatalf("pg_ctl start (port %d): %v\n%s\nserver log:\n%s", c.port, err, out, log)
 	}
-	t.Cleanup(func() { c.pgctlNoFail("stop", "-m", "immediate", "-w", "-t", "30") })
-	conn, err := pgx.Connect(context.Background(), fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", c.port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	if _, err := conn.Exec(context.Background(), "CREATE DATABASE test"); err != nil {
-		t.Fatal(err)
-	}
-	return c
+	c.t.Cleanup(func() { c.pgctlNoFail("stop", "-m", "immediate", "-w", "-t", "30") })
 }
 
 // url is the cluster's "test" database, in the form of TEST_DATABASE_URL
@@ -156,4 +172,67 @@ func (c *pgCluster) pgctl(args ...string) {
 
 func (c *pgCluster) pgctlNoFail(args ...string) {
 	_ = c.command("pg_ctl", append([]string{"-D", c.dir}, args...)...).Run()
+}
+
+// standby makes a streaming standby of c with pg_basebackup -R (its own
+// directory and port, hot_standby on), starts it, and makes it c's
+// synchronous standby: from then on a COMMIT on c returns only once the
+// standby has flushed it. c needs wal_level replica or logical and
+// max_wal_senders (the defaults will do). The standby is stopped when the
+// test ends.
+func (c *pgCluster) standby() *pgCluster {
+	c.t.Helper()
+	s := newClusterDir(c.t)
+	if _, err := os.Stat(filepath.Join(s.bin, "pg_basebackup")); err != nil {
+		missing(c.t, "needs pg_basebackup in %s (PG_BIN_DIR) for a standby of the test's own: %v", s.bin, err)
+	}
+	s.run("pg_basebackup", "-D", s.dir, "-h", "127.0.0.1", "-p", strconv.Itoa(c.port), "-U", "postgres",
+		"-R", "-X", "stream", "-c", "fast", "--no-sync")
+	// The copy has c's configuration: its own socket directory, and no
+	// synchronous standby of its own once promoted (a primary whose
+	// synchronous_standby_names names no connected standby waits forever
+	// at every COMMIT).
+	s.appendConf(fmt.Sprintf("unix_socket_directories = '%s'\nhot_standby = on\nsynchronous_standby_names = ''\n", filepath.Dir(s.dir)))
+	s.start()
+	c.appendConf("synchronous_standby_names = '*'\n")
+	c.pgctl("reload")
+	conn, err := pgx.Connect(context.Background(), fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", c.port))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var state string
+		err := conn.QueryRow(context.Background(), `SELECT COALESCE(max(sync_state), '') FROM pg_stat_replication`).Scan(&state)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		if state == "sync" {
+			return s
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(s.log)
+			c.t.Fatalf("the standby on port %d is not a synchronous standby after 60 s (sync_state %q); its log:\n%s", s.port, state, log)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// promote promotes a standby to a primary (pg_ctl promote -w: it returns
+// once the server accepts writes) and returns how long that took.
+func (c *pgCluster) promote() time.Duration {
+	c.t.Helper()
+	start := time.Now()
+	c.pgctl("promote", "-w", "-t", "60")
+	return time.Since(start)
+}
+
+// stop stops the server with pg_ctl's shutdown mode ("immediate": every
+// process killed, as a crash) and returns how long that took.
+func (c *pgCluster) stop(mode string) time.Duration {
+	c.t.Helper()
+	start := time.Now()
+	c.pgctl("stop", "-m", mode, "-w", "-t", "60")
+	return time.Since(start)
 }

@@ -321,6 +321,9 @@ func (r *relay) dsn() string {
 	if r.opts.dsn != "" {
 		return r.opts.dsn
 	}
+	if r.e.direct {
+		return relayDSNFrom(r.t, r.e.dbURL, "", r.name, "")
+	}
 	return relayDSNFrom(r.t, r.e.dbURL, r.pg.Addr(), r.name, "")
 }
 
