@@ -50,7 +50,14 @@ func (e *Engine) batch(ctx context.Context, worker bool) (Result, error) {
 	if len(c.rows) == 0 {
 		return res, c.lease.commit(bg)
 	}
+	return e.deliver(ctx, bg, c, res)
+}
 
+// deliver publishes a claim's rows, settles and reports their outcomes,
+// records them through the claim's lease and observes the batch: the path
+// the batches of both sources share. bg is the batch's context that
+// shutdown does not cancel.
+func (e *Engine) deliver(ctx, bg context.Context, c *claim, res Result) (Result, error) {
 	attempts := e.publishBatch(bg, c.rows)
 	ackedAt := time.Now()
 	e.adaptLimit(c.limit, len(c.rows), ackedAt.Sub(c.at))
@@ -59,12 +66,12 @@ func (e *Engine) batch(ctx context.Context, worker bool) (Result, error) {
 	e.report(c.rows, s)
 	res.Retried, res.DeadLettered = s.retried, s.dead
 	res.Unavailable, res.UnavailableErr, res.UnavailableWait = s.unavailable, s.unavailableErr, s.unavailableWait
-	if s.published+s.retried+s.dead == 0 && !anyCounted(c.rows) {
-		return res, nil // nothing to record: every row goes back untouched
+	if c.lease.idle(c.rows, s) {
+		return res, nil
 	}
 
 	if err := c.lease.record(bg, c.rows, s); err != nil {
-		return res, e.unrecorded(s, err)
+		return res, err
 	}
 	if s.published+s.retried+s.dead > 0 {
 		e.stuck.moved(time.Now())

@@ -25,10 +25,13 @@ type claim struct {
 
 // lease keeps a claim's rows from every other relay until the engine
 // records their outcomes or gives them back. The outbox table's lease is an
-// open transaction holding the rows' locks (tableLease). Another source of
-// events (a logical replication stream, say) produces claims with a lease of
-// its own, and the publish and settle phases take them as they are.
+// open transaction holding the rows' locks (tableLease); the WAL source's
+// is its stream's unacknowledged transactions (walLease). Engine.deliver,
+// the publish, settle and record path both share, takes either as it is.
 type lease interface {
+	// idle reports whether a settled batch leaves nothing to record: its
+	// rows go back untouched when the lease ends.
+	idle(rows []*Row, s *settlement) bool
 	// record writes the settled outcomes for good (mark and commit).
 	record(ctx context.Context, rows []*Row, s *settlement) error
 	// commit ends a lease that holds no rows.

@@ -1,22 +1,3 @@
-// Package engine is the relay behind outbox.Relay; nothing here is part of
-// the API.
-//
-// A batch runs in four phases, each in its own file, with a typed value
-// handed from one to the next:
-//
-//	claim   (claim.go)   rows held for this engine, and the lease that holds them
-//	publish (publish.go) one Attempt per row, classified by the root package
-//	settle  (settle.go)  one outcome per row: published, retry, dead, untouched
-//	record  (record.go)  the outcomes written in one statement, then observed
-//
-// batch.go strings them together. Around the batches: worker.go (the claim
-// loops and their waits), tuning.go (batch size, sparse ordered claim, claim
-// pace), cursor.go (the claim floor), scan.go (reading claimed rows),
-// listen.go (LISTEN wake-ups), schedule.go (releasing scheduled events
-// when due), housekeeping.go (gauges, held events) and
-// cleanup.go (deleting old processed rows). wal.go is the other source of
-// batches: a logical replication stream whose failures are handed to the
-// table workers.
 package engine
 
 import (

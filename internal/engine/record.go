@@ -59,10 +59,26 @@ func (e *Engine) markArgsOf(rows []*Row, s *settlement) markArgs {
 	return a
 }
 
-// record writes a batch's outcomes in one statement and commits, in one
+// idle: a batch that published nothing, failed nothing and counted no
+// attempt at fetch has nothing to write; its rows go back untouched.
+func (l *tableLease) idle(rows []*Row, s *settlement) bool {
+	return s.published+s.retried+s.dead == 0 && !anyCounted(rows)
+}
+
+// record writes a batch's outcomes (mark), and when the table refuses them
+// after the destination confirmed events, counts those and backs the
+// workers off (unrecorded).
+func (l *tableLease) record(ctx context.Context, rows []*Row, s *settlement) error {
+	if err := l.mark(ctx, rows, s); err != nil {
+		return l.e.unrecorded(s, err)
+	}
+	return nil
+}
+
+// mark writes a batch's outcomes in one statement and commits, in one
 // round trip. Rows left untouched (not tried, destination down) are not in
 // the statement: they come back as they were when the lease ends.
-func (l *tableLease) record(ctx context.Context, rows []*Row, s *settlement) error {
+func (l *tableLease) mark(ctx context.Context, rows []*Row, s *settlement) error {
 	e := l.e
 	a := e.markArgsOf(rows, s)
 	mark := &pgx.Batch{}

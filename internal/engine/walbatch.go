@@ -115,12 +115,14 @@ type hold struct {
 // batch publishes one batch from the stream and settles it: published rows
 // deleted, failures marked and handed to the table path, rows of a
 // destination that is down kept to be offered again; then the transactions
-// whose every event is settled are acknowledged.
+// whose every event is settled are acknowledged. It plans the batch
+// (scheduled rows, cancels, order) and hands what it sends to the path the
+// table's batches take (Engine.deliver), with a walLease.
 func (s *walSource) batch(ctx context.Context, st *wal.Stream, rows []*Row) (Result, error) {
 	e := s.e
 	start := time.Now()
 	bg := context.WithoutCancel(ctx)
-	p := walPlan{}
+	p := &walPlan{}
 	p.bad, s.bad = s.bad, nil
 	now, err := s.dueTime(bg, rows)
 	if err != nil {
@@ -134,38 +136,66 @@ func (s *walSource) batch(ctx context.Context, st *wal.Stream, rows []*Row) (Res
 		p.send = append(p.send, r)
 	}
 	if len(p.send) > 0 {
-		if err := s.dropCancelled(bg, &p); err != nil {
+		if err := s.dropCancelled(bg, p); err != nil {
 			return Result{}, err
 		}
 	}
 	if e.cfg.Ordered && len(p.send) > 0 {
-		if err := s.checkOrder(bg, &p); err != nil {
+		if err := s.checkOrder(bg, p); err != nil {
 			return Result{}, err
 		}
 	}
+	c := &claim{rows: p.send, limit: int(e.limit.Load()), start: start, at: start,
+		lease: &walLease{s: s, st: st, plan: p, batch: rows}}
+	defer c.lease.release(bg)
 	res := Result{Claimed: len(rows)}
-	var (
-		sets    *settlement
-		ackedAt time.Time
-	)
-	if len(p.send) > 0 {
-		attempts := e.publishBatch(bg, p.send)
-		ackedAt = time.Now()
-		e.adaptLimit(int(e.limit.Load()), len(p.send), ackedAt.Sub(start))
-		sets = e.settle(p.send, attempts)
-		e.report(p.send, sets)
-		res.Retried, res.DeadLettered = sets.retried, sets.dead
-		res.Unavailable, res.UnavailableErr, res.UnavailableWait = sets.unavailable, sets.unavailableErr, sets.unavailableWait
-		s.afterPublish(&p, sets)
+	if len(p.send) == 0 {
+		return res, c.lease.commit(bg)
+	}
+	return e.deliver(ctx, bg, c, res)
+}
+
+// walLease is a stream batch's lease. The stream holds the batch's
+// transactions unacknowledged until record settles them; rows of a
+// destination that was down go back to the stream at release, which offers
+// them again before anything newer.
+type walLease struct {
+	s     *walSource
+	st    *wal.Stream
+	plan  *walPlan
+	batch []*Row // every row of the batch: sent, skipped and handed off
+	again []*Row // to offer again
+}
+
+// idle is never true: even a batch the destination refused whole settles
+// the rows it skipped or handed off, and acknowledges what it can.
+func (l *walLease) idle([]*Row, *settlement) bool { return false }
+
+// commit records a batch that sent nothing.
+func (l *walLease) commit(ctx context.Context) error { return l.record(ctx, nil, nil) }
+
+// release gives the rows to offer again back to the stream.
+func (l *walLease) release(context.Context) {
+	l.s.again = append(l.s.again, l.again...)
+}
+
+// record writes the batch's outcomes and acknowledges the transactions it
+// settles whole. A batch that only published is deleted in the background,
+// merged with the next ones; one that hands rows to the table path (failed,
+// held, scheduled, undecodable) is written at once.
+func (l *walLease) record(ctx context.Context, _ []*Row, sets *settlement) error {
+	s, p := l.s, l.plan
+	if sets != nil {
+		l.again = s.afterPublish(p, sets)
 	}
 	// Every row of the batch but those offered again is settled once the
 	// record commits.
-	again := map[*Row]bool{}
-	for _, r := range s.again {
+	again := make(map[*Row]bool, len(l.again))
+	for _, r := range l.again {
 		again[r] = true
 	}
-	lsns := make([]pglogrepl.LSN, 0, len(rows)+len(p.bad))
-	for _, r := range rows {
+	lsns := make([]pglogrepl.LSN, 0, len(l.batch)+len(p.bad))
+	for _, r := range l.batch {
 		if !again[r] {
 			lsns = append(lsns, r.lsn)
 		}
@@ -173,12 +203,7 @@ func (s *walSource) batch(ctx context.Context, st *wal.Stream, rows []*Row) (Res
 	for _, d := range p.bad {
 		lsns = append(lsns, d.Commit)
 	}
-	if sets != nil {
-		res.Published = sets.published
-		e.observe(ctx, &claim{rows: p.send, start: start}, sets, ackedAt)
-	}
 	if len(p.holds) == 0 && len(p.handoff) == 0 && len(p.bad) == 0 && (sets == nil || sets.retried+sets.dead == 0) {
-		// Only deletes: in the background, merged with the next batches'.
 		j := &deletion{lsns: lsns}
 		if sets != nil {
 			for i, r := range p.send {
@@ -188,36 +213,23 @@ func (s *walSource) batch(ctx context.Context, st *wal.Stream, rows []*Row) (Res
 				}
 			}
 		}
-		if err := s.del.add(bg, st, j); err != nil {
-			return res, err
-		}
-		s.moved(sets)
-		return res, nil
+		return s.del.add(ctx, l.st, j)
 	}
 	// Records that hand rows to the table run after every deletion queued
 	// before them, and before the next batch's order check, which reads
 	// what they write.
 	if err := s.del.barrier(); err != nil {
-		return res, err
+		return err
 	}
-	if err := s.record(bg, &p, sets); err != nil {
-		return res, err
+	if err := s.record(ctx, p, sets); err != nil {
+		return err
 	}
-	for _, l := range lsns {
-		if err := s.settled(st, l); err != nil {
-			return res, err
+	for _, lsn := range lsns {
+		if err := s.settled(l.st, lsn); err != nil {
+			return err
 		}
 	}
-	s.moved(sets)
-	return res, nil
-}
-
-// moved tells the stuck detector that a batch reached the destination
-// once its outcomes are recorded.
-func (s *walSource) moved(sets *settlement) {
-	if sets != nil && sets.published+sets.retried+sets.dead > 0 {
-		s.e.stuck.moved(time.Now())
-	}
+	return nil
 }
 
 // settled counts one event of the transaction at lsn as settled and
@@ -240,8 +252,9 @@ func (s *walSource) settled(st *wal.Stream, lsn pglogrepl.LSN) error {
 
 // afterPublish sorts the rows left behind by the publish: an ordered run
 // stopped at a failure is parked behind the failed event (which the table
-// path now owns); rows of a destination that is down are offered again.
-func (s *walSource) afterPublish(p *walPlan, sets *settlement) {
+// path now owns); rows of a destination that is down are returned, to be
+// offered again.
+func (s *walSource) afterPublish(p *walPlan, sets *settlement) (again []*Row) {
 	failed := map[aggKey][16]byte{}
 	down := map[aggKey]bool{}
 	for i, r := range p.send {
@@ -251,14 +264,15 @@ func (s *walSource) afterPublish(p *walPlan, sets *settlement) {
 			failed[k] = r.ID
 		case unavailable:
 			down[k] = true
-			s.again = append(s.again, r)
+			again = append(again, r)
 		case untouched:
 			if id, ok := failed[k]; ok && !down[k] {
 				p.holds = append(p.holds, hold{row: r, holder: id})
 			} else {
 				down[k] = true
-				s.again = append(s.again, r)
+				again = append(again, r)
 			}
 		}
 	}
+	return again
 }

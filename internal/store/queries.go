@@ -1,6 +1,9 @@
 // Package store holds every SQL statement the relay and the admin functions
-// run, built once per outbox table from quoted identifiers. This file is the
-// one place to read pgoutbox's SQL (besides the migrations).
+// run on the outbox table, built once per table from quoted identifiers:
+// queries.go (claims, marks, gauges), stream.go (the WAL source's), admin.go,
+// replay.go, console.go, privileges.go. The other home of SQL is
+// internal/wal: replication slots, publications and partitions. The
+// migrations are in migrations/.
 package store
 
 import (
