@@ -92,3 +92,52 @@ func TestShort(t *testing.T) {
 		}
 	}
 }
+
+// The document leads with its tables; how the faults are injected and each
+// scenario's paragraph come after every size's results.
+func TestReportLeadsWithResults(t *testing.T) {
+	t.Parallel()
+	rows := []Row{{Key: "1a", Scenario: "Relay SIGKILLed", Fault: "SIGKILL", Runs: 2, Resent: -1, Drain: -1, Passed: true,
+		Details: []string{"relay A killed twice"}}}
+	checks := []Assertion{{Area: "bad input", Name: "missing destination", Expectation: "a clear error", Observed: "exit 2", Passed: true}}
+	ci := &Report{Key: "ci", Size: "CI size", Command: "ci-cmd", Started: time.Unix(0, 0), Rows: rows, Checks: checks}
+	lg := &Report{Key: "long", Size: "long version", Command: "long-cmd", Started: time.Unix(0, 0),
+		Rows: []Row{{Key: "2", Scenario: "Relay hung", Runs: 1, Resent: -1, Drain: -1, Passed: true}}}
+	doc := lg.Merge(ci.Merge(""))
+	doc = ci.Merge(doc) // merging again moves nothing
+	at := func(s string) int {
+		t.Helper()
+		if n := strings.Count(doc, s); n != 1 {
+			t.Fatalf("document has %d × %q:\n%s", n, s, doc)
+		}
+		return strings.Index(doc, s)
+	}
+	order := []string{
+		"## Results: CI size",
+		"| [1a](#scenario-1a) | Relay SIGKILLed |",
+		"| bad input | [missing destination](#check-1) | pass |",
+		"## Results: long version",
+		"| [2](#scenario-2) | Relay hung |",
+		"## Running it",
+		"## Definitions",
+		"## Not covered",
+		"## How the faults are injected",
+		"## Details: CI size",
+		"- relay A killed twice",
+		"### Checks: CI size\n\n<a id=\"check-1\"></a>",
+		"- observed: exit 2",
+		"## Details: long version",
+		"**2. Relay hung** (pass)",
+	}
+	for i := 1; i < len(order); i++ {
+		if at(order[i-1]) > at(order[i]) {
+			t.Errorf("%q comes after %q:\n%s", order[i-1], order[i], doc)
+		}
+	}
+	if first := strings.Index(doc, "\n## "); first != at("\n## Results: CI size") {
+		t.Errorf("the first section is not the results:\n%s", doc[:first+40])
+	}
+	if !strings.Contains(doc, "under [Details: CI size](#details-ci-size)") {
+		t.Errorf("the CI table does not link its details:\n%s", doc)
+	}
+}
