@@ -1,3 +1,11 @@
+# The project's habits and its release recipe. `make help` lists the targets.
+#
+#   make test     the test suite, README's command (PostgreSQL and the
+#                 brokers on loopback; .ci/run starts them)
+#   make lint     gofmt, go vet and staticcheck (staticcheck.conf)
+#   make ci       everything CI runs: .ci/run (services, linters, nested
+#                 modules, fuzzing, the test suite)
+#
 # Release recipe. Nothing here publishes anything: it builds the files a
 # release attaches and the image, with the version stamped in both.
 #
@@ -14,10 +22,30 @@ IMAGE   ?= pgoutbox/outbox
 GO      ?= go
 PLATFORMS := linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 LDFLAGS := -s -w -X github.com/pgoutbox/outbox/cmd/outbox/outboxcli.version=$(VERSION)
+# The linter at the version .ci/run pins, run with `go run pkg@version` so
+# that it stays out of go.mod (and out of the graph of applications).
+STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: release image $(PLATFORMS)
+.DEFAULT_GOAL := help
+.PHONY: help test lint ci release image $(PLATFORMS)
 
-release: $(PLATFORMS)
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z-]*:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+test: ## run the test suite (README's command)
+	$(GO) test -race -count=1 ./...
+
+lint: ## gofmt -l, go vet (also as the daemon builds), staticcheck
+	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then \
+		echo "gofmt -l: not formatted:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) vet -tags noembeddednats ./cmd/outbox/...
+	$(STATICCHECK) ./...
+
+ci: ## what CI runs: bash .ci/run
+	bash .ci/run
+
+release: $(PLATFORMS) ## static binaries for four platforms in DIST (dist/), and SHA256SUMS
 	cd $(DIST) && sha256sum outbox-$(VERSION)-* > SHA256SUMS
 
 # CGO_ENABLED=0: a static binary, no libc; -trimpath: no build paths inside;
@@ -27,5 +55,5 @@ $(PLATFORMS):
 		$(GO) build -trimpath -tags noembeddednats -ldflags "$(LDFLAGS)" \
 		-o $(DIST)/outbox-$(VERSION)-$(word 1,$(subst /, ,$@))-$(word 2,$(subst /, ,$@)) ./cmd/outbox
 
-image:
+image: ## the container image (Docker/BuildKit)
 	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE):$(VERSION) .

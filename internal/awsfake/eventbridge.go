@@ -1,5 +1,7 @@
 package awsfake
 
+//lint:file-ignore ST1003 struct fields are named after the EventBridge JSON members they encode (encoding/json writes a field's name as it is)
+
 import (
 	"encoding/json"
 	"fmt"

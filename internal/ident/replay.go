@@ -34,7 +34,8 @@ func (n Names) ArchiveIDIndex() (string, error) {
 	return n.local("archive id index", n.Table+"_arch_id_idx")
 }
 
-// ArchiveReplayIndex: see ArchiveIDIndex.
+// ArchiveReplayIndex is the archive table's index by replay: see
+// ArchiveIDIndex.
 func (n Names) ArchiveReplayIndex() (string, error) {
 	return n.local("archive replay index", n.Table+"_arch_rep_idx")
 }

@@ -218,8 +218,8 @@ func Up(ctx context.Context, pool *pgxpool.Pool, n ident.Names, partitioned bool
 	return Run(ctx, dbtx.PgxTx(tx), OutboxTarget(n), ms)
 }
 
-// ErrNotPartitioned: a partitioned table was asked for and the table exists
-// unpartitioned.
+// ErrNotPartitioned means a partitioned table was asked for and the table
+// exists unpartitioned.
 var ErrNotPartitioned = errors.New("the outbox table is not partitioned")
 
 // Table kinds, as TableKind reports them.

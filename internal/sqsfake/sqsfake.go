@@ -24,6 +24,8 @@
 //	client := sqs.New(sqs.Options{Region: sqsfake.Region, BaseEndpoint: aws.String(f.URL()), ...})
 package sqsfake
 
+//lint:file-ignore ST1003 struct fields are named after the SQS JSON members they encode (encoding/json writes a field's name as it is)
+
 import (
 	"crypto/md5"
 	"encoding/binary"

@@ -364,7 +364,7 @@ func Compact(ctx context.Context, db DB, n Names, p Partition, lockWait time.Dur
 	return kept, partErr("compact partition "+p.QName, tx.Commit(ctx))
 }
 
-// ErrLockBusy: Compact could not lock the partition within its wait.
+// ErrLockBusy means Compact could not lock the partition within its wait.
 var ErrLockBusy = errors.New("the partition is busy: its lock was not granted in time")
 
 // columns are the table's columns, in order.

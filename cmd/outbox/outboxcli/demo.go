@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/examples/orders"
@@ -98,60 +99,14 @@ var errNoEmbeddedNATS = errors.New("required: this binary was built without the 
 	"pass a NATS server with JetStream, e.g. --broker nats://127.0.0.1:4222, or run the demo from source: go run ./cmd/outbox demo")
 
 func (c *cli) demo(ctx context.Context, o *options, s *demoSettings) error {
-	switch {
-	case len(o.args) > 0:
-		return usageErr("demo: unexpected argument %q", o.args[0])
-	case s.orders < 1:
-		return o.settingErr("orders", "%d: must be at least 1", s.orders)
-	case s.rate <= 0 || math.IsInf(s.rate, 0) || math.IsNaN(s.rate):
-		return o.settingErr("rate", "%v: must be a positive number of orders per second", s.rate)
-	case s.outage < 0:
-		return o.settingErr("outage", "%s: must not be negative", s.outage)
-	case s.relayDown < 0:
-		return o.settingErr("relay-down", "%s: must not be negative", s.relayDown)
-	case s.rollbackEvery < 0:
-		return o.settingErr("rollback-every", "%d: must not be negative", s.rollbackEvery)
-	case s.workers < 1:
-		return o.settingErr("workers", "%d: must be at least 1", s.workers)
-	case s.batchSize < 1:
-		return o.settingErr("batch-size", "%d: must be at least 1", s.batchSize)
-	case s.timeout <= 0:
-		return o.settingErr("timeout", "%s: must be positive", s.timeout)
-	}
 	c.red.addDSN(s.broker)
-	if s.broker != "" {
-		u, _, err := parseBroker(s.broker)
-		if err != nil {
-			return o.settingErr("broker", "%v", err)
-		}
-		if u.Scheme != "nats" && u.Scheme != "tls" {
-			return o.settingErr("broker", "the demo consumes with JetStream: want a nats:// or tls:// URL, got %q", displayURL(u))
-		}
+	if err := s.validate(o); err != nil {
+		return err
 	}
-	if s.schema == "" {
-		b := make([]byte, 4)
-		_, _ = rand.Read(b)
-		s.schema = "outbox_demo_" + hex.EncodeToString(b)
-	}
-	d := dbOptions{DatabaseURL: s.databaseURL, Schema: s.schema}
-	pcfg, err := c.poolConfig(o, &d, 2)
+	pcfg, err := c.demoSchema(ctx, o, s)
 	if err != nil {
 		return err
 	}
-	pool, err := c.connect(ctx, pcfg)
-	if err != nil {
-		return err
-	}
-	var exists bool
-	err = pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, s.schema).Scan(&exists)
-	pool.Close()
-	if err != nil {
-		return fmt.Errorf("demo: %w", err)
-	}
-	if exists {
-		return o.settingErr("schema", "%q already exists; the demo creates its own schema and drops it at the end, so name a new one", s.schema)
-	}
-
 	cfg := orders.Config{
 		DatabaseURL: pcfg.ConnString(), Schema: s.schema, NATSURL: s.broker,
 		Outage: s.outage, RelayDown: s.relayDown, Redeliver: s.redeliver,
@@ -180,7 +135,92 @@ func (c *cli) demo(ctx context.Context, o *options, s *demoSettings) error {
 	} else {
 		fmt.Fprintf(c.stdout, "broker    NATS JetStream at %s\n", redactDSN(s.broker))
 	}
+	out := c.demoProgress(&cfg)
+	rep, err := orders.Run(ctx, cfg, c.stdout)
+	out.done()
+	if rep.Committed > 0 || errors.Is(err, orders.ErrNotDelivered) {
+		rep.WriteSummary(c.stdout)
+	}
+	if s.keep {
+		fmt.Fprintf(c.stdout, "kept schema %s (drop it with: DROP SCHEMA %s CASCADE)\n", s.schema, pgx.Identifier{s.schema}.Sanitize())
+	}
+	switch {
+	case ctx.Err() != nil:
+		return errors.New("demo: interrupted")
+	case err != nil:
+		return fmt.Errorf("demo: %w", err)
+	}
+	return nil
+}
 
+// validate checks the demo's flags before anything is started.
+func (s *demoSettings) validate(o *options) error {
+	switch {
+	case len(o.args) > 0:
+		return usageErr("demo: unexpected argument %q", o.args[0])
+	case s.orders < 1:
+		return o.settingErr("orders", "%d: must be at least 1", s.orders)
+	case s.rate <= 0 || math.IsInf(s.rate, 0) || math.IsNaN(s.rate):
+		return o.settingErr("rate", "%v: must be a positive number of orders per second", s.rate)
+	case s.outage < 0:
+		return o.settingErr("outage", "%s: must not be negative", s.outage)
+	case s.relayDown < 0:
+		return o.settingErr("relay-down", "%s: must not be negative", s.relayDown)
+	case s.rollbackEvery < 0:
+		return o.settingErr("rollback-every", "%d: must not be negative", s.rollbackEvery)
+	case s.workers < 1:
+		return o.settingErr("workers", "%d: must be at least 1", s.workers)
+	case s.batchSize < 1:
+		return o.settingErr("batch-size", "%d: must be at least 1", s.batchSize)
+	case s.timeout <= 0:
+		return o.settingErr("timeout", "%s: must be positive", s.timeout)
+	}
+	if s.broker != "" {
+		u, _, err := parseBroker(s.broker)
+		if err != nil {
+			return o.settingErr("broker", "%v", err)
+		}
+		if u.Scheme != "nats" && u.Scheme != "tls" {
+			return o.settingErr("broker", "the demo consumes with JetStream: want a nats:// or tls:// URL, got %q", displayURL(u))
+		}
+	}
+	return nil
+}
+
+// demoSchema names the demo's schema (a random one unless --schema) and
+// checks that it does not exist yet, since the demo drops it at the end. It
+// returns the pool configuration the story connects with.
+func (c *cli) demoSchema(ctx context.Context, o *options, s *demoSettings) (*pgxpool.Config, error) {
+	if s.schema == "" {
+		b := make([]byte, 4)
+		_, _ = rand.Read(b)
+		s.schema = "outbox_demo_" + hex.EncodeToString(b)
+	}
+	d := dbOptions{DatabaseURL: s.databaseURL, Schema: s.schema}
+	pcfg, err := c.poolConfig(o, &d, 2)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := c.connect(ctx, pcfg)
+	if err != nil {
+		return nil, err
+	}
+	var exists bool
+	err = pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, s.schema).Scan(&exists)
+	pool.Close()
+	if err != nil {
+		return nil, fmt.Errorf("demo: %w", err)
+	}
+	if exists {
+		return nil, o.settingErr("schema", "%q already exists; the demo creates its own schema and drops it at the end, so name a new one", s.schema)
+	}
+	return pcfg, nil
+}
+
+// demoProgress prints the legend of the progress line and has the story's
+// progress drawn on one line (a new line every progressEvery when stdout is
+// not a terminal).
+func (c *cli) demoProgress(cfg *orders.Config) *progress {
 	fmt.Fprintf(c.stdout, "progress  written: orders committed with their event; published: events the broker confirmed;\n"+
 		"          shipped: orders processed through the inbox; pending: events waiting in the outbox;\n"+
 		"          lag: how long the oldest of them has waited\n")
@@ -201,19 +241,5 @@ func (c *cli) demo(ctx context.Context, o *options, s *demoSettings) error {
 			lastPrinted = time.Now()
 		}
 	}
-	rep, err := orders.Run(ctx, cfg, c.stdout)
-	out.done()
-	if rep.Committed > 0 || errors.Is(err, orders.ErrNotDelivered) {
-		rep.WriteSummary(c.stdout)
-	}
-	if s.keep {
-		fmt.Fprintf(c.stdout, "kept schema %s (drop it with: DROP SCHEMA %s CASCADE)\n", s.schema, pgx.Identifier{s.schema}.Sanitize())
-	}
-	switch {
-	case ctx.Err() != nil:
-		return errors.New("demo: interrupted")
-	case err != nil:
-		return fmt.Errorf("demo: %w", err)
-	}
-	return nil
+	return out
 }

@@ -5,27 +5,30 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/wal"
 )
 
+// migrateFlags are migrate's flags.
+type migrateFlags struct {
+	d        dbOptions
+	print    bool
+	asJS     bool
+	exitCode bool
+	source   string
+	parted   bool
+}
+
 func migrateCommand() (*options, func(context.Context, *cli, *options) error) {
-	var (
-		d        dbOptions
-		print    bool
-		asJS     bool
-		exitCode bool
-		source   string
-		parted   bool
-	)
+	var f migrateFlags
 	o := newOptions("migrate", "[up | status | sql | drop-wal] [flags]", `
 Applies pgoutbox's pending migrations to the outbox table (creating the
 schema if --schema names one that does not exist), in one transaction under an
@@ -57,107 +60,118 @@ partitioned by seq ranges: the relay streaming its slot then drops delivered
 events a partition at a time (--rotate-events, --rotate-interval on outbox
 relay), so the table stays small with no vacuum. An existing unpartitioned
 table is refused (exit 2), never converted.`)
-	d.register(o)
-	o.fs.BoolVar(&print, "print", false, "print the SQL instead of applying it (same as migrate sql)")
-	o.fs.BoolVar(&asJS, "json", false, "migrate and migrate status: print JSON")
-	o.fs.BoolVar(&exitCode, "exit-code", false, "migrate status: exit 4 when a migration is pending (for scripts and init containers)")
+	f.register(o)
+	o.subs = []string{"up", "status", "sql", "drop-wal"}
+	return o, func(ctx context.Context, c *cli, o *options) error { return c.migrate(ctx, o, &f) }
+}
+
+func (f *migrateFlags) register(o *options) {
+	f.d.register(o)
+	o.fs.BoolVar(&f.print, "print", false, "print the SQL instead of applying it (same as migrate sql)")
+	o.fs.BoolVar(&f.asJS, "json", false, "migrate and migrate status: print JSON")
+	o.fs.BoolVar(&f.exitCode, "exit-code", false, "migrate status: exit 4 when a migration is pending (for scripts and init containers)")
 	// A setting, as on outbox relay: one OUTBOX_SOURCE or config file
 	// serves both commands.
-	o.fs.StringVar(&source, "source", "table", "the relay's event source: table, or wal to create (migrate) or print (migrate sql) the publication and replication slot too")
-	o.fs.BoolVar(&parted, "partitioned", false, "with --source wal: create the outbox table partitioned, so the relay drops delivered events a partition at a time (a new table only)")
+	o.fs.StringVar(&f.source, "source", "table", "the relay's event source: table, or wal to create (migrate) or print (migrate sql) the publication and replication slot too")
+	o.fs.BoolVar(&f.parted, "partitioned", false, "with --source wal: create the outbox table partitioned, so the relay drops delivered events a partition at a time (a new table only)")
 	o.flagOnly("print", "json", "exit-code", "partitioned")
-	o.subs = []string{"up", "status", "sql", "drop-wal"}
-	return o, func(ctx context.Context, c *cli, o *options) error {
-		if len(o.args) > 0 {
-			return usageErr("migrate: unexpected argument %q (want up, status, sql or drop-wal)", o.args[0])
-		}
-		if source != "table" && source != "wal" {
-			return o.settingErr("source", "%q is not a source (want table or wal)", source)
-		}
-		if parted && source != "wal" {
-			return usageErr("migrate: --partitioned needs --source wal: only the WAL source's relay rotates the partitions")
-		}
-		mc := outbox.MigrateConfig{Schema: d.Schema, Table: d.Table, Partitioned: parted}
-		if print || o.sub == "sql" {
-			return migrateSQL(c, mc, source == "wal")
-		}
-		pool, err := c.openDB(ctx, o, &d)
-		if err != nil {
-			return err
-		}
-		defer pool.Close()
-		admin, err := outbox.NewAdmin(pool, outbox.AdminConfig{Schema: d.Schema, Table: d.Table})
-		if err != nil {
-			return flagError(err)
-		}
-		table := admin.Table()
-		switch o.sub {
-		case "status":
-			return migrateStatus(ctx, c, pool, mc, table, asJS, exitCode)
-		case "drop-wal":
-			return migrateDropWAL(ctx, c, pool, mc)
-		}
-		if source == "wal" {
-			// Before migrating: a missing prerequisite changes nothing.
-			if err := outbox.CheckReplication(ctx, pool, mc); err != nil {
-				return replicationErr(err)
-			}
-		}
-		applied, err := outbox.Migrate(ctx, pool, mc)
-		if errors.Is(err, outbox.ErrNotPartitioned) {
-			return &exitError{code: ExitUsage, err: err}
-		}
-		if err != nil {
-			return migrateDenied(pool, err)
-		}
-		var repl *outbox.ReplicationInfo
-		if source == "wal" {
-			info, err := outbox.SetupReplication(ctx, pool, mc)
-			if err != nil {
-				return replicationErr(migrateDenied(pool, err))
-			}
-			repl = &info
-		}
-		if asJS {
-			all, err := outbox.Migrations(mc)
-			if err != nil {
-				return err
-			}
-			type appliedJSON struct {
-				Version int    `json:"version"`
-				Name    string `json:"name"`
-			}
-			out := make([]appliedJSON, len(applied))
-			for i, m := range applied {
-				out[i] = appliedJSON{Version: m.Version, Name: m.Name}
-			}
-			js := map[string]any{"table": table, "applied": out, "version": all[len(all)-1].Version}
-			if repl != nil {
-				js["publication"], js["slot"], js["slot_created"] = repl.Publication, repl.Slot, repl.Created
-			}
-			return writeJSON(c, js)
-		}
-		for _, m := range applied {
-			fmt.Fprintf(c.stdout, "applied %03d_%s to %s\n", m.Version, m.Name, table)
-		}
-		all, err := outbox.Migrations(mc)
-		if err != nil {
-			return err
-		}
-		if len(applied) == 0 {
-			fmt.Fprintf(c.stdout, "%s is up to date (version %d)\n", table, all[len(all)-1].Version)
-		} else {
-			fmt.Fprintf(c.stdout, "%s is at version %d\n", table, all[len(all)-1].Version)
-		}
-		if repl != nil {
-			verb := "exists"
-			if repl.Created {
-				verb = "created"
-			}
-			fmt.Fprintf(c.stdout, "WAL source: publication %s and replication slot %s (%s)\n", repl.Publication, repl.Slot, verb)
-		}
-		return nil
+}
+
+// migrate checks the flags and runs the subcommand: sql (no database),
+// status, drop-wal, or up.
+func (c *cli) migrate(ctx context.Context, o *options, f *migrateFlags) error {
+	if len(o.args) > 0 {
+		return usageErr("migrate: unexpected argument %q (want up, status, sql or drop-wal)", o.args[0])
 	}
+	if f.source != "table" && f.source != "wal" {
+		return o.settingErr("source", "%q is not a source (want table or wal)", f.source)
+	}
+	if f.parted && f.source != "wal" {
+		return usageErr("migrate: --partitioned needs --source wal: only the WAL source's relay rotates the partitions")
+	}
+	mc := outbox.MigrateConfig{Schema: f.d.Schema, Table: f.d.Table, Partitioned: f.parted}
+	if f.print || o.sub == "sql" {
+		return migrateSQL(c, mc, f.source == "wal")
+	}
+	pool, err := c.openDB(ctx, o, &f.d)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	admin, err := outbox.NewAdmin(pool, outbox.AdminConfig{Schema: f.d.Schema, Table: f.d.Table})
+	if err != nil {
+		return flagError(err)
+	}
+	table := admin.Table()
+	switch o.sub {
+	case "status":
+		return migrateStatus(ctx, c, pool, mc, table, f.asJS, f.exitCode)
+	case "drop-wal":
+		return migrateDropWAL(ctx, c, pool, mc)
+	}
+	return migrateUp(ctx, c, pool, mc, table, f.source == "wal", f.asJS)
+}
+
+// migrateUp applies the pending migrations and, for the WAL source, sets
+// the table up for it once its prerequisites are checked.
+func migrateUp(ctx context.Context, c *cli, pool *pgxpool.Pool, mc outbox.MigrateConfig, table string, withWAL, asJSON bool) error {
+	if withWAL {
+		// Before migrating: a missing prerequisite changes nothing.
+		if err := outbox.CheckReplication(ctx, pool, mc); err != nil {
+			return replicationErr(err)
+		}
+	}
+	applied, err := outbox.Migrate(ctx, pool, mc)
+	if errors.Is(err, outbox.ErrNotPartitioned) {
+		return &exitError{code: ExitUsage, err: err}
+	}
+	if err != nil {
+		return migrateDenied(pool, err)
+	}
+	var repl *outbox.ReplicationInfo
+	if withWAL {
+		info, err := outbox.SetupReplication(ctx, pool, mc)
+		if err != nil {
+			return replicationErr(migrateDenied(pool, err))
+		}
+		repl = &info
+	}
+	all, err := outbox.Migrations(mc)
+	if err != nil {
+		return err
+	}
+	version := all[len(all)-1].Version
+	if asJSON {
+		type appliedJSON struct {
+			Version int    `json:"version"`
+			Name    string `json:"name"`
+		}
+		out := make([]appliedJSON, len(applied))
+		for i, m := range applied {
+			out[i] = appliedJSON{Version: m.Version, Name: m.Name}
+		}
+		js := map[string]any{"table": table, "applied": out, "version": version}
+		if repl != nil {
+			js["publication"], js["slot"], js["slot_created"] = repl.Publication, repl.Slot, repl.Created
+		}
+		return writeJSON(c, js)
+	}
+	for _, m := range applied {
+		fmt.Fprintf(c.stdout, "applied %03d_%s to %s\n", m.Version, m.Name, table)
+	}
+	if len(applied) == 0 {
+		fmt.Fprintf(c.stdout, "%s is up to date (version %d)\n", table, version)
+	} else {
+		fmt.Fprintf(c.stdout, "%s is at version %d\n", table, version)
+	}
+	if repl != nil {
+		verb := "exists"
+		if repl.Created {
+			verb = "created"
+		}
+		fmt.Fprintf(c.stdout, "WAL source: publication %s and replication slot %s (%s)\n", repl.Publication, repl.Slot, verb)
+	}
+	return nil
 }
 
 // migrateDenied rewords insufficient_privilege for migrate, which only

@@ -164,6 +164,21 @@ With --http-addr set (e.g. 127.0.0.1:9090) the relay serves
              the source: source=wal active=wal slot=... state=streaming
   /console/  the operator console, with --console (see outbox console --help)
 Logs are JSON on stderr, or text when stderr is a terminal.`)
+	s.register(o)
+	return o, func(ctx context.Context, c *cli, o *options) error {
+		err := c.relay(ctx, o, &s)
+		// A signal while starting (connecting, checking the table) is a
+		// request to stop, not a failure.
+		if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			return nil
+		}
+		return err
+	}
+}
+
+// register adds the relay's flags: the database's, the library's settings
+// (relayFlags) and the command's own.
+func (s *relaySettings) register(o *options) {
 	s.db.register(o)
 	s.dbWait.register(o)
 	f := o.fs
@@ -185,15 +200,6 @@ Logs are JSON on stderr, or text when stderr is a terminal.`)
 	f.StringVar(&s.ensureStream, "ensure-stream", "", "NATS: JetStream stream to create or update so it captures --topic's subjects (default OUTBOX with --create-topology)")
 	f.StringVar(&s.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&s.logFormat, "log-format", "", "json or text (default: text when stderr is a terminal, else json)")
-	return o, func(ctx context.Context, c *cli, o *options) error {
-		err := c.relay(ctx, o, &s)
-		// A signal while starting (connecting, checking the table) is a
-		// request to stop, not a failure.
-		if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
-			return nil
-		}
-		return err
-	}
 }
 
 // validate checks what the library cannot: zero values, which mean "default"
@@ -338,6 +344,47 @@ func (c *cli) startRelay(ctx context.Context, o *options, s *relaySettings) (_ *
 			stopTracing()
 		}
 	}()
+	pool, err := c.relayPool(ctx, o, s, log)
+	if err != nil {
+		return nil, err
+	}
+	pub, brokerCloser, err := openBroker(ctx, brokerURL, BrokerOptions{
+		Topic: s.topic, Logger: log, Stdout: c.stdout, ClientName: "pgoutbox relay", Getenv: c.getenv,
+		CreateTopology: s.createTopology || s.ensureStream != "", StreamName: s.ensureStream,
+	})
+	if err != nil {
+		pool.Close()
+		return nil, o.settingErr("broker", "%v", err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoGauge())
+	relay, err := outbox.NewRelay(pool, pub, withTracer(s.relayConfig(log, reg), tp))
+	if err != nil { // validated above; only a registry clash could fail here
+		brokerCloser.Close()
+		pool.Close()
+		return nil, err
+	}
+	// Replays are counted apart, read from the table at each scrape.
+	admin, err := outbox.NewAdmin(pool, outbox.AdminConfig{Schema: s.db.Schema, Table: s.db.Table})
+	if err == nil {
+		err = reg.Register(admin.ReplayCollector(s.cfg.MetricLabels))
+	}
+	if err != nil {
+		brokerCloser.Close()
+		pool.Close()
+		return nil, err
+	}
+	started = true
+	return &runningRelay{relay: relay, pub: pub, pool: pool, reg: reg, log: log, brokerURL: displayURL(brokerURL), stopTracing: stopTracing, shutdown: func() {
+		brokerCloser.Close()
+		closePool(pool) // bounded: frozen connections could hold the exit 15 s each
+	}}, nil
+}
+
+// relayPool connects the relay's pool once the database answers, through a
+// pooler if there is one, and checks the outbox table: a missing or old
+// table, or a missing privilege, stops the command with its exit code.
+func (c *cli) relayPool(ctx context.Context, o *options, s *relaySettings, log *slog.Logger) (*pgxpool.Pool, error) {
 	// One connection per worker, plus the gauges, cleanup, the listener and
 	// /readyz.
 	pcfg, err := c.poolConfig(o, &s.db, int32(s.cfg.Workers)+4)
@@ -389,38 +436,7 @@ func (c *cli) startRelay(ctx context.Context, o *options, s *relaySettings) (_ *
 	} else if err != nil {
 		log.Warn("outbox relay cannot check its table yet; the relay will retry", "err", redactDSN(err.Error()))
 	}
-
-	pub, brokerCloser, err := openBroker(ctx, brokerURL, BrokerOptions{
-		Topic: s.topic, Logger: log, Stdout: c.stdout, ClientName: "pgoutbox relay", Getenv: c.getenv,
-		CreateTopology: s.createTopology || s.ensureStream != "", StreamName: s.ensureStream,
-	})
-	if err != nil {
-		pool.Close()
-		return nil, o.settingErr("broker", "%v", err)
-	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoGauge())
-	relay, err := outbox.NewRelay(pool, pub, withTracer(s.relayConfig(log, reg), tp))
-	if err != nil { // validated above; only a registry clash could fail here
-		brokerCloser.Close()
-		pool.Close()
-		return nil, err
-	}
-	// Replays are counted apart, read from the table at each scrape.
-	admin, err := outbox.NewAdmin(pool, outbox.AdminConfig{Schema: s.db.Schema, Table: s.db.Table})
-	if err == nil {
-		err = reg.Register(admin.ReplayCollector(s.cfg.MetricLabels))
-	}
-	if err != nil {
-		brokerCloser.Close()
-		pool.Close()
-		return nil, err
-	}
-	started = true
-	return &runningRelay{relay: relay, pub: pub, pool: pool, reg: reg, log: log, brokerURL: displayURL(brokerURL), stopTracing: stopTracing, shutdown: func() {
-		brokerCloser.Close()
-		closePool(pool) // bounded: frozen connections could hold the exit 15 s each
-	}}, nil
+	return pool, nil
 }
 
 // serveHTTP serves /metrics, /healthz, /readyz and the console on --http-addr until the relay

@@ -29,15 +29,18 @@ type replaySampleJSON struct {
 	CreatedAt     time.Time `json:"created_at"`
 }
 
+// replayFlags are replay's flags.
+type replayFlags struct {
+	d                               dbOptions
+	eventType, aggType, aggID, mode string
+	since, until                    string
+	all, dryRun, asJSON             bool
+	rate                            float64
+	batch, sample                   int
+}
+
 func replayCommand() (*options, func(context.Context, *cli, *options) error) {
-	var (
-		d                               dbOptions
-		eventType, aggType, aggID, mode string
-		since, until                    string
-		all, dryRun, asJSON             bool
-		rate                            float64
-		batch, sample                   int
-	)
+	var f replayFlags
 	o := newOptions("replay", "--mode same-id|new-id [flags] (ID... | --type T | --aggregate-type T | --aggregate-id A | --since S | --until U | --all)", `
 Re-queues delivered events for the running relays to publish again: a copy
 of each selected event is inserted at the tail of the outbox table, in the
@@ -67,124 +70,150 @@ briefly locks the table against inserts (see docs/REPLAY.md).
 them. An id that is unknown or not delivered yet is named on stderr and the
 command exits 6 after replaying the others. The command prints the replay's id; outbox replay list follows it and
 outbox replay cancel ID removes its copies not yet delivered.`)
-	d.registerAdmin(o)
-	o.fs.StringVar(&mode, "mode", "", "same-id or new-id (required)")
-	o.fs.StringVar(&eventType, "type", "", "replay the events of this event type")
-	o.fs.StringVar(&aggType, "aggregate-type", "", "replay the events of this aggregate type")
-	o.fs.StringVar(&aggID, "aggregate-id", "", "replay the events of this aggregate id")
-	o.fs.StringVar(&since, "since", "", "only events written at or after this time: RFC 3339, or a duration ago (24h)")
-	o.fs.StringVar(&until, "until", "", "only events written before this time: RFC 3339, or a duration ago")
-	o.fs.BoolVar(&all, "all", false, "replay every delivered event (the filters still apply)")
-	o.fs.BoolVar(&dryRun, "dry-run", false, "count and print a sample without changing anything")
-	o.fs.IntVar(&sample, "sample", outbox.DefaultReplaySample, "events printed by --dry-run")
-	o.fs.Float64Var(&rate, "rate", 0, "pace the replay to about this many events per second (0: no pacing)")
-	o.fs.IntVar(&batch, "replay-batch", outbox.DefaultReplayBatch, "copies inserted per transaction (whole aggregates)")
-	o.fs.BoolVar(&asJSON, "json", false, "print JSON (and no progress lines)")
+	f.register(o)
+	return o, func(ctx context.Context, c *cli, o *options) error { return c.replay(ctx, o, &f) }
+}
+
+func (f *replayFlags) register(o *options) {
+	f.d.registerAdmin(o)
+	o.fs.StringVar(&f.mode, "mode", "", "same-id or new-id (required)")
+	o.fs.StringVar(&f.eventType, "type", "", "replay the events of this event type")
+	o.fs.StringVar(&f.aggType, "aggregate-type", "", "replay the events of this aggregate type")
+	o.fs.StringVar(&f.aggID, "aggregate-id", "", "replay the events of this aggregate id")
+	o.fs.StringVar(&f.since, "since", "", "only events written at or after this time: RFC 3339, or a duration ago (24h)")
+	o.fs.StringVar(&f.until, "until", "", "only events written before this time: RFC 3339, or a duration ago")
+	o.fs.BoolVar(&f.all, "all", false, "replay every delivered event (the filters still apply)")
+	o.fs.BoolVar(&f.dryRun, "dry-run", false, "count and print a sample without changing anything")
+	o.fs.IntVar(&f.sample, "sample", outbox.DefaultReplaySample, "events printed by --dry-run")
+	o.fs.Float64Var(&f.rate, "rate", 0, "pace the replay to about this many events per second (0: no pacing)")
+	o.fs.IntVar(&f.batch, "replay-batch", outbox.DefaultReplayBatch, "copies inserted per transaction (whole aggregates)")
+	o.fs.BoolVar(&f.asJSON, "json", false, "print JSON (and no progress lines)")
 	o.flagOnly("mode", "type", "aggregate-type", "aggregate-id", "since", "until", "all", "dry-run", "sample", "rate", "json")
-	return o, func(ctx context.Context, c *cli, o *options) error {
-		now := time.Now()
-		s := outbox.ReplaySelector{Mode: outbox.ReplayMode(mode), EventType: eventType, AggregateType: aggType,
-			AggregateID: aggID, All: all, DryRun: dryRun, Rate: rate, BatchSize: batch, Sample: sample}
-		var err error
-		if s.IDs, err = eventIDs(o); err != nil {
-			return err
+}
+
+// selector checks the flags and the id arguments and returns the selector;
+// durations in --since and --until count back from now.
+func (f *replayFlags) selector(o *options, now time.Time) (outbox.ReplaySelector, error) {
+	s := outbox.ReplaySelector{Mode: outbox.ReplayMode(f.mode), EventType: f.eventType, AggregateType: f.aggType,
+		AggregateID: f.aggID, All: f.all, DryRun: f.dryRun, Rate: f.rate, BatchSize: f.batch, Sample: f.sample}
+	var err error
+	if s.IDs, err = eventIDs(o); err != nil {
+		return s, err
+	}
+	if s.Since, s.Until, err = parseRange(f.since, f.until, now); err != nil {
+		return s, err
+	}
+	switch {
+	case f.mode == "":
+		return s, usageErr("replay: --mode is required: same-id (consumers that processed an event skip it) or new-id (a fresh id: every consumer processes it again)")
+	case s.Mode != outbox.ReplaySameID && s.Mode != outbox.ReplayNewID:
+		return s, usageErr("--mode: %q: want same-id or new-id", f.mode)
+	case f.rate < 0:
+		return s, usageErr("--rate: %g: must not be negative", f.rate)
+	case f.batch < 1:
+		return s, o.settingErr("replay-batch", "%d: must be at least 1", f.batch)
+	case f.sample < 1:
+		return s, usageErr("--sample: %d: must be at least 1", f.sample)
+	case len(s.IDs) == 0 && !f.all && f.eventType == "" && f.aggType == "" && f.aggID == "" && f.since == "" && f.until == "":
+		return s, usageErr("replay: give event ids, --all, or at least one of --type, --aggregate-type, --aggregate-id, --since, --until")
+	}
+	return s, checkRange(s.Since, s.Until)
+}
+
+func (c *cli) replay(ctx context.Context, o *options, f *replayFlags) error {
+	now := time.Now()
+	s, err := f.selector(o, now)
+	if err != nil {
+		return err
+	}
+	admin, done, err := c.adminFor(ctx, o, &f.d)
+	if err != nil {
+		return err
+	}
+	defer done()
+	skipped, err := replayUnselected(ctx, admin, s)
+	if err != nil {
+		return notMigrated(admin.Table(), &f.d, err)
+	}
+	var p *progress
+	if !f.asJSON && !f.dryRun {
+		p = c.progress()
+		s.Progress = func(queued int64) {
+			p.update(fmt.Sprintf("replay: queued %d so far [%s]", queued, time.Since(now).Round(time.Millisecond)))
 		}
-		if s.Since, s.Until, err = parseRange(since, until, now); err != nil {
-			return err
+	}
+	res, err := admin.Replay(ctx, s)
+	if p != nil {
+		p.done()
+	}
+	if err != nil {
+		var ce *outbox.ConfigError
+		if errors.As(err, &ce) {
+			return usageErr("%v", err)
 		}
-		switch {
-		case mode == "":
-			return usageErr("replay: --mode is required: same-id (consumers that processed an event skip it) or new-id (a fresh id: every consumer processes it again)")
-		case s.Mode != outbox.ReplaySameID && s.Mode != outbox.ReplayNewID:
-			return usageErr("--mode: %q: want same-id or new-id", mode)
-		case rate < 0:
-			return usageErr("--rate: %g: must not be negative", rate)
-		case batch < 1:
-			return o.settingErr("replay-batch", "%d: must be at least 1", batch)
-		case sample < 1:
-			return usageErr("--sample: %d: must be at least 1", sample)
-		case len(s.IDs) == 0 && !all && eventType == "" && aggType == "" && aggID == "" && since == "" && until == "":
-			return usageErr("replay: give event ids, --all, or at least one of --type, --aggregate-type, --aggregate-id, --since, --until")
+		return notMigrated(admin.Table(), &f.d, err)
+	}
+	if err := f.print(c, admin.Table(), res, now); err != nil {
+		return err
+	}
+	if res.Cancelled && !f.asJSON && !f.dryRun {
+		return nil // the cancellation is the news; the ids are not
+	}
+	return replaySkipped(skipped)
+}
+
+// replayUnselected returns the ids of s that select nothing (unknown, or
+// not delivered yet): they are named and make the exit code 6, as retry's.
+func replayUnselected(ctx context.Context, admin *outbox.Admin, s outbox.ReplaySelector) ([]uuid.UUID, error) {
+	if len(s.IDs) == 0 {
+		return nil, nil
+	}
+	pre := s
+	pre.DryRun, pre.Sample = true, len(s.IDs)
+	found, err := admin.Replay(ctx, pre)
+	if err != nil {
+		return nil, err
+	}
+	var ids []uuid.UUID
+	for _, r := range found.Sample {
+		ids = append(ids, r.ID)
+	}
+	return missing(s.IDs, ids), nil
+}
+
+// print writes a replay's result: JSON, a dry run's count and sample, or
+// the replay's id with what it queued since start.
+func (f *replayFlags) print(c *cli, table string, res outbox.ReplayResult, start time.Time) error {
+	switch {
+	case f.asJSON:
+		out := replayJSON{Table: table, DryRun: f.dryRun, ReplayResult: res}
+		for _, r := range res.Sample {
+			out.Sample = append(out.Sample, replaySampleJSON{ID: r.ID.String(), Seq: r.Seq, EventType: r.EventType,
+				AggregateType: r.AggregateType, AggregateID: r.AggregateID, CreatedAt: r.CreatedAt})
 		}
-		if err := checkRange(s.Since, s.Until); err != nil {
-			return err
-		}
-		admin, done, err := c.adminFor(ctx, o, &d)
-		if err != nil {
-			return err
-		}
-		defer done()
-		// Ids that select nothing (unknown, or not delivered yet) are named
-		// and make the exit code 6, as retry's.
-		var skipped []uuid.UUID
-		if len(s.IDs) > 0 {
-			pre := s
-			pre.DryRun, pre.Sample = true, len(s.IDs)
-			found, err := admin.Replay(ctx, pre)
-			if err != nil {
-				return notMigrated(admin.Table(), &d, err)
-			}
-			var ids []uuid.UUID
-			for _, r := range found.Sample {
-				ids = append(ids, r.ID)
-			}
-			skipped = missing(s.IDs, ids)
-		}
-		var p *progress
-		if !asJSON && !dryRun {
-			p = c.progress()
-			s.Progress = func(queued int64) {
-				p.update(fmt.Sprintf("replay: queued %d so far [%s]", queued, time.Since(now).Round(time.Millisecond)))
-			}
-		}
-		res, err := admin.Replay(ctx, s)
-		if p != nil {
-			p.done()
-		}
-		if err != nil {
-			var ce *outbox.ConfigError
-			if errors.As(err, &ce) {
-				return usageErr("%v", err)
-			}
-			return notMigrated(admin.Table(), &d, err)
-		}
-		if asJSON {
-			out := replayJSON{Table: admin.Table(), DryRun: dryRun, ReplayResult: res}
-			for _, r := range res.Sample {
-				out.Sample = append(out.Sample, replaySampleJSON{ID: r.ID.String(), Seq: r.Seq, EventType: r.EventType,
-					AggregateType: r.AggregateType, AggregateID: r.AggregateID, CreatedAt: r.CreatedAt})
-			}
-			if err := writeJSON(c, out); err != nil {
-				return err
-			}
-			return replaySkipped(skipped)
-		}
-		if dryRun {
-			fmt.Fprintf(c.stdout, "dry run: would replay %d event(s) from %s (mode %s)\n", res.Selected, admin.Table(), mode)
-			if len(res.Sample) > 0 {
-				tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
-				fmt.Fprintln(tw, "ID\tSEQ\tEVENT TYPE\tAGGREGATE\tCREATED AT")
-				for _, r := range res.Sample {
-					fmt.Fprintf(tw, "%s\t%d\t%s\t%s/%s\t%s\n", r.ID, r.Seq, r.EventType, r.AggregateType, r.AggregateID,
-						r.CreatedAt.UTC().Format(time.RFC3339))
-				}
-				if err := tw.Flush(); err != nil {
-					return err
-				}
-			}
-			return replaySkipped(skipped)
-		}
-		if res.Cancelled {
-			fmt.Fprintf(c.stdout, "replay %s cancelled after queuing %d of %d event(s)\n", res.ID, res.Queued, res.Selected)
+		return writeJSON(c, out)
+	case f.dryRun:
+		fmt.Fprintf(c.stdout, "dry run: would replay %d event(s) from %s (mode %s)\n", res.Selected, table, f.mode)
+		if len(res.Sample) == 0 {
 			return nil
 		}
-		fmt.Fprintf(c.stdout, "replay %s: queued %d of %d selected event(s) in %s (mode %s)", res.ID, res.Queued, res.Selected, admin.Table(), mode)
-		if res.Skipped > 0 {
-			fmt.Fprintf(c.stdout, "; skipped %d (a copy already pending, or archived or cleaned up meanwhile)", res.Skipped)
+		tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tSEQ\tEVENT TYPE\tAGGREGATE\tCREATED AT")
+		for _, r := range res.Sample {
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s/%s\t%s\n", r.ID, r.Seq, r.EventType, r.AggregateType, r.AggregateID,
+				r.CreatedAt.UTC().Format(time.RFC3339))
 		}
-		fmt.Fprintf(c.stdout, " [%s]\nfollow it with: outbox replay list; cancel it with: outbox replay cancel %s\n", time.Since(now).Round(time.Millisecond), res.ID)
-		return replaySkipped(skipped)
+		return tw.Flush()
+	case res.Cancelled:
+		fmt.Fprintf(c.stdout, "replay %s cancelled after queuing %d of %d event(s)\n", res.ID, res.Queued, res.Selected)
+		return nil
 	}
+	fmt.Fprintf(c.stdout, "replay %s: queued %d of %d selected event(s) in %s (mode %s)", res.ID, res.Queued, res.Selected, table, f.mode)
+	if res.Skipped > 0 {
+		fmt.Fprintf(c.stdout, "; skipped %d (a copy already pending, or archived or cleaned up meanwhile)", res.Skipped)
+	}
+	fmt.Fprintf(c.stdout, " [%s]\nfollow it with: outbox replay list; cancel it with: outbox replay cancel %s\n", time.Since(start).Round(time.Millisecond), res.ID)
+	return nil
 }
 
 func replaySkipped(ids []uuid.UUID) error {

@@ -12,17 +12,14 @@ import (
 	"github.com/pgoutbox/outbox/memory"
 )
 
-// TestReplayCommands runs replay (dry run, real, JSON), status's replayed
-// line, replay list and replay cancel, and their usage errors and exit
-// codes.
-func TestReplayCommands(t *testing.T) {
+// TestReplayUsageErrors: replay refuses a missing or unknown mode, no
+// selector, a bad time, rate or id, and an empty window, with exit 2.
+func TestReplayUsageErrors(t *testing.T) {
 	f := setup(t)
-	ids := f.write("order.created", 3)
-	f.write("order.paid", 2)
-	f.exec(`UPDATE outbox_events SET processed_at = now()`) // delivered
+	f.write("order.created", 2)
+	f.exec(`UPDATE outbox_events SET processed_at = now()`) // delivered: replayable
 	vars := dbEnv()
 	vars["OUTBOX_SCHEMA"] = f.schema
-
 	for _, args := range [][]string{
 		{"replay", "--type", "order.created"},                            // no mode
 		{"replay", "--mode", "copy", "--all"},                            // bad mode
@@ -35,6 +32,20 @@ func TestReplayCommands(t *testing.T) {
 		r := run(t, vars, args...)
 		wantExit(t, r, ExitUsage)
 	}
+	if n := f.count("processed_at IS NULL"); n != 0 {
+		t.Errorf("%d copies queued by refused replays", n)
+	}
+}
+
+// TestReplayCommands runs replay (dry run, real, JSON), status's replayed
+// line, replay list and replay cancel, and their exit codes.
+func TestReplayCommands(t *testing.T) {
+	f := setup(t)
+	ids := f.write("order.created", 3)
+	f.write("order.paid", 2)
+	f.exec(`UPDATE outbox_events SET processed_at = now()`) // delivered
+	vars := dbEnv()
+	vars["OUTBOX_SCHEMA"] = f.schema
 
 	r := run(t, vars, "replay", "--mode", "new-id", "--type", "order.created", "--dry-run", "--sample", "2")
 	wantExit(t, r, ExitOK)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/ident"
@@ -251,7 +252,14 @@ func TestStatusWALSlot(t *testing.T) {
 		t.Errorf("status said lag %d, retained %d; the server said %d..%d and %d..%d", *s.LagBytes, *s.RetainedBytes, lag0, lag1, retained0, retained1)
 	}
 
-	// A relay streaming the slot: active, with its walsender's pid.
+	wantStatusStreamed(t, f, pool, n)
+}
+
+// wantStatusStreamed opens a stream of slot n as a relay does and checks
+// that status shows it active, with its walsender's pid and its figures.
+func wantStatusStreamed(t *testing.T, f *fixture, pool *pgxpool.Pool, n wal.Names) {
+	t.Helper()
+	ctx := testCtx(t)
 	stream, err := wal.Open(ctx, wal.StreamConfig{ConnString: testdb.Logical(t).URL(), Names: n})
 	if err != nil {
 		t.Fatal(err)
@@ -261,7 +269,7 @@ func TestStatusWALSlot(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1`, n.Slot).Scan(&pid); err != nil {
 		t.Fatal(err)
 	}
-	r = run(t, walEnv(t), "status", "--schema", f.schema)
+	r := run(t, walEnv(t), "status", "--schema", f.schema)
 	wantExit(t, r, ExitOK)
 	for _, re := range []string{
 		`\nsource: WAL, replication slot ` + n.Slot + `\n`,
