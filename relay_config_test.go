@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/pgoutbox/outbox"
-	"github.com/pgoutbox/outbox/internal/doccheck"
+	"github.com/pgoutbox/outbox/internal/configcheck"
 	"github.com/pgoutbox/outbox/internal/testdb"
 	"github.com/pgoutbox/outbox/memory"
 	"github.com/pgoutbox/outbox/outboxtype"
@@ -121,7 +121,7 @@ func TestConstructorsConfigError(t *testing.T) {
 // docs shows the constant's value.
 func TestDocumentedDefaults(t *testing.T) {
 	t.Parallel()
-	doccheck.Defaults(t, ".", map[string]any{
+	configcheck.Defaults(t, ".", map[string]any{
 		"DefaultTable":                 outbox.DefaultTable,
 		"DefaultMaxPayloadBytes":       outbox.DefaultMaxPayloadBytes,
 		"DefaultBatchSize":             outbox.DefaultBatchSize,

@@ -1,4 +1,4 @@
-package doccheck
+package configcheck
 
 import (
 	"testing"

@@ -1,10 +1,12 @@
-// Package doccheck keeps the documented defaults of config fields true: each
-// package's tests call Defaults with its constants, and the check reads the
+// Package configcheck holds the checks every package's tests run on its
+// configs: Defaults keeps the documented defaults true (the check reads the
 // package's doc comments for the one wording every field uses, "Defaults to
-// DefaultX (v).".
-package doccheck
+// DefaultX (v)."), and Refused says that a constructor refused a field with
+// a *outboxtype.ConfigError naming it.
+package configcheck
 
 import (
+	"errors"
 	"fmt"
 	"go/ast"
 	"go/parser"
@@ -18,6 +20,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pgoutbox/outbox/outboxtype"
 )
 
 var (
@@ -148,4 +152,23 @@ func number(s string) (int64, bool) {
 	}
 	n, err := strconv.ParseInt(strings.NewReplacer(",", "", "_", "").Replace(s), 10, 64)
 	return n * mult, err == nil
+}
+
+// Refused fails the test unless err is a *outboxtype.ConfigError naming
+// config (as the error spells it: "nats.Config") and field, whose text
+// starts "pkg: Type.Field: ". what says which call returned err.
+func Refused(t testing.TB, what string, err error, config, field string) {
+	t.Helper()
+	var ce *outboxtype.ConfigError
+	if !errors.As(err, &ce) || ce.Config != config || ce.Field != field {
+		t.Errorf("%s: err = %v (%T), want a *ConfigError naming %s.%s", what, err, err, config, field)
+		return
+	}
+	pkg, typ, ok := strings.Cut(config, ".")
+	if !ok {
+		pkg, typ = "outbox", config
+	}
+	if want := pkg + ": " + typ + "." + field + ": "; !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("%s: err = %q, want it to start %q", what, err, want)
+	}
 }
