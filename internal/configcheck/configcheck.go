@@ -29,9 +29,9 @@ var (
 	named = regexp.MustCompile(`\b((?:[a-z]\w*\.)?Default[A-Z]\w*) \(([^)]*)\)`)
 	// bare is a default stated as a literal with no constant ("Default
 	// 4000.", "Defaults to 10s."): the wording this check replaces. A zero
-	// that means "off" ("Defaults to 0: no pacing.") is the zero value
-	// itself and needs no constant.
-	bare = regexp.MustCompile(`\bDefault(?:s to)?:? (?:-?[1-9]|-0|0[0-9.]|")`)
+	// value that means "off" or "the service's own" ("Defaults to 0: no
+	// pacing.", `Defaults to "": Google's service.`) needs no constant.
+	bare = regexp.MustCompile(`\bDefault(?:s to)?:? (?:-?[1-9]|-0|0[0-9.]|"[^"])`)
 )
 
 // Defaults checks the doc comments of the non-test Go files in dir: every
@@ -113,8 +113,8 @@ func commentOf(fset *token.FileSet, g *ast.CommentGroup) comment {
 
 // shows reports whether the text in the parentheses shows v: a duration as
 // time.ParseDuration reads it ("5m", "100ms"), a number with optional
-// separators and a binary unit ("1,000,000", "16 MiB", "1 MiB - 4 KiB"), a
-// string quoted.
+// separators and a unit ("1,000,000", "16 MiB", "10 MB", "1 MiB - 4 KiB"),
+// a string quoted.
 func shows(shown string, v any) bool {
 	switch v := v.(type) {
 	case time.Duration:
@@ -145,7 +145,7 @@ func number(s string) (int64, bool) {
 		return x - y, okx && oky
 	}
 	mult := int64(1)
-	for unit, m := range map[string]int64{" KiB": 1 << 10, " MiB": 1 << 20, " GiB": 1 << 30} {
+	for unit, m := range map[string]int64{" KiB": 1 << 10, " MiB": 1 << 20, " GiB": 1 << 30, " kB": 1e3, " MB": 1e6} {
 		if rest, ok := strings.CutSuffix(s, unit); ok {
 			s, mult = rest, m
 		}

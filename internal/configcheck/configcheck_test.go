@@ -19,6 +19,7 @@ func TestShows(t *testing.T) {
 		{"16 MiB", 16 << 20, true},
 		{"1 MiB - 4 KiB", 1<<20 - 4<<10, true},
 		{"256 KiB", int32(256 << 10), true},
+		{"10 MB", 10_000_000, true},
 		{"4000", 400, false},
 		{`"pgoutbox"`, "pgoutbox", true},
 		{`"pgoutbox"`, "outbox", false},
@@ -43,6 +44,7 @@ func TestPatterns(t *testing.T) {
 		{"Default \"{event_type}\".", false, true},
 		{"Default -1: the brokers' default.", false, true},
 		{"Defaults to 0: no pacing.", false, false},
+		{`Defaults to "": Google's service.`, false, false},
 		{"Defaults to false.", false, false},
 		{"Kafka's default 1000012.", false, false},
 	} {
