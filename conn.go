@@ -41,7 +41,7 @@ const DefaultTCPKeepAlive = 10 * time.Second
 func SetTCPTimeouts(cfg *pgconn.Config, userTimeout time.Duration) {
 	userTimeout = cmp.Or(userTimeout, DefaultTCPUserTimeout)
 	dial := cfg.DialFunc
-	if dial == nil {
+	if dial == nil { // not cmp.Or: a func is not comparable
 		dial = (&net.Dialer{Timeout: cfg.ConnectTimeout}).DialContext
 	}
 	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
