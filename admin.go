@@ -108,10 +108,7 @@ func NewAdmin(pool *pgxpool.Pool, cfg AdminConfig) (*Admin, error) {
 	if err != nil {
 		return nil, configErr("AdminConfig", err)
 	}
-	timeout := cfg.StatementTimeout
-	if timeout == 0 {
-		timeout = defaultAdminTimeout(pool.Config())
-	}
+	timeout := cmp.Or(cfg.StatementTimeout, defaultAdminTimeout(pool.Config()))
 	if cfg.StuckAfter < 0 {
 		return nil, &ConfigError{Config: "AdminConfig", Field: "StuckAfter", Err: fmt.Errorf("%s: must not be negative", cfg.StuckAfter)}
 	}

@@ -79,20 +79,27 @@ func (a *Admin) DeadLetterGroupMembers(ctx context.Context, sel RetrySelector, l
 	return a.collectEvents(ctx, rows, "dead-letter group")
 }
 
-// DefaultTimelineWindow is how many of the latest published events
-// AggregateTimeline looks through for an aggregate's published history.
-const DefaultTimelineWindow = 20000
+// Defaults of TimelineQuery's fields, used for their zero (or negative)
+// values.
+const (
+	// DefaultTimelineLimit is how many events AggregateTimeline returns.
+	DefaultTimelineLimit = 100
+	// DefaultTimelineWindow is how many of the latest published events
+	// AggregateTimeline looks through for an aggregate's published history.
+	DefaultTimelineWindow = 20000
+)
 
 // TimelineQuery selects an aggregate's events for AggregateTimeline.
 type TimelineQuery struct {
 	AggregateType string // "" for any type
 	AggregateID   string
-	// Limit caps the events returned, the latest kept. Defaults to 100.
+	// Limit caps the events returned, the latest kept. Defaults to
+	// DefaultTimelineLimit (100).
 	Limit int
 	// PublishedWindow bounds the search for published events to the latest
 	// this many published rows of the table: the aggregate index holds
 	// unprocessed rows only, and a scan of every published row would grow
-	// with the table. Defaults to DefaultTimelineWindow.
+	// with the table. Defaults to DefaultTimelineWindow (20000).
 	PublishedWindow int
 }
 
@@ -105,7 +112,7 @@ func (a *Admin) AggregateTimeline(ctx context.Context, q TimelineQuery) ([]Event
 		return nil, errors.New("outbox: TimelineQuery.AggregateID: must not be empty")
 	}
 	if q.Limit <= 0 {
-		q.Limit = 100
+		q.Limit = DefaultTimelineLimit
 	}
 	if q.PublishedWindow <= 0 {
 		q.PublishedWindow = DefaultTimelineWindow

@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -82,7 +83,7 @@ type ReplaySelector struct {
 	// changing anything.
 	DryRun bool `json:"-"`
 	// Sample is how many events a dry run returns. Defaults to
-	// DefaultReplaySample.
+	// DefaultReplaySample (10).
 	Sample int `json:"-"`
 	// Rate paces the replay to about this many events per second (whole
 	// aggregates per batch, so a batch may exceed it). Defaults to 0: no
@@ -90,10 +91,10 @@ type ReplaySelector struct {
 	Rate float64 `json:"rate,omitempty"`
 	// BatchSize is how many copies one transaction inserts (whole
 	// aggregates: an aggregate's copies are never split). Defaults to
-	// DefaultReplayBatch.
+	// DefaultReplayBatch (1000).
 	BatchSize int `json:"-"`
 	// LockTimeout bounds each batch's wait for the table lock. Defaults to
-	// DefaultReplayLockTimeout.
+	// DefaultReplayLockTimeout (200ms).
 	LockTimeout time.Duration `json:"-"`
 	// Progress, if set, is called after each batch with the copies queued
 	// so far.
@@ -144,15 +145,9 @@ func (sel *ReplaySelector) check() error {
 	case sel.LockTimeout < 0:
 		return bad("LockTimeout", "%s must not be negative", sel.LockTimeout)
 	}
-	if sel.BatchSize == 0 {
-		sel.BatchSize = DefaultReplayBatch
-	}
-	if sel.Sample == 0 {
-		sel.Sample = DefaultReplaySample
-	}
-	if sel.LockTimeout == 0 {
-		sel.LockTimeout = DefaultReplayLockTimeout
-	}
+	sel.BatchSize = cmp.Or(sel.BatchSize, DefaultReplayBatch)
+	sel.Sample = cmp.Or(sel.Sample, DefaultReplaySample)
+	sel.LockTimeout = cmp.Or(sel.LockTimeout, DefaultReplayLockTimeout)
 	if sel.Rate > 0 && float64(sel.BatchSize) > sel.Rate {
 		sel.BatchSize = max(1, int(sel.Rate))
 	}

@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"net"
 	"time"
@@ -38,11 +39,9 @@ const DefaultTCPKeepAlive = 10 * time.Second
 // deadline (a context) is still needed against a peer that acknowledges but
 // never answers (a stopped server process behind a live proxy).
 func SetTCPTimeouts(cfg *pgconn.Config, userTimeout time.Duration) {
-	if userTimeout == 0 {
-		userTimeout = DefaultTCPUserTimeout
-	}
+	userTimeout = cmp.Or(userTimeout, DefaultTCPUserTimeout)
 	dial := cfg.DialFunc
-	if dial == nil {
+	if dial == nil { // not cmp.Or: a func is not comparable
 		dial = (&net.Dialer{Timeout: cfg.ConnectTimeout}).DialContext
 	}
 	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {

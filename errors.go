@@ -174,20 +174,12 @@ func RequestedDelay(err error) (time.Duration, bool) {
 }
 
 // ConfigError is a configuration a constructor rejected (NewRelay,
-// NewWriter, NewAdmin, NewNotifier, Migrate and its siblings). Read it with
+// NewWriter, NewAdmin, NewNotifier, Migrate and its siblings; the
+// publishers, the inbox and the console return it too). Read it with
 // errors.As to point at what set the field, as the outbox command does with
-// its flags.
-type ConfigError struct {
-	Config string // the struct: "RelayConfig", "WriterConfig", ...
-	Field  string // the field, as spelled in Go: "BatchSize", "RetryBackoff", "Table"
-	Err    error  // why the value is refused
-}
-
-func (e *ConfigError) Error() string {
-	return "outbox: " + e.Config + "." + e.Field + ": " + e.Err.Error()
-}
-
-func (e *ConfigError) Unwrap() error { return e.Err }
+// its flags. It is defined in package outboxtype, which the publishers and
+// the inbox share with this package.
+type ConfigError = outboxtype.ConfigError
 
 // configErr returns err, from validating config's Schema or Table, as a
 // *ConfigError naming the field.

@@ -1,9 +1,9 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"sync"
 	"time"
@@ -91,26 +91,20 @@ func NewNotifier(pool *pgxpool.Pool, cfg NotifierConfig) (*Notifier, error) {
 	if err != nil {
 		return nil, configErr("NotifierConfig", err)
 	}
-	if cfg.Interval == 0 {
-		cfg.Interval = DefaultNotifyInterval
+	cfg.Interval = cmp.Or(cfg.Interval, DefaultNotifyInterval)
+	cfg.MaxInterval = cmp.Or(cfg.MaxInterval, max(DefaultNotifyMaxInterval, cfg.Interval))
+	cfg.SlowAbove = cmp.Or(cfg.SlowAbove, DefaultNotifySlowAbove)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
+	bad := func(field, format string, args ...any) error {
+		return &ConfigError{Config: "NotifierConfig", Field: field, Err: fmt.Errorf(format, args...)}
 	}
-	if cfg.Interval < 0 {
-		return nil, &ConfigError{Config: "NotifierConfig", Field: "Interval", Err: fmt.Errorf("%s must not be negative", cfg.Interval)}
-	}
-	if cfg.MaxInterval == 0 {
-		cfg.MaxInterval = max(DefaultNotifyMaxInterval, cfg.Interval)
-	}
-	if cfg.MaxInterval < cfg.Interval {
-		return nil, &ConfigError{Config: "NotifierConfig", Field: "MaxInterval", Err: fmt.Errorf("%s is shorter than Interval %s", cfg.MaxInterval, cfg.Interval)}
-	}
-	if cfg.SlowAbove == 0 {
-		cfg.SlowAbove = DefaultNotifySlowAbove
-	}
-	if cfg.SlowAbove < 0 {
-		return nil, &ConfigError{Config: "NotifierConfig", Field: "SlowAbove", Err: fmt.Errorf("%d must not be negative", cfg.SlowAbove)}
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	switch {
+	case cfg.Interval < 0:
+		return nil, bad("Interval", "%s must not be negative", cfg.Interval)
+	case cfg.MaxInterval < cfg.Interval:
+		return nil, bad("MaxInterval", "%s is shorter than Interval %s", cfg.MaxInterval, cfg.Interval)
+	case cfg.SlowAbove < 0:
+		return nil, bad("SlowAbove", "%d must not be negative", cfg.SlowAbove)
 	}
 	return &Notifier{pool: pool, channel: n.Channel, interval: cfg.Interval, maxInterval: cfg.MaxInterval,
 		log: cfg.Logger, calls: rate.Window{Span: 100 * time.Millisecond}, heavy: rate.Gate{Above: float64(cfg.SlowAbove)}}, nil

@@ -42,7 +42,7 @@ func NoAnswer(err error) bool {
 // Classify calls transient are considered: a permanent one stays the
 // message's, an unavailable one is one already.
 func ClassifyBatch(errs []error, outage func(error) bool) []error {
-	if outage == nil {
+	if outage == nil { // not cmp.Or: a func is not comparable
 		outage = NoAnswer
 	}
 	if len(errs) == 0 {

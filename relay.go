@@ -1,10 +1,10 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -53,12 +53,12 @@ const (
 type Backoff = outboxtype.Backoff
 
 // RelayConfig configures a Relay. Every zero value means the documented
-// default; NewRelay rejects invalid values with a *ConfigError naming the
-// field.
+// default; NewRelay (and Validate) rejects invalid values with a
+// *ConfigError naming the field.
 type RelayConfig struct {
-	// Schema and Table name the outbox table, as in WriterConfig. Table
-	// defaults to DefaultTable; Schema defaults to the connection's
-	// search_path.
+	// Schema and Table name the outbox table, as in WriterConfig. Schema
+	// defaults to the connection's search_path; Table defaults to
+	// DefaultTable ("outbox_events").
 	Schema string
 	Table  string
 
@@ -154,7 +154,8 @@ type RelayConfig struct {
 	// events held on the table path) nothing rotates and the current
 	// partition takes the new events. The relay's role must own the table.
 	// Both are ignored for an unpartitioned table and for SourceTable.
-	// Default DefaultRotateEvents (1,000,000) and DefaultRotateInterval (5m).
+	// Defaults to DefaultRotateEvents (1,000,000) and DefaultRotateInterval
+	// (5m).
 	RotateEvents   int
 	RotateInterval time.Duration
 
@@ -311,41 +312,31 @@ type RelayConfig struct {
 
 // withDefaults returns cfg with every zero value replaced by its default.
 func (cfg RelayConfig) withDefaults() RelayConfig {
-	orDefault(&cfg.Source, SourceTable)
-	orDefault(&cfg.Envelope, EnvelopeOutbox)
-	orDefault(&cfg.BatchSize, DefaultBatchSize)
-	orDefault(&cfg.MaxBatchBytes, DefaultMaxBatchBytes)
-	orDefault(&cfg.Workers, DefaultWorkers)
-	orDefault(&cfg.PollInterval, DefaultPollInterval)
-	orDefault(&cfg.MaxAttempts, DefaultMaxAttempts)
-	orDefault(&cfg.RetryBackoff.Base, DefaultRetryBase)
-	orDefault(&cfg.RetryBackoff.Max, DefaultRetryMax)
-	orDefault(&cfg.OutageBackoff.Base, DefaultOutageBase)
-	orDefault(&cfg.OutageBackoff.Max, DefaultOutageMax)
-	orDefault(&cfg.PublishTimeout, DefaultPublishTimeout)
-	orDefault(&cfg.StatementTimeout, DefaultStatementTimeout)
-	orDefault(&cfg.StatsInterval, DefaultStatsInterval)
-	orDefault(&cfg.RescanInterval, DefaultRescanInterval)
-	orDefault(&cfg.BatchDelay, DefaultBatchDelay)
-	orDefault(&cfg.BatchDelayAbove, DefaultBatchDelayAbove)
-	orDefault(&cfg.CleanupInterval, DefaultCleanupInterval)
-	orDefault(&cfg.CleanupBatch, DefaultCleanupBatch)
-	orDefault(&cfg.RotateEvents, DefaultRotateEvents)
-	orDefault(&cfg.RotateInterval, DefaultRotateInterval)
-	orDefault(&cfg.WALSenderTimeout, DefaultWALSenderTimeout)
-	orDefault(&cfg.StuckAfter, DefaultStuckAfter)
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
+	cfg.Source = cmp.Or(cfg.Source, SourceTable)
+	cfg.Envelope = cmp.Or(cfg.Envelope, EnvelopeOutbox)
+	cfg.BatchSize = cmp.Or(cfg.BatchSize, DefaultBatchSize)
+	cfg.MaxBatchBytes = cmp.Or(cfg.MaxBatchBytes, DefaultMaxBatchBytes)
+	cfg.Workers = cmp.Or(cfg.Workers, DefaultWorkers)
+	cfg.PollInterval = cmp.Or(cfg.PollInterval, DefaultPollInterval)
+	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, DefaultMaxAttempts)
+	cfg.RetryBackoff.Base = cmp.Or(cfg.RetryBackoff.Base, DefaultRetryBase)
+	cfg.RetryBackoff.Max = cmp.Or(cfg.RetryBackoff.Max, DefaultRetryMax)
+	cfg.OutageBackoff.Base = cmp.Or(cfg.OutageBackoff.Base, DefaultOutageBase)
+	cfg.OutageBackoff.Max = cmp.Or(cfg.OutageBackoff.Max, DefaultOutageMax)
+	cfg.PublishTimeout = cmp.Or(cfg.PublishTimeout, DefaultPublishTimeout)
+	cfg.StatementTimeout = cmp.Or(cfg.StatementTimeout, DefaultStatementTimeout)
+	cfg.StatsInterval = cmp.Or(cfg.StatsInterval, DefaultStatsInterval)
+	cfg.RescanInterval = cmp.Or(cfg.RescanInterval, DefaultRescanInterval)
+	cfg.BatchDelay = cmp.Or(cfg.BatchDelay, DefaultBatchDelay)
+	cfg.BatchDelayAbove = cmp.Or(cfg.BatchDelayAbove, DefaultBatchDelayAbove)
+	cfg.CleanupInterval = cmp.Or(cfg.CleanupInterval, DefaultCleanupInterval)
+	cfg.CleanupBatch = cmp.Or(cfg.CleanupBatch, DefaultCleanupBatch)
+	cfg.RotateEvents = cmp.Or(cfg.RotateEvents, DefaultRotateEvents)
+	cfg.RotateInterval = cmp.Or(cfg.RotateInterval, DefaultRotateInterval)
+	cfg.WALSenderTimeout = cmp.Or(cfg.WALSenderTimeout, DefaultWALSenderTimeout)
+	cfg.StuckAfter = cmp.Or(cfg.StuckAfter, DefaultStuckAfter)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	return cfg
-}
-
-// orDefault sets *v to d if it is zero.
-func orDefault[T comparable](v *T, d T) {
-	var zero T
-	if *v == zero {
-		*v = d
-	}
 }
 
 // validate checks a config with its defaults filled in; raw is the config
@@ -411,6 +402,16 @@ func (cfg RelayConfig) validate(raw RelayConfig) error {
 		return bad("WALSenderTimeout", "%s: must be at least 2s (the stream reports every second)", raw.WALSenderTimeout)
 	}
 	return nil
+}
+
+// Validate returns the *ConfigError NewRelay would return for cfg, naming
+// the field it refuses, or nil. It touches neither the database nor the
+// broker, so a program can check its settings before it connects. One
+// refusal shows only in NewRelay: metrics that clash with some already in
+// Registerer.
+func (cfg RelayConfig) Validate() error {
+	_, err := cfg.engineConfig()
+	return err
 }
 
 // engineConfig validates cfg and returns the engine's configuration, every
@@ -493,13 +494,9 @@ func NewRelay(pool *pgxpool.Pool, pub Publisher, cfg RelayConfig) (*Relay, error
 	}
 	ec.Metrics = m
 	r := &Relay{pool: pool, pub: pub, names: ec.Names, metrics: m, tracer: newRelayTracer(cfg.TracerProvider), cfg: ec}
-	if r.envelope = cfg.Envelope; r.envelope == "" {
-		r.envelope = EnvelopeOutbox
-	}
+	r.envelope = cmp.Or(cfg.Envelope, EnvelopeOutbox)
 	if r.envelope.CloudEvents() {
-		if r.ceSource = cfg.CloudEventsSource; r.ceSource == "" {
-			r.ceSource = outboxtype.CloudEventsSourceFor(ec.Names.Schema, ec.Names.Table)
-		}
+		r.ceSource = cmp.Or(cfg.CloudEventsSource, outboxtype.CloudEventsSourceFor(ec.Names.Schema, ec.Names.Table))
 	}
 	ec.Publish = r.publish
 	r.eng = engine.New(pool, ec)

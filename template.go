@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 )
@@ -35,9 +36,7 @@ var templateFields = map[string]func(*Message) string{
 
 // ParseTopicTemplate parses s; an empty s means DefaultTopicTemplate.
 func ParseTopicTemplate(s string) (*TopicTemplate, error) {
-	if s == "" {
-		s = DefaultTopicTemplate
-	}
+	s = cmp.Or(s, DefaultTopicTemplate)
 	t := &TopicTemplate{src: s}
 	rest := s
 	for rest != "" {

@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"maps"
 
@@ -53,9 +54,7 @@ type relayTracer struct {
 }
 
 func newRelayTracer(tp trace.TracerProvider) *relayTracer {
-	if tp == nil {
-		tp = otel.GetTracerProvider()
-	}
+	tp = cmp.Or(tp, otel.GetTracerProvider())
 	return &relayTracer{tracer: tp.Tracer(instrumentationName)}
 }
 

@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -27,7 +28,8 @@ type WriterConfig struct {
 	// Schema holding the outbox table. Empty: the search_path decides, as
 	// for an unqualified INSERT written by hand.
 	Schema string
-	// Table is the outbox table's name. Default "outbox_events".
+	// Table is the outbox table's name. Defaults to DefaultTable
+	// ("outbox_events").
 	Table string
 	// MaxPayloadBytes caps an event's size: its payload plus its headers'
 	// keys and values, in bytes. Write refuses a larger event with a
@@ -74,11 +76,7 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 	if err != nil {
 		return nil, configErr("WriterConfig", err)
 	}
-	maxPayload := cfg.MaxPayloadBytes
-	if maxPayload == 0 {
-		maxPayload = DefaultMaxPayloadBytes
-	}
-	return &Writer{names: n, maxPayload: maxPayload}, nil
+	return &Writer{names: n, maxPayload: cmp.Or(cfg.MaxPayloadBytes, DefaultMaxPayloadBytes)}, nil
 }
 
 var defaultWriter = &Writer{names: must(ident.New("", "")), maxPayload: DefaultMaxPayloadBytes}

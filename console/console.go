@@ -28,13 +28,13 @@
 package console
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"sort"
@@ -53,6 +53,8 @@ const (
 	DefaultSessionTTL = 12 * time.Hour
 	// DefaultQueryTimeout bounds the queries of one page or action.
 	DefaultQueryTimeout = 10 * time.Second
+	// DefaultPrefix serves the console at the root of its server.
+	DefaultPrefix = "/"
 	// MinTokenLength is the shortest token accepted: a console token guards
 	// deletes.
 	MinTokenLength = 16
@@ -77,12 +79,13 @@ type Config struct {
 	// relay serving the console.
 	Relay func(ctx context.Context) RelayState
 	// Prefix is the path the console is served under, with a trailing
-	// slash. Defaults to "/".
+	// slash. Defaults to DefaultPrefix ("/").
 	Prefix string
-	// SessionTTL is how long a login lasts. Defaults to DefaultSessionTTL.
+	// SessionTTL is how long a login lasts. Defaults to DefaultSessionTTL
+	// (12h).
 	SessionTTL time.Duration
 	// QueryTimeout bounds one page's queries. Defaults to
-	// DefaultQueryTimeout.
+	// DefaultQueryTimeout (10s).
 	QueryTimeout time.Duration
 }
 
@@ -158,36 +161,32 @@ func ParseTokens(s string) (map[string]string, error) {
 // touch the database.
 func New(pool *pgxpool.Pool, cfg Config) (*Console, error) {
 	admin, err := outbox.NewAdmin(pool, outbox.AdminConfig{Schema: cfg.Schema, Table: cfg.Table})
-	if err != nil {
+	if ce := (*outbox.ConfigError)(nil); errors.As(err, &ce) {
+		return nil, bad(ce.Field, "%w", ce.Err) // Schema or Table: this Config's fields
+	} else if err != nil {
 		return nil, fmt.Errorf("console: %w", err)
 	}
 	for name, secret := range cfg.Tokens {
 		switch {
 		case name == "" || strings.ContainsAny(name, ":,\n\r"):
-			return nil, fmt.Errorf("console: Config.Tokens: name %q: must be non-empty, without ':', ',' or newlines", name)
+			return nil, bad("Tokens", "name %q: must be non-empty, without ':', ',' or newlines", name)
 		case len(secret) < MinTokenLength:
-			return nil, fmt.Errorf("console: Config.Tokens: token %q: %d bytes, want at least %d", name, len(secret), MinTokenLength)
+			return nil, bad("Tokens", "token %q: %d bytes, want at least %d", name, len(secret), MinTokenLength)
 		}
 	}
+	cfg.Prefix = cmp.Or(cfg.Prefix, DefaultPrefix)
+	cfg.SessionTTL = cmp.Or(cfg.SessionTTL, DefaultSessionTTL)
+	cfg.QueryTimeout = cmp.Or(cfg.QueryTimeout, DefaultQueryTimeout)
 	switch {
-	case cfg.Prefix == "":
-		cfg.Prefix = "/"
 	case !strings.HasPrefix(cfg.Prefix, "/") || !strings.HasSuffix(cfg.Prefix, "/"):
-		return nil, fmt.Errorf("console: Config.Prefix: %q must start and end with /", cfg.Prefix)
+		return nil, bad("Prefix", "%q must start and end with /", cfg.Prefix)
+	case cfg.SessionTTL < 0:
+		return nil, bad("SessionTTL", "%s must not be negative", cfg.SessionTTL)
+	case cfg.QueryTimeout < 0:
+		return nil, bad("QueryTimeout", "%s must not be negative", cfg.QueryTimeout)
 	}
-	if cfg.SessionTTL < 0 || cfg.QueryTimeout < 0 {
-		return nil, errors.New("console: Config.SessionTTL and QueryTimeout must not be negative")
-	}
-	if cfg.SessionTTL == 0 {
-		cfg.SessionTTL = DefaultSessionTTL
-	}
-	if cfg.QueryTimeout == 0 {
-		cfg.QueryTimeout = DefaultQueryTimeout
-	}
-	c := &Console{admin: admin, cfg: cfg, log: cfg.Logger, sessions: map[string]*session{}, throttle: newThrottle(time.Now)}
-	if c.log == nil {
-		c.log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
+	c := &Console{admin: admin, cfg: cfg, log: cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)),
+		sessions: map[string]*session{}, throttle: newThrottle(time.Now)}
 	for name, secret := range cfg.Tokens {
 		c.tokens = append(c.tokens, namedToken{name: name, digest: digest(secret)})
 	}
@@ -221,6 +220,11 @@ func New(pool *pgxpool.Pool, cfg Config) (*Console, error) {
 		c.handler = http.StripPrefix(p, c.handler)
 	}
 	return c, nil
+}
+
+// bad returns the *outbox.ConfigError for field of Config.
+func bad(field, format string, args ...any) error {
+	return &outbox.ConfigError{Config: "console.Config", Field: field, Err: fmt.Errorf(format, args...)}
 }
 
 // ServeHTTP serves the console's pages, static files and actions.

@@ -3,16 +3,19 @@ package console_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox/console"
+	"github.com/pgoutbox/outbox/internal/configcheck"
 	"github.com/pgoutbox/outbox/internal/testdb"
 )
 
@@ -224,25 +227,39 @@ func TestStoredScriptRendersAsText(t *testing.T) {
 	mustContain(t, e.get(nil, "/dead-letters").body, `order.created&lt;script&gt;`)
 }
 
+// TestNewValidates: New refuses a bad field with a *outbox.ConfigError
+// naming console.Config and the field, the table's names included.
 func TestNewValidates(t *testing.T) {
 	t.Parallel()
 	pool := testdbPool(t)
 	for _, tc := range []struct {
-		cfg  console.Config
-		want string
+		cfg   console.Config
+		field string
 	}{
-		{console.Config{Tokens: map[string]string{"a": "short"}}, "Config.Tokens"},
-		{console.Config{Tokens: map[string]string{"a:b": testToken}}, "Config.Tokens"},
-		{console.Config{Prefix: "console"}, "Config.Prefix"},
-		{console.Config{Table: strings.Repeat("x", 80)}, "AdminConfig.Table"},
+		{console.Config{Tokens: map[string]string{"a": "short"}}, "Tokens"},
+		{console.Config{Tokens: map[string]string{"a:b": testToken}}, "Tokens"},
+		{console.Config{Prefix: "console"}, "Prefix"},
+		{console.Config{SessionTTL: -time.Second}, "SessionTTL"},
+		{console.Config{QueryTimeout: -time.Second}, "QueryTimeout"},
+		{console.Config{Table: strings.Repeat("x", 80)}, "Table"},
+		{console.Config{Schema: "a\x00b"}, "Schema"},
 	} {
-		if _, err := console.New(pool, tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("New(%+v) = %v, want an error naming %s", tc.cfg, err, tc.want)
-		}
+		_, err := console.New(pool, tc.cfg)
+		configcheck.Refused(t, fmt.Sprintf("New(%+v)", tc.cfg), err, "console.Config", tc.field)
 	}
 	if _, err := console.New(nil, console.Config{}); err == nil {
 		t.Error("New(nil pool) succeeded")
 	}
+}
+
+// TestDocumentedDefaults: the docs show the defaults' values.
+func TestDocumentedDefaults(t *testing.T) {
+	t.Parallel()
+	configcheck.Defaults(t, ".", map[string]any{
+		"DefaultSessionTTL":   console.DefaultSessionTTL,
+		"DefaultQueryTimeout": console.DefaultQueryTimeout,
+		"DefaultPrefix":       console.DefaultPrefix,
+	})
 }
 
 func TestParseTokens(t *testing.T) {

@@ -1,8 +1,8 @@
 package eventbridge
 
 import (
+	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -50,7 +50,8 @@ type API interface {
 	DescribeEventBus(ctx context.Context, in *eventbridge.DescribeEventBusInput, optFns ...func(*eventbridge.Options)) (*eventbridge.DescribeEventBusOutput, error)
 }
 
-// Config configures a Publisher. Zero values mean the documented defaults.
+// Config configures a Publisher. Zero values mean the documented defaults;
+// New rejects invalid values with an *outbox.ConfigError naming the field.
 type Config struct {
 	// Client sends the requests; usually eventbridge.NewFromConfig(awsCfg).
 	// Its retryer, credentials, region and endpoint are the caller's.
@@ -98,40 +99,39 @@ var (
 // New validates cfg and returns a Publisher. It sends no request.
 func New(cfg Config) (*Publisher, error) {
 	if cfg.Client == nil {
-		return nil, errors.New("eventbridge: Config.Client is nil")
+		return nil, bad("Client", "must not be nil")
 	}
 	if c, ok := cfg.Client.(*eventbridge.Client); ok && c.Options().Region == "" {
 		// The SDK would fail every request (requests are signed for a
 		// region), as a transient error: say it now.
-		return nil, errors.New("eventbridge: Config.Client has no region (set AWS_REGION, the profile's region, or eventbridge.Options.Region)")
+		return nil, bad("Client", "has no region (set AWS_REGION, the profile's region, or eventbridge.Options.Region)")
 	}
-	if cfg.EventBus == "" {
-		cfg.EventBus = DefaultEventBus
-	}
+	cfg.EventBus = cmp.Or(cfg.EventBus, DefaultEventBus)
 	if strings.HasPrefix(cfg.EventBus, "arn:") {
 		if _, err := awsurl.ParseARN(cfg.EventBus, "events"); err != nil || !strings.Contains(cfg.EventBus, ":event-bus/") {
-			return nil, fmt.Errorf("eventbridge: Config.EventBus: %q is not an event bus ARN (want arn:aws:events:REGION:ACCOUNT:event-bus/NAME)", cfg.EventBus)
+			return nil, bad("EventBus", "%q is not an event bus ARN (want arn:aws:events:REGION:ACCOUNT:event-bus/NAME)", cfg.EventBus)
 		}
 	} else if len(cfg.EventBus) > 256 || strings.ContainsAny(cfg.EventBus, " :\t\n") {
-		return nil, fmt.Errorf("eventbridge: Config.EventBus: %q is not an event bus name", cfg.EventBus)
+		return nil, bad("EventBus", "%q is not an event bus name", cfg.EventBus)
 	}
-	if cfg.Source == "" {
-		cfg.Source = DefaultSource
-	}
+	cfg.Source = cmp.Or(cfg.Source, DefaultSource)
 	src, err := outbox.ParseTopicTemplate(cfg.Source)
 	if err != nil {
-		return nil, fmt.Errorf("eventbridge: Config.Source: %w", err)
+		return nil, bad("Source", "%w", err)
 	}
 	if strings.HasPrefix(cfg.Source, "aws.") {
-		return nil, fmt.Errorf("eventbridge: Config.Source: %q: EventBridge reserves sources starting with \"aws.\"", cfg.Source)
+		return nil, bad("Source", "%q: EventBridge reserves sources starting with \"aws.\"", cfg.Source)
 	}
-	if cfg.Concurrency == 0 {
-		cfg.Concurrency = DefaultConcurrency
-	}
+	cfg.Concurrency = cmp.Or(cfg.Concurrency, DefaultConcurrency)
 	if cfg.Concurrency < 1 || cfg.Concurrency > 100 {
-		return nil, fmt.Errorf("eventbridge: Config.Concurrency: %d: must be between 1 and 100", cfg.Concurrency)
+		return nil, bad("Concurrency", "%d: must be between 1 and 100", cfg.Concurrency)
 	}
 	return &Publisher{api: cfg.Client, bus: cfg.EventBus, source: src, concurrency: cfg.Concurrency, skipCheck: cfg.SkipBusCheck}, nil
+}
+
+// bad returns the *outbox.ConfigError for field of Config.
+func bad(field, format string, args ...any) error {
+	return &outbox.ConfigError{Config: "eventbridge.Config", Field: field, Err: fmt.Errorf(format, args...)}
 }
 
 // MessagingSystem implements outbox.Describer.

@@ -18,6 +18,7 @@ import (
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/eventbridge"
 	"github.com/pgoutbox/outbox/internal/awsfake"
+	"github.com/pgoutbox/outbox/internal/configcheck"
 	"github.com/pgoutbox/outbox/internal/tcpproxy"
 	"github.com/pgoutbox/outbox/publishertest"
 )
@@ -437,25 +438,36 @@ func TestCallErrors(t *testing.T) {
 	}
 }
 
+// TestNewValidates: New refuses a bad field with a *outbox.ConfigError
+// naming eventbridge.Config and the field.
 func TestNewValidates(t *testing.T) {
 	t.Parallel()
 	c := newClient("http://127.0.0.1:1")
 	for _, tc := range []struct {
-		cfg  eventbridge.Config
-		want string
+		cfg   eventbridge.Config
+		field string
 	}{
-		{eventbridge.Config{}, "Config.Client"},
-		{eventbridge.Config{Client: awseventbridge.New(awseventbridge.Options{})}, "region"},
-		{eventbridge.Config{Client: c, EventBus: "arn:aws:sns:eu-west-1:1:t"}, "Config.EventBus"},
-		{eventbridge.Config{Client: c, EventBus: "has space"}, "Config.EventBus"},
-		{eventbridge.Config{Client: c, Source: "aws.orders"}, "Config.Source"},
-		{eventbridge.Config{Client: c, Source: "{nope}"}, "Config.Source"},
-		{eventbridge.Config{Client: c, Concurrency: 101}, "Config.Concurrency"},
+		{eventbridge.Config{}, "Client"},
+		{eventbridge.Config{Client: awseventbridge.New(awseventbridge.Options{})}, "Client"},
+		{eventbridge.Config{Client: c, EventBus: "arn:aws:sns:eu-west-1:1:t"}, "EventBus"},
+		{eventbridge.Config{Client: c, EventBus: "has space"}, "EventBus"},
+		{eventbridge.Config{Client: c, Source: "aws.orders"}, "Source"},
+		{eventbridge.Config{Client: c, Source: "{nope}"}, "Source"},
+		{eventbridge.Config{Client: c, Concurrency: 101}, "Concurrency"},
 	} {
-		if _, err := eventbridge.New(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("New(%+v) = %v, want an error naming %s", tc.cfg, err, tc.want)
-		}
+		_, err := eventbridge.New(tc.cfg)
+		configcheck.Refused(t, fmt.Sprintf("New(%+v)", tc.cfg), err, "eventbridge.Config", tc.field)
 	}
+}
+
+// TestDocumentedDefaults: the docs show the defaults' values.
+func TestDocumentedDefaults(t *testing.T) {
+	t.Parallel()
+	configcheck.Defaults(t, ".", map[string]any{
+		"DefaultEventBus":    eventbridge.DefaultEventBus,
+		"DefaultSource":      eventbridge.DefaultSource,
+		"DefaultConcurrency": eventbridge.DefaultConcurrency,
+	})
 }
 
 // Not parallel: it sets the AWS environment for the default credential chain.

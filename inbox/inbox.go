@@ -1,11 +1,11 @@
 package inbox
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strings"
 	"time"
@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox/internal/dbtx"
+	"github.com/pgoutbox/outbox/outboxtype"
 )
 
 // ErrNotMigrated is returned when the inbox table does not exist: run Migrate
@@ -27,11 +28,14 @@ var ErrNotMigrated = errors.New("inbox table not migrated")
 const MaxConsumerLen = 200
 
 // Config configures an Inbox. Zero values mean the documented defaults, except
-// Consumer, which is required.
+// Consumer, which is required. New and NewSQL reject invalid values with an
+// *outboxtype.ConfigError (outbox.ConfigError on the relay's side) naming
+// the field.
 type Config struct {
 	// Schema holding the table. Empty: the connection's search_path decides.
 	Schema string
-	// Table is the inbox table's name. Default "processed_events".
+	// Table is the inbox table's name. Defaults to DefaultTable
+	// ("processed_events").
 	Table string
 	// Consumer names this consumer (say "shipping.order-created"). Rows are
 	// keyed by (consumer, event_id), so consumers sharing a database and a
@@ -39,7 +43,7 @@ type Config struct {
 	// renaming it forgets what was processed. Required.
 	Consumer string
 	// Logger receives debug lines about duplicates (consumer, event_id,
-	// event_type, aggregate_id). Default: discard.
+	// event_type, aggregate_id). Defaults to discarding them.
 	Logger *slog.Logger
 	// Tracer wraps each message's processing in a span:
 	// inboxotel.New(tp) continues, with OpenTelemetry, the trace carried in
@@ -83,22 +87,22 @@ type core struct {
 func newCore(cfg Config) (core, error) {
 	n, err := newNames("Config", cfg.Schema, cfg.Table)
 	if err != nil {
-		return core{}, fmt.Errorf("inbox: %w", err)
+		return core{}, err
+	}
+	bad := func(format string, args ...any) error {
+		return &outboxtype.ConfigError{Config: "inbox.Config", Field: "Consumer", Err: fmt.Errorf(format, args...)}
 	}
 	switch c := cfg.Consumer; {
 	case c == "":
-		return core{}, errors.New("inbox: Config.Consumer: must not be empty (name the consumer, e.g. \"shipping.order-created\")")
+		return core{}, bad("must not be empty (name the consumer, e.g. \"shipping.order-created\")")
 	case len(c) > MaxConsumerLen:
-		return core{}, fmt.Errorf("inbox: Config.Consumer: %d bytes, at most %d", len(c), MaxConsumerLen)
+		return core{}, bad("%d bytes, at most %d", len(c), MaxConsumerLen)
 	case !utf8.ValidString(c):
-		return core{}, errors.New("inbox: Config.Consumer: not valid UTF-8")
+		return core{}, bad("not valid UTF-8")
 	case strings.ContainsRune(c, 0):
-		return core{}, errors.New("inbox: Config.Consumer: contains a NUL byte")
+		return core{}, bad("contains a NUL byte")
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
+	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	return core{names: n, q: newQueries(n), consumer: cfg.Consumer, log: log, tracer: cfg.Tracer}, nil
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgoutbox/outbox/inbox"
+	"github.com/pgoutbox/outbox/internal/configcheck"
 	"github.com/pgoutbox/outbox/internal/testdb"
 )
 
@@ -491,6 +492,8 @@ func TestCleanup(t *testing.T) {
 	}
 }
 
+// TestConfigValidation: New and NewSQL refuse a bad field with a
+// *outboxtype.ConfigError naming inbox.Config and the field.
 func TestConfigValidation(t *testing.T) {
 	t.Parallel()
 	pool := testdb.Pool(t, "")
@@ -498,24 +501,20 @@ func TestConfigValidation(t *testing.T) {
 		cfg   inbox.Config
 		field string
 	}{
-		{inbox.Config{}, "Config.Consumer"},
-		{inbox.Config{Consumer: strings.Repeat("c", inbox.MaxConsumerLen+1)}, "Config.Consumer"},
-		{inbox.Config{Consumer: "a\x00b"}, "Config.Consumer"},
-		{inbox.Config{Consumer: "\xff"}, "Config.Consumer"},
-		{inbox.Config{Consumer: "c", Table: strings.Repeat("t", 64)}, "Config.Table"},
-		{inbox.Config{Consumer: "c", Table: strings.Repeat("t", 50)}, "Config.Table"}, // derived index name too long
-		{inbox.Config{Consumer: "c", Table: "a\x00b"}, "Config.Table"},
-		{inbox.Config{Consumer: "c", Schema: strings.Repeat("s", 64)}, "Config.Schema"},
-		{inbox.Config{Consumer: "c", Schema: "\xff"}, "Config.Schema"},
+		{inbox.Config{}, "Consumer"},
+		{inbox.Config{Consumer: strings.Repeat("c", inbox.MaxConsumerLen+1)}, "Consumer"},
+		{inbox.Config{Consumer: "a\x00b"}, "Consumer"},
+		{inbox.Config{Consumer: "\xff"}, "Consumer"},
+		{inbox.Config{Consumer: "c", Table: strings.Repeat("t", 64)}, "Table"},
+		{inbox.Config{Consumer: "c", Table: strings.Repeat("t", 50)}, "Table"}, // derived index name too long
+		{inbox.Config{Consumer: "c", Table: "a\x00b"}, "Table"},
+		{inbox.Config{Consumer: "c", Schema: strings.Repeat("s", 64)}, "Schema"},
+		{inbox.Config{Consumer: "c", Schema: "\xff"}, "Schema"},
 	} {
 		_, err := inbox.New(pool, tc.cfg)
-		if err == nil || !strings.Contains(err.Error(), tc.field) {
-			t.Errorf("New(%+v) = %v, want an error naming %s", tc.cfg, err, tc.field)
-		}
+		configcheck.Refused(t, fmt.Sprintf("New(%+v)", tc.cfg), err, "inbox.Config", tc.field)
 		_, err = inbox.NewSQL(&sql.DB{}, tc.cfg)
-		if err == nil || !strings.Contains(err.Error(), tc.field) {
-			t.Errorf("NewSQL(%+v) = %v, want an error naming %s", tc.cfg, err, tc.field)
-		}
+		configcheck.Refused(t, fmt.Sprintf("NewSQL(%+v)", tc.cfg), err, "inbox.Config", tc.field)
 	}
 	if _, err := inbox.New(nil, inbox.Config{Consumer: "c"}); err == nil {
 		t.Error("New(nil pool) accepted")
@@ -523,6 +522,12 @@ func TestConfigValidation(t *testing.T) {
 	if _, err := inbox.NewSQL(nil, inbox.Config{Consumer: "c"}); err == nil {
 		t.Error("NewSQL(nil db) accepted")
 	}
+}
+
+// TestDocumentedDefaults: the docs show the defaults' values.
+func TestDocumentedDefaults(t *testing.T) {
+	t.Parallel()
+	configcheck.Defaults(t, ".", map[string]any{"DefaultTable": inbox.DefaultTable})
 }
 
 // recordingTracer is an inbox.Tracer that records what Handle tells it.

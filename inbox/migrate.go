@@ -1,9 +1,11 @@
 package inbox
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"embed"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -11,6 +13,7 @@ import (
 	"github.com/pgoutbox/outbox/internal/dbtx"
 	"github.com/pgoutbox/outbox/internal/ident"
 	"github.com/pgoutbox/outbox/internal/migrate"
+	"github.com/pgoutbox/outbox/outboxtype"
 )
 
 //go:embed migrations/*.sql
@@ -23,7 +26,7 @@ const DefaultTable = "processed_events"
 type MigrateConfig struct {
 	// Schema holding the table; created if missing. Empty: the search_path.
 	Schema string
-	// Table name. Default "processed_events".
+	// Table name. Defaults to DefaultTable ("processed_events").
 	Table string
 }
 
@@ -45,21 +48,30 @@ type names struct {
 	Target         string // the bookkeeping key; always a bind parameter
 }
 
-func newNames(field, schema, table string) (names, error) {
-	if table == "" {
-		table = DefaultTable
+// newNames validates the Schema and Table of config ("Config",
+// "MigrateConfig") and derives the names, or returns the
+// *outboxtype.ConfigError naming the field.
+func newNames(config, schema, table string) (names, error) {
+	bad := func(err error) error {
+		var fe *ident.FieldError
+		if errors.As(err, &fe) {
+			return &outboxtype.ConfigError{Config: "inbox." + config, Field: fe.Field, Err: errors.New(fe.Reason)}
+		}
+		return err
 	}
-	if err := ident.Validate(field+".Table", table); err != nil {
-		return names{}, err
+	table = cmp.Or(table, DefaultTable)
+	if err := ident.Validate("Table", table); err != nil {
+		return names{}, bad(err)
 	}
 	if schema != "" {
-		if err := ident.Validate(field+".Schema", schema); err != nil {
-			return names{}, err
+		if err := ident.Validate("Schema", schema); err != nil {
+			return names{}, bad(err)
 		}
 	}
 	idx := table + "_processed_at_idx"
 	if len(idx) > ident.MaxLen {
-		return names{}, fmt.Errorf("%s.Table: %q is too long: the derived index name %q exceeds %d bytes", field, table, idx, ident.MaxLen)
+		return names{}, &outboxtype.ConfigError{Config: "inbox." + config, Field: "Table",
+			Err: fmt.Errorf("%q is too long: the derived index name %q exceeds %d bytes", table, idx, ident.MaxLen)}
 	}
 	q := func(n string) string {
 		if schema == "" {
@@ -86,11 +98,7 @@ func (n names) target() migrate.Target {
 }
 
 func (cfg MigrateConfig) names() (names, error) {
-	n, err := newNames("MigrateConfig", cfg.Schema, cfg.Table)
-	if err != nil {
-		return names{}, fmt.Errorf("inbox: %w", err)
-	}
-	return n, nil
+	return newNames("MigrateConfig", cfg.Schema, cfg.Table)
 }
 
 func migrations(n names) ([]migrate.Migration, error) {

@@ -2,6 +2,7 @@ package inbox_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/inbox"
+	"github.com/pgoutbox/outbox/internal/configcheck"
 	"github.com/pgoutbox/outbox/internal/testdb"
 )
 
@@ -186,13 +188,12 @@ func TestHostileIdentifiers(t *testing.T) {
 
 func TestMigrateConfigValidation(t *testing.T) {
 	t.Parallel()
-	for _, cfg := range []inbox.MigrateConfig{
-		{Table: strings.Repeat("x", 64)},
-		{Schema: "a\x00b"},
+	for field, cfg := range map[string]inbox.MigrateConfig{
+		"Table":  {Table: strings.Repeat("x", 64)},
+		"Schema": {Schema: "a\x00b"},
 	} {
-		if _, err := inbox.MigrationSQL(cfg); err == nil || !strings.Contains(err.Error(), "MigrateConfig.") {
-			t.Errorf("MigrationSQL(%+v) = %v, want an error naming the field", cfg, err)
-		}
+		_, err := inbox.MigrationSQL(cfg)
+		configcheck.Refused(t, fmt.Sprintf("MigrationSQL(%+v)", cfg), err, "inbox.MigrateConfig", field)
 		if _, err := inbox.Migrate(context.Background(), nil, cfg); err == nil {
 			t.Errorf("Migrate(%+v) accepted", cfg)
 		}

@@ -25,10 +25,12 @@ type Line struct {
 	Payload       json.RawMessage   `json:"payload"`
 }
 
-// Config configures a Publisher.
+// Config configures a Publisher. New rejects an invalid value with an
+// *outbox.ConfigError naming the field.
 type Config struct {
 	// Topic is a topic template (see outbox.ParseTopicTemplate), rendered
-	// into each line's "topic". Default "{event_type}".
+	// into each line's "topic". Defaults to outbox.DefaultTopicTemplate
+	// ("{event_type}").
 	Topic string
 }
 
@@ -46,7 +48,7 @@ func New(w io.Writer, cfg Config) (*Publisher, error) {
 	}
 	t, err := outbox.ParseTopicTemplate(cfg.Topic)
 	if err != nil {
-		return nil, fmt.Errorf("jsonl: Config.Topic: %w", err)
+		return nil, &outbox.ConfigError{Config: "jsonl.Config", Field: "Topic", Err: err}
 	}
 	return &Publisher{w: w, topic: t}, nil
 }

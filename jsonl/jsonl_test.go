@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/configcheck"
 	"github.com/pgoutbox/outbox/jsonl"
 	"github.com/pgoutbox/outbox/publishertest"
 )
@@ -97,4 +98,21 @@ func TestCloudEventsLines(t *testing.T) {
 			t.Errorf("%s: %v", env, err)
 		}
 	}
+}
+
+// TestNewValidates: New refuses a bad field with a *outbox.ConfigError
+// naming jsonl.Config and the field.
+func TestNewValidates(t *testing.T) {
+	t.Parallel()
+	_, err := jsonl.New(&bytes.Buffer{}, jsonl.Config{Topic: "{nope}"})
+	configcheck.Refused(t, "New", err, "jsonl.Config", "Topic")
+	if _, err := jsonl.New(nil, jsonl.Config{}); err == nil {
+		t.Error("New(nil) accepted")
+	}
+}
+
+// TestDocumentedDefaults: the docs show the defaults' values.
+func TestDocumentedDefaults(t *testing.T) {
+	t.Parallel()
+	configcheck.Defaults(t, ".", map[string]any{"outbox.DefaultTopicTemplate": outbox.DefaultTopicTemplate})
 }

@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -27,30 +28,38 @@ const (
 	DefaultRequestTimeout = 5 * time.Second
 	// DefaultMaxMessageBytes is Kafka's default max.message.bytes for topics.
 	DefaultMaxMessageBytes = 1000012
+	// DefaultTopicPartitions and DefaultTopicReplicationFactor leave the
+	// shape of a created topic to the brokers (num.partitions,
+	// default.replication.factor).
+	DefaultTopicPartitions        = -1
+	DefaultTopicReplicationFactor = -1
 )
 
-// Config configures a Publisher. Zero values mean the documented defaults.
+// Config configures a Publisher. Zero values mean the documented defaults;
+// New rejects invalid values with an *outbox.ConfigError naming the field.
 type Config struct {
 	// Brokers are the seed brokers, "host:port". Required.
 	Brokers []string
 	// Topic is a topic template (outbox.ParseTopicTemplate) giving each
-	// record's topic. Default "{event_type}".
+	// record's topic. Defaults to outbox.DefaultTopicTemplate
+	// ("{event_type}").
 	Topic string
 	// DeliveryTimeout bounds how long a record may wait to be produced
 	// (kgo.RecordDeliveryTimeout, Kafka's delivery.timeout.ms). Keep it
 	// below the relay's PublishTimeout so that a dead cluster surfaces as a
-	// classified error. Default 10s.
+	// classified error. Defaults to DefaultDeliveryTimeout (10s).
 	DeliveryTimeout time.Duration
 	// RequestTimeout is the produce request's timeout: how long the leader
 	// may wait for the in-sync replicas (kgo.ProduceRequestTimeout, Kafka's
-	// request.timeout.ms). Default 5s.
+	// request.timeout.ms). Defaults to DefaultRequestTimeout (5s).
 	RequestTimeout time.Duration
 	// MaxMessageBytes caps one record batch (kgo.ProducerBatchMaxBytes). Set
 	// it to the topics' max.message.bytes when that is below Kafka's default
 	// 1000012: a record larger than this fails at once with a permanent
 	// error, and batches never grow past it. A larger cap makes the broker
 	// reject a whole batch, failing every record in it, when the records
-	// together exceed the topic's limit.
+	// together exceed the topic's limit. Defaults to DefaultMaxMessageBytes
+	// (1,000,012).
 	MaxMessageBytes int32
 	// CreateTopics lets the publisher create a topic a record was refused
 	// for as unknown, then produce the refused records again: opt-in topology
@@ -59,8 +68,9 @@ type Config struct {
 	// client never asks brokers to auto-create topics either way.
 	CreateTopics bool
 	// TopicPartitions and TopicReplicationFactor shape the topics
-	// CreateTopics creates. Default -1: the brokers' num.partitions and
-	// default.replication.factor.
+	// CreateTopics creates; -1 leaves them to the brokers' num.partitions
+	// and default.replication.factor. Defaults to DefaultTopicPartitions
+	// (-1) and DefaultTopicReplicationFactor (-1).
 	TopicPartitions        int32
 	TopicReplicationFactor int16
 	// ClientOpts are extra franz-go options (TLS, SASL, client id, ...)
@@ -92,43 +102,33 @@ var (
 // It does not contact the cluster; Close releases the client.
 func New(cfg Config) (*Publisher, error) {
 	if len(cfg.Brokers) == 0 {
-		return nil, errors.New("kafka: Config.Brokers: at least one seed broker is required")
+		return nil, bad("Brokers", "at least one seed broker is required")
 	}
 	for _, b := range cfg.Brokers {
 		if _, _, err := net.SplitHostPort(b); err != nil {
-			return nil, fmt.Errorf("kafka: Config.Brokers: %q: want host:port: %w", b, err)
+			return nil, bad("Brokers", "%q: want host:port: %w", b, err)
 		}
 	}
 	topic, err := outbox.ParseTopicTemplate(cfg.Topic)
 	if err != nil {
-		return nil, fmt.Errorf("kafka: Config.Topic: %w", err)
+		return nil, bad("Topic", "%w", err)
 	}
-	if cfg.DeliveryTimeout == 0 {
-		cfg.DeliveryTimeout = DefaultDeliveryTimeout
-	}
-	if cfg.RequestTimeout == 0 {
-		cfg.RequestTimeout = DefaultRequestTimeout
-	}
-	if cfg.MaxMessageBytes == 0 {
-		cfg.MaxMessageBytes = DefaultMaxMessageBytes
-	}
-	if cfg.TopicPartitions == 0 {
-		cfg.TopicPartitions = -1
-	}
-	if cfg.TopicReplicationFactor == 0 {
-		cfg.TopicReplicationFactor = -1
-	}
+	cfg.DeliveryTimeout = cmp.Or(cfg.DeliveryTimeout, DefaultDeliveryTimeout)
+	cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, DefaultRequestTimeout)
+	cfg.MaxMessageBytes = cmp.Or(cfg.MaxMessageBytes, DefaultMaxMessageBytes)
+	cfg.TopicPartitions = cmp.Or(cfg.TopicPartitions, DefaultTopicPartitions)
+	cfg.TopicReplicationFactor = cmp.Or(cfg.TopicReplicationFactor, DefaultTopicReplicationFactor)
 	switch {
 	case cfg.TopicPartitions < -1:
-		return nil, fmt.Errorf("kafka: Config.TopicPartitions: %d: must be positive, or -1 for the brokers' default", cfg.TopicPartitions)
+		return nil, bad("TopicPartitions", "%d: must be positive, or -1 for the brokers' default", cfg.TopicPartitions)
 	case cfg.TopicReplicationFactor < -1:
-		return nil, fmt.Errorf("kafka: Config.TopicReplicationFactor: %d: must be positive, or -1 for the brokers' default", cfg.TopicReplicationFactor)
+		return nil, bad("TopicReplicationFactor", "%d: must be positive, or -1 for the brokers' default", cfg.TopicReplicationFactor)
 	case cfg.DeliveryTimeout < 100*time.Millisecond:
-		return nil, fmt.Errorf("kafka: Config.DeliveryTimeout: %s: must be at least 100ms", cfg.DeliveryTimeout)
+		return nil, bad("DeliveryTimeout", "%s: must be at least 100ms", cfg.DeliveryTimeout)
 	case cfg.RequestTimeout < 100*time.Millisecond:
-		return nil, fmt.Errorf("kafka: Config.RequestTimeout: %s: must be at least 100ms", cfg.RequestTimeout)
+		return nil, bad("RequestTimeout", "%s: must be at least 100ms", cfg.RequestTimeout)
 	case cfg.MaxMessageBytes < 1024:
-		return nil, fmt.Errorf("kafka: Config.MaxMessageBytes: %d: must be at least 1024", cfg.MaxMessageBytes)
+		return nil, bad("MaxMessageBytes", "%d: must be at least 1024", cfg.MaxMessageBytes)
 	}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
@@ -142,7 +142,7 @@ func New(cfg Config) (*Publisher, error) {
 	opts = append(opts, cfg.ClientOpts...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
-		return nil, fmt.Errorf("kafka: client options: %w", err)
+		return nil, bad("ClientOpts", "%w", err)
 	}
 	if err := checkDurability(cl); err != nil {
 		cl.Close()
@@ -152,27 +152,32 @@ func New(cfg Config) (*Publisher, error) {
 		replication: cfg.TopicReplicationFactor}, nil
 }
 
+// bad returns the *outbox.ConfigError for field of Config.
+func bad(field, format string, args ...any) error {
+	return &outbox.ConfigError{Config: "kafka.Config", Field: field, Err: fmt.Errorf(format, args...)}
+}
+
 // checkDurability refuses a client whose options would let Publish return
 // before the record is durably stored, or break the producer's ordering and
 // deduplication.
 func checkDurability(cl *kgo.Client) error {
-	bad := func(what string) error {
-		return fmt.Errorf("kafka: Config.ClientOpts: %s is not allowed: the outbox needs acks=all and the idempotent producer", what)
+	refuse := func(what string) error {
+		return bad("ClientOpts", "%s is not allowed: the outbox needs acks=all and the idempotent producer", what)
 	}
 	if acks, _ := cl.OptValue(kgo.RequiredAcks).(kgo.Acks); acks != kgo.AllISRAcks() {
-		return bad("RequiredAcks other than AllISRAcks")
+		return refuse("RequiredAcks other than AllISRAcks")
 	}
 	if v, _ := cl.OptValue(kgo.DisableIdempotentWrite).(bool); v {
-		return bad("DisableIdempotentWrite")
+		return refuse("DisableIdempotentWrite")
 	}
 	if v, _ := cl.OptValue(kgo.AllowIdempotentProduceCancellation).(bool); v {
-		return bad("AllowIdempotentProduceCancellation")
+		return refuse("AllowIdempotentProduceCancellation")
 	}
 	if v := cl.OptValues(kgo.TransactionalID); len(v) == 2 && v[1] == true {
-		return bad("TransactionalID")
+		return refuse("TransactionalID")
 	}
 	if v, _ := cl.OptValue(kgo.DefaultProduceTopicAlways).(bool); v {
-		return bad("DefaultProduceTopicAlways")
+		return refuse("DefaultProduceTopicAlways")
 	}
 	return nil
 }

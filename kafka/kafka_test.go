@@ -24,6 +24,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/configcheck"
 	"github.com/pgoutbox/outbox/internal/tcpproxy"
 	"github.com/pgoutbox/outbox/internal/testcerts"
 	"github.com/pgoutbox/outbox/kafka"
@@ -517,6 +518,7 @@ func TestNewRejectsUnsafeClientOpts(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("%s: err = %v, want a refusal naming it", name, err)
 		}
+		configcheck.Refused(t, name, err, "kafka.Config", "ClientOpts")
 	}
 	// Lower acks: franz-go itself refuses it with idempotence on, and we
 	// refuse it with idempotence off.
@@ -528,27 +530,44 @@ func TestNewRejectsUnsafeClientOpts(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "acks") {
 			t.Errorf("lower acks: err = %v, want a refusal", err)
 		}
+		configcheck.Refused(t, "lower acks", err, "kafka.Config", "ClientOpts")
 	}
 }
 
+// TestNewValidates: New refuses a bad field with a *outbox.ConfigError
+// naming kafka.Config and the field.
 func TestNewValidates(t *testing.T) {
 	t.Parallel()
+	b := []string{"h:1"}
 	for _, tc := range []struct {
-		cfg  kafka.Config
-		want string
+		cfg   kafka.Config
+		field string
 	}{
-		{kafka.Config{}, "Config.Brokers"},
-		{kafka.Config{Brokers: []string{"nohost"}}, "Config.Brokers"},
-		{kafka.Config{Brokers: []string{"h:1"}, Topic: "{nope}"}, "Config.Topic"},
-		{kafka.Config{Brokers: []string{"h:1"}, DeliveryTimeout: time.Millisecond}, "Config.DeliveryTimeout"},
-		{kafka.Config{Brokers: []string{"h:1"}, RequestTimeout: -1}, "Config.RequestTimeout"},
-		{kafka.Config{Brokers: []string{"h:1"}, MaxMessageBytes: 10}, "Config.MaxMessageBytes"},
+		{kafka.Config{}, "Brokers"},
+		{kafka.Config{Brokers: []string{"nohost"}}, "Brokers"},
+		{kafka.Config{Brokers: b, Topic: "{nope}"}, "Topic"},
+		{kafka.Config{Brokers: b, DeliveryTimeout: time.Millisecond}, "DeliveryTimeout"},
+		{kafka.Config{Brokers: b, RequestTimeout: -1}, "RequestTimeout"},
+		{kafka.Config{Brokers: b, MaxMessageBytes: 10}, "MaxMessageBytes"},
+		{kafka.Config{Brokers: b, TopicPartitions: -2}, "TopicPartitions"},
+		{kafka.Config{Brokers: b, TopicReplicationFactor: -2}, "TopicReplicationFactor"},
 	} {
 		_, err := kafka.New(tc.cfg)
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("New(%+v) = %v, want an error naming %s", tc.cfg, err, tc.want)
-		}
+		configcheck.Refused(t, fmt.Sprintf("New(%+v)", tc.cfg), err, "kafka.Config", tc.field)
 	}
+}
+
+// TestDocumentedDefaults: the docs show the defaults' values.
+func TestDocumentedDefaults(t *testing.T) {
+	t.Parallel()
+	configcheck.Defaults(t, ".", map[string]any{
+		"DefaultDeliveryTimeout":        kafka.DefaultDeliveryTimeout,
+		"DefaultRequestTimeout":         kafka.DefaultRequestTimeout,
+		"DefaultMaxMessageBytes":        kafka.DefaultMaxMessageBytes,
+		"DefaultTopicPartitions":        kafka.DefaultTopicPartitions,
+		"DefaultTopicReplicationFactor": kafka.DefaultTopicReplicationFactor,
+		"outbox.DefaultTopicTemplate":   outbox.DefaultTopicTemplate,
+	})
 }
 
 func TestNewFromURL(t *testing.T) {

@@ -1,8 +1,8 @@
 package kinesis
 
 import (
+	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"strings"
@@ -46,7 +46,8 @@ type API interface {
 	DescribeStreamSummary(ctx context.Context, in *kinesis.DescribeStreamSummaryInput, optFns ...func(*kinesis.Options)) (*kinesis.DescribeStreamSummaryOutput, error)
 }
 
-// Config configures a Publisher. Zero values mean the documented defaults.
+// Config configures a Publisher. Zero values mean the documented defaults;
+// New rejects invalid values with an *outbox.ConfigError naming the field.
 type Config struct {
 	// Client sends the requests; usually kinesis.NewFromConfig(awsCfg). Its
 	// retryer, credentials, region and endpoint are the caller's. Required.
@@ -55,8 +56,8 @@ type Config struct {
 	Stream string
 	// MaxRecordBytes is the largest record sent, data (the envelope) plus
 	// partition key, as Kinesis counts. Larger ones fail permanently
-	// without a request. Defaults to DefaultMaxRecordBytes (1 MiB); at most
-	// 10 MiB (set it to the stream's MaxRecordSizeInKiB × 1024).
+	// without a request; at most 10 MiB (set it to the stream's
+	// MaxRecordSizeInKiB × 1024). Defaults to DefaultMaxRecordBytes (1 MiB).
 	MaxRecordBytes int
 	// Concurrency is how many PutRecords calls one relay batch keeps in
 	// flight; a partition key's records always go in the same sequence of
@@ -83,42 +84,43 @@ var (
 // New validates cfg and returns a Publisher. It sends no request.
 func New(cfg Config) (*Publisher, error) {
 	if cfg.Client == nil {
-		return nil, errors.New("kinesis: Config.Client is nil")
+		return nil, bad("Client", "must not be nil")
 	}
 	if c, ok := cfg.Client.(*kinesis.Client); ok && c.Options().Region == "" {
 		// The SDK would fail every request (requests are signed for a
 		// region), as a transient error: say it now.
-		return nil, errors.New("kinesis: Config.Client has no region (set AWS_REGION, the profile's region, or kinesis.Options.Region)")
+		return nil, bad("Client", "has no region (set AWS_REGION, the profile's region, or kinesis.Options.Region)")
 	}
 	p := &Publisher{api: cfg.Client, stream: cfg.Stream}
 	switch {
 	case cfg.Stream == "":
-		return nil, errors.New("kinesis: Config.Stream is required")
+		return nil, bad("Stream", "required")
 	case strings.HasPrefix(cfg.Stream, "arn:"):
 		a, err := awsurl.ParseARN(cfg.Stream, "kinesis")
 		if err != nil || !strings.HasPrefix(a.Resource, "stream/") {
-			return nil, fmt.Errorf("kinesis: Config.Stream: %q is not a stream ARN (want arn:aws:kinesis:REGION:ACCOUNT:stream/NAME)", cfg.Stream)
+			return nil, bad("Stream", "%q is not a stream ARN (want arn:aws:kinesis:REGION:ACCOUNT:stream/NAME)", cfg.Stream)
 		}
 		p.arn = true
 	case len(cfg.Stream) > 128 || strings.ContainsFunc(cfg.Stream, func(r rune) bool {
 		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '.' || r == '-')
 	}):
-		return nil, fmt.Errorf("kinesis: Config.Stream: %q is not a stream name (1 to 128 of a-z, A-Z, 0-9, _ . -)", cfg.Stream)
+		return nil, bad("Stream", "%q is not a stream name (1 to 128 of a-z, A-Z, 0-9, _ . -)", cfg.Stream)
 	}
-	if cfg.MaxRecordBytes == 0 {
-		cfg.MaxRecordBytes = DefaultMaxRecordBytes
-	}
+	cfg.MaxRecordBytes = cmp.Or(cfg.MaxRecordBytes, DefaultMaxRecordBytes)
 	if cfg.MaxRecordBytes < 1024 || cfg.MaxRecordBytes > MaxRecordBytesLimit {
-		return nil, fmt.Errorf("kinesis: Config.MaxRecordBytes: %d: must be between 1024 and %d", cfg.MaxRecordBytes, MaxRecordBytesLimit)
+		return nil, bad("MaxRecordBytes", "%d: must be between 1024 and %d", cfg.MaxRecordBytes, MaxRecordBytesLimit)
 	}
-	if cfg.Concurrency == 0 {
-		cfg.Concurrency = DefaultConcurrency
-	}
+	cfg.Concurrency = cmp.Or(cfg.Concurrency, DefaultConcurrency)
 	if cfg.Concurrency < 1 || cfg.Concurrency > 100 {
-		return nil, fmt.Errorf("kinesis: Config.Concurrency: %d: must be between 1 and 100", cfg.Concurrency)
+		return nil, bad("Concurrency", "%d: must be between 1 and 100", cfg.Concurrency)
 	}
 	p.maxBytes, p.concurrency = cfg.MaxRecordBytes, cfg.Concurrency
 	return p, nil
+}
+
+// bad returns the *outbox.ConfigError for field of Config.
+func bad(field, format string, args ...any) error {
+	return &outbox.ConfigError{Config: "kinesis.Config", Field: field, Err: fmt.Errorf(format, args...)}
 }
 
 // MessagingSystem implements outbox.Describer.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/awsfake"
+	"github.com/pgoutbox/outbox/internal/configcheck"
 	"github.com/pgoutbox/outbox/internal/tcpproxy"
 	"github.com/pgoutbox/outbox/kinesis"
 	"github.com/pgoutbox/outbox/publishertest"
@@ -392,25 +393,35 @@ func TestHealth(t *testing.T) {
 	}
 }
 
+// TestNewValidates: New refuses a bad field with a *outbox.ConfigError
+// naming kinesis.Config and the field.
 func TestNewValidates(t *testing.T) {
 	t.Parallel()
 	c := newClient("http://127.0.0.1:1")
 	for _, tc := range []struct {
-		cfg  kinesis.Config
-		want string
+		cfg   kinesis.Config
+		field string
 	}{
-		{kinesis.Config{Stream: "s"}, "Config.Client"},
-		{kinesis.Config{Stream: "s", Client: awskinesis.New(awskinesis.Options{})}, "region"},
-		{kinesis.Config{Client: c}, "Config.Stream"},
-		{kinesis.Config{Client: c, Stream: "has space"}, "Config.Stream"},
-		{kinesis.Config{Client: c, Stream: "arn:aws:kinesis:eu-west-1:1:table/x"}, "Config.Stream"},
-		{kinesis.Config{Client: c, Stream: "s", MaxRecordBytes: 11 << 20}, "Config.MaxRecordBytes"},
-		{kinesis.Config{Client: c, Stream: "s", Concurrency: -1}, "Config.Concurrency"},
+		{kinesis.Config{Stream: "s"}, "Client"},
+		{kinesis.Config{Stream: "s", Client: awskinesis.New(awskinesis.Options{})}, "Client"},
+		{kinesis.Config{Client: c}, "Stream"},
+		{kinesis.Config{Client: c, Stream: "has space"}, "Stream"},
+		{kinesis.Config{Client: c, Stream: "arn:aws:kinesis:eu-west-1:1:table/x"}, "Stream"},
+		{kinesis.Config{Client: c, Stream: "s", MaxRecordBytes: 11 << 20}, "MaxRecordBytes"},
+		{kinesis.Config{Client: c, Stream: "s", Concurrency: -1}, "Concurrency"},
 	} {
-		if _, err := kinesis.New(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("New(%+v) = %v, want an error naming %s", tc.cfg, err, tc.want)
-		}
+		_, err := kinesis.New(tc.cfg)
+		configcheck.Refused(t, fmt.Sprintf("New(%+v)", tc.cfg), err, "kinesis.Config", tc.field)
 	}
+}
+
+// TestDocumentedDefaults: the docs show the defaults' values.
+func TestDocumentedDefaults(t *testing.T) {
+	t.Parallel()
+	configcheck.Defaults(t, ".", map[string]any{
+		"DefaultMaxRecordBytes": kinesis.DefaultMaxRecordBytes,
+		"DefaultConcurrency":    kinesis.DefaultConcurrency,
+	})
 }
 
 // Not parallel: it sets the AWS environment for the default credential chain.

@@ -1,12 +1,12 @@
 package mqtt
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -33,20 +33,22 @@ const (
 	maxReconnectDelay = 5 * time.Second
 )
 
-// Config configures a Publisher. Zero values mean the documented defaults.
+// Config configures a Publisher. Zero values mean the documented defaults;
+// New rejects invalid values with an *outbox.ConfigError naming the field.
 type Config struct {
 	// Topic is a topic template (outbox.ParseTopicTemplate) giving each
 	// message's topic: "orders/{event_type}", "{aggregate_type}/events".
 	// A rendered topic MQTT cannot publish to (empty, a + or # wildcard, a
 	// NUL character, starting with the broker's reserved $) fails
-	// permanently before anything is sent. Defaults to "{event_type}".
+	// permanently before anything is sent. Defaults to
+	// outbox.DefaultTopicTemplate ("{event_type}").
 	Topic string
 	// MaxMessageBytes is the largest PUBLISH packet sent (topic, packet id
 	// and envelope); a larger message fails permanently without being sent.
 	// Set it to the broker's limit (Mosquitto's max_packet_size, or
 	// message_size_limit plus the topic): a broker closes the connection of
 	// a client sending more, which would look like an outage. Defaults to
-	// DefaultMaxMessageBytes, MQTT's own limit (256 MB).
+	// DefaultMaxMessageBytes (268,435,455), MQTT's own limit.
 	MaxMessageBytes int
 	// Logger receives connection events (connected, lost, why an attempt
 	// failed). Defaults to discarding them.
@@ -74,6 +76,11 @@ var (
 	_ outbox.Describer      = (*Publisher)(nil)
 )
 
+// bad returns the *outbox.ConfigError for field of Config.
+func bad(field, format string, args ...any) error {
+	return &outbox.ConfigError{Config: "mqtt.Config", Field: field, Err: fmt.Errorf(format, args...)}
+}
+
 // New validates cfg and returns a Publisher with a client of its own made
 // from opts (brokers, credentials, TLS, client id: the caller's), which it
 // connects in the background, and again whenever the connection is lost. It
@@ -97,18 +104,13 @@ func New(opts *paho.ClientOptions, cfg Config) (*Publisher, error) {
 	}
 	topic, err := outbox.ParseTopicTemplate(cfg.Topic)
 	if err != nil {
-		return nil, fmt.Errorf("mqtt: Config.Topic: %w", err)
+		return nil, bad("Topic", "%w", err)
 	}
-	if cfg.MaxMessageBytes == 0 {
-		cfg.MaxMessageBytes = DefaultMaxMessageBytes
-	}
+	cfg.MaxMessageBytes = cmp.Or(cfg.MaxMessageBytes, DefaultMaxMessageBytes)
 	if cfg.MaxMessageBytes < 1024 || cfg.MaxMessageBytes > MaxPacketBytes {
-		return nil, fmt.Errorf("mqtt: Config.MaxMessageBytes: %d: must be between 1024 and %d", cfg.MaxMessageBytes, MaxPacketBytes)
+		return nil, bad("MaxMessageBytes", "%d: must be between 1024 and %d", cfg.MaxMessageBytes, MaxPacketBytes)
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
+	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	p := &Publisher{topic: topic, maxBytes: cfg.MaxMessageBytes, log: log, broker: r.Servers()[0].Redacted(),
 		lost: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 

@@ -17,6 +17,7 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/configcheck"
 	"github.com/pgoutbox/outbox/internal/tcpproxy"
 	"github.com/pgoutbox/outbox/mqtt"
 	"github.com/pgoutbox/outbox/publishertest"
@@ -247,22 +248,42 @@ func TestConnectionLostBeforePUBACKFails(t *testing.T) {
 	waitConnected(t, p) // and the publisher reconnects by itself
 }
 
+// TestNewValidates: New refuses a bad field with a *outbox.ConfigError
+// naming mqtt.Config and the field; client options without a broker are
+// refused too.
 func TestNewValidates(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		opts *paho.ClientOptions
-		cfg  mqtt.Config
 		want string
 	}{
-		{nil, mqtt.Config{}, "options are nil"},
-		{paho.NewClientOptions(), mqtt.Config{}, "no broker"},
-		{paho.NewClientOptions().AddBroker("tcp://h:1"), mqtt.Config{Topic: "{nope}"}, "Config.Topic"},
-		{paho.NewClientOptions().AddBroker("tcp://h:1"), mqtt.Config{MaxMessageBytes: 10}, "Config.MaxMessageBytes"},
+		{nil, "options are nil"},
+		{paho.NewClientOptions(), "no broker"},
 	} {
-		if _, err := mqtt.New(tc.opts, tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("New(%+v) = %v, want an error saying %q", tc.cfg, err, tc.want)
+		if _, err := mqtt.New(tc.opts, mqtt.Config{}); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("New(%v) = %v, want an error saying %q", tc.opts, err, tc.want)
 		}
 	}
+	for _, tc := range []struct {
+		cfg   mqtt.Config
+		field string
+	}{
+		{mqtt.Config{Topic: "{nope}"}, "Topic"},
+		{mqtt.Config{MaxMessageBytes: 10}, "MaxMessageBytes"},
+		{mqtt.Config{MaxMessageBytes: mqtt.MaxPacketBytes + 1}, "MaxMessageBytes"},
+	} {
+		_, err := mqtt.New(paho.NewClientOptions().AddBroker("tcp://h:1"), tc.cfg)
+		configcheck.Refused(t, fmt.Sprintf("New(%+v)", tc.cfg), err, "mqtt.Config", tc.field)
+	}
+}
+
+// TestDocumentedDefaults: the docs show the defaults' values.
+func TestDocumentedDefaults(t *testing.T) {
+	t.Parallel()
+	configcheck.Defaults(t, ".", map[string]any{
+		"DefaultMaxMessageBytes":      mqtt.DefaultMaxMessageBytes,
+		"outbox.DefaultTopicTemplate": outbox.DefaultTopicTemplate,
+	})
 }
 
 func TestNewFromURL(t *testing.T) {

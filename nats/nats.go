@@ -1,6 +1,7 @@
 package nats
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,13 +17,24 @@ import (
 	"github.com/pgoutbox/outbox/outboxtype"
 )
 
-// Config configures a Publisher.
+// Defaults of Config's and DialConfig's fields, used for their zero values.
+const (
+	// DefaultMaxPending is Config.MaxPending's default.
+	DefaultMaxPending = 4000
+	// DefaultName is DialConfig.Name's default.
+	DefaultName = "pgoutbox"
+)
+
+// Config configures a Publisher. New rejects invalid values with an
+// *outbox.ConfigError naming the field.
 type Config struct {
 	// Subject is a topic template (outbox.ParseTopicTemplate) giving each
-	// message's subject. Default "{event_type}"; use
-	// "orders.{aggregate_id}" and the like for a subject per aggregate.
+	// message's subject; use "orders.{aggregate_id}" and the like for a
+	// subject per aggregate. Defaults to outbox.DefaultTopicTemplate
+	// ("{event_type}").
 	Subject string
-	// MaxPending bounds unacknowledged asynchronous publishes. Default 4000.
+	// MaxPending bounds unacknowledged asynchronous publishes. Defaults to
+	// DefaultMaxPending (4000).
 	MaxPending int
 	// EnsureStream, when set, names a stream the publisher creates, or
 	// updates to add StreamSubjects, before its first publish (and again
@@ -66,31 +78,29 @@ func New(nc *natsgo.Conn, cfg Config) (*Publisher, error) {
 	}
 	subj, err := outbox.ParseTopicTemplate(cfg.Subject)
 	if err != nil {
-		return nil, fmt.Errorf("nats: Config.Subject: %w", err)
+		return nil, bad("Config", "Subject", "%w", err)
 	}
-	if cfg.MaxPending == 0 {
-		cfg.MaxPending = 4000
-	}
+	cfg.MaxPending = cmp.Or(cfg.MaxPending, DefaultMaxPending)
 	if cfg.MaxPending < 1 {
-		return nil, fmt.Errorf("nats: Config.MaxPending: %d must be positive", cfg.MaxPending)
+		return nil, bad("Config", "MaxPending", "%d must be positive", cfg.MaxPending)
 	}
 	p := &Publisher{nc: nc, subject: subj, stream: cfg.EnsureStream, subjects: cfg.StreamSubjects}
 	if cfg.EnsureStream != "" {
 		if strings.ContainsAny(cfg.EnsureStream, " \t.*>/\\") {
-			return nil, fmt.Errorf("nats: Config.EnsureStream: %q: a stream name cannot contain white space, '.', '*', '>', '/' or '\\'", cfg.EnsureStream)
+			return nil, bad("Config", "EnsureStream", "%q: a stream name cannot contain white space, '.', '*', '>', '/' or '\\'", cfg.EnsureStream)
 		}
 		if len(p.subjects) == 0 {
 			if p.subjects, err = StreamSubjectsFor(cfg.Subject); err != nil {
-				return nil, fmt.Errorf("nats: Config.StreamSubjects: required with EnsureStream: %w", err)
+				return nil, bad("Config", "StreamSubjects", "required with EnsureStream: %w", err)
 			}
 		}
 		for _, subj := range p.subjects {
 			if strings.Contains("."+subj+".", "..") {
-				return nil, fmt.Errorf("nats: Config.StreamSubjects: %q has an empty token", subj)
+				return nil, bad("Config", "StreamSubjects", "%q has an empty token", subj)
 			}
 		}
 	} else if len(cfg.StreamSubjects) > 0 {
-		return nil, errors.New("nats: Config.StreamSubjects: set without Config.EnsureStream")
+		return nil, bad("Config", "StreamSubjects", "set without Config.EnsureStream")
 	}
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(cfg.MaxPending))
 	if err != nil {
@@ -98,6 +108,12 @@ func New(nc *natsgo.Conn, cfg Config) (*Publisher, error) {
 	}
 	p.js = js
 	return p, nil
+}
+
+// bad returns the *outbox.ConfigError for field of config ("Config",
+// "DialConfig").
+func bad(config, field, format string, args ...any) error {
+	return &outbox.ConfigError{Config: "nats." + config, Field: field, Err: fmt.Errorf(format, args...)}
 }
 
 // Close closes the connection if Dial (or NewFromURL) opened it; a

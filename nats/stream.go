@@ -1,6 +1,7 @@
 package nats
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,8 @@ import (
 
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/pgoutbox/outbox"
 )
 
 // StreamSubjectsFor returns the stream subjects that capture every subject
@@ -27,9 +30,7 @@ import (
 // need ">", every subject of the account: that is an error, and the stream
 // subjects must be given.
 func StreamSubjectsFor(template string) ([]string, error) {
-	if template == "" {
-		template = "{event_type}"
-	}
+	template = cmp.Or(template, outbox.DefaultTopicTemplate)
 	tokens := strings.Split(template, ".")
 	for i, tok := range tokens {
 		if !strings.Contains(tok, "{") {

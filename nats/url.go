@@ -1,9 +1,9 @@
 package nats
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/url"
 	"strconv"
@@ -50,10 +50,10 @@ type DialConfig struct {
 	// servers that verify clients (tls { verify: true }). Both or neither.
 	CertFile, KeyFile string
 	// Name is the connection name shown by the server's monitoring.
-	// Default "pgoutbox".
+	// Defaults to DefaultName ("pgoutbox").
 	Name string
 	// Logger receives connection events (connected, disconnected, why an
-	// attempt failed). Default: discard.
+	// attempt failed). Defaults to discarding them.
 	Logger *slog.Logger
 	// Options are extra nats.go options, applied after the publisher's own.
 	Options []natsgo.Option
@@ -135,10 +135,10 @@ func ParseURL(u *url.URL) (DialConfig, Config, error) {
 func (dc DialConfig) connectOptions() ([]natsgo.Option, error) {
 	var opts []natsgo.Option
 	if dc.CredsFile != "" && dc.NKeyFile != "" {
-		return nil, errors.New("nats: DialConfig: CredsFile and NKeyFile both set; a .creds file already holds the seed")
+		return nil, bad("DialConfig", "NKeyFile", "CredsFile and NKeyFile both set; a .creds file already holds the seed")
 	}
 	if (dc.CertFile == "") != (dc.KeyFile == "") {
-		return nil, errors.New("nats: DialConfig: CertFile and KeyFile go together")
+		return nil, bad("DialConfig", "KeyFile", "CertFile and KeyFile go together")
 	}
 	for field, path := range map[string]string{"CredsFile": dc.CredsFile, "NKeyFile": dc.NKeyFile, "CAFile": dc.CAFile,
 		"CertFile": dc.CertFile, "KeyFile": dc.KeyFile} {
@@ -146,7 +146,7 @@ func (dc DialConfig) connectOptions() ([]natsgo.Option, error) {
 			continue
 		}
 		if err := brokerurl.Readable(path); err != nil {
-			return nil, fmt.Errorf("nats: DialConfig.%s: %w", field, err)
+			return nil, bad("DialConfig", field, "%w", err)
 		}
 	}
 	if dc.CredsFile != "" {
@@ -155,7 +155,7 @@ func (dc DialConfig) connectOptions() ([]natsgo.Option, error) {
 	if dc.NKeyFile != "" {
 		o, err := natsgo.NkeyOptionFromSeed(dc.NKeyFile)
 		if err != nil {
-			return nil, fmt.Errorf("nats: DialConfig.NKeyFile: %w", err)
+			return nil, bad("DialConfig", "NKeyFile", "%w", err)
 		}
 		opts = append(opts, o)
 	}
@@ -174,7 +174,7 @@ func (dc DialConfig) connectOptions() ([]natsgo.Option, error) {
 // unavailable meanwhile, and Health reports it.
 func Dial(dc DialConfig, cfg Config) (*Publisher, error) {
 	if dc.URL == "" {
-		return nil, errors.New("nats: DialConfig.URL is required")
+		return nil, bad("DialConfig", "URL", "required")
 	}
 	redacted, password := dc.URL, ""
 	if u, err := url.Parse(dc.URL); err == nil {
@@ -185,14 +185,8 @@ func Dial(dc DialConfig, cfg Config) (*Publisher, error) {
 	if err != nil {
 		return nil, err
 	}
-	if dc.Name == "" {
-		dc.Name = "pgoutbox"
-	}
-	log := dc.Logger
-	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	log = log.With("broker", redacted)
+	dc.Name = cmp.Or(dc.Name, DefaultName)
+	log := cmp.Or(dc.Logger, slog.New(slog.DiscardHandler)).With("broker", redacted)
 	// Say why a connection attempt fails (an untrusted certificate, refused
 	// credentials), once per distinct reason, so an operator is not left
 	// with "broker unavailable" alone.

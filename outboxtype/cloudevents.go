@@ -2,6 +2,7 @@ package outboxtype
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -182,9 +183,7 @@ func (m *Message) CloudEvent() (*CloudEvent, error) {
 		ID: m.ID.String(), Source: m.CloudEventsSource, Type: m.EventType, Subject: m.AggregateID,
 		Time: m.CreatedAt.UTC(), DataContentType: CloudEventsDataContentType, Data: m.Payload,
 	}
-	if e.Source == "" {
-		e.Source = DefaultCloudEventsSource
-	}
+	e.Source = cmp.Or(e.Source, DefaultCloudEventsSource)
 	if err := ValidCloudEventsSource(e.Source); err != nil {
 		return nil, fmt.Errorf("cloudevents: source: %w", err)
 	}

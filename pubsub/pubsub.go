@@ -1,6 +1,7 @@
 package pubsub
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -37,7 +38,8 @@ const (
 	maxOrderingKey    = 1024 // bytes of an ordering key
 )
 
-// Config configures a Publisher. Zero values mean the documented defaults.
+// Config configures a Publisher. Zero values mean the documented defaults;
+// New rejects invalid values with an *outbox.ConfigError naming the field.
 type Config struct {
 	// Client sends the requests; usually pubsub.NewClient(ctx, project).
 	// Its project, credentials and endpoint are the caller's; Close does
@@ -48,7 +50,7 @@ type Config struct {
 	// "orders-{aggregate_type}") or a full name
 	// ("projects/PROJECT/topics/{event_type}"). A rendered ID Pub/Sub
 	// cannot accept fails permanently before anything is sent. Defaults to
-	// "{event_type}".
+	// outbox.DefaultTopicTemplate ("{event_type}").
 	Topic string
 	// PublishTimeout bounds one message's publish, the client's own retries
 	// included (pubsub.PublishSettings.Timeout). Keep it below the relay's
@@ -100,33 +102,35 @@ var (
 // New validates cfg and returns a Publisher. It sends no request.
 func New(cfg Config) (*Publisher, error) {
 	if cfg.Client == nil {
-		return nil, errors.New("pubsub: Config.Client is nil")
+		return nil, bad("Config", "Client", "must not be nil")
 	}
 	tmpl, err := outbox.ParseTopicTemplate(cfg.Topic)
 	if err != nil {
-		return nil, fmt.Errorf("pubsub: Config.Topic: %w", err)
+		return nil, bad("Config", "Topic", "%w", err)
 	}
 	p := &Publisher{client: cfg.Client, topic: tmpl, static: !strings.Contains(tmpl.String(), "{"),
 		timeout: cfg.PublishTimeout, maxBytes: cfg.MaxMessageBytes, ordered: !cfg.DisableOrdering,
 		create: cfg.CreateTopics, topics: map[string]*gpubsub.Publisher{}}
 	if p.static {
 		if _, err := p.fullName(tmpl.String()); err != nil {
-			return nil, fmt.Errorf("pubsub: Config.Topic: %w", err)
+			return nil, bad("Config", "Topic", "%w", err)
 		}
 	}
-	if p.timeout == 0 {
-		p.timeout = DefaultPublishTimeout
-	}
+	p.timeout = cmp.Or(p.timeout, DefaultPublishTimeout)
 	if p.timeout < 100*time.Millisecond {
-		return nil, fmt.Errorf("pubsub: Config.PublishTimeout: %s: must be at least 100ms", p.timeout)
+		return nil, bad("Config", "PublishTimeout", "%s: must be at least 100ms", p.timeout)
 	}
-	if p.maxBytes == 0 {
-		p.maxBytes = DefaultMaxMessageBytes
-	}
+	p.maxBytes = cmp.Or(p.maxBytes, DefaultMaxMessageBytes)
 	if p.maxBytes < 1024 || p.maxBytes > MaxMessageBytesLimit {
-		return nil, fmt.Errorf("pubsub: Config.MaxMessageBytes: %d: must be between 1024 and %d", p.maxBytes, MaxMessageBytesLimit)
+		return nil, bad("Config", "MaxMessageBytes", "%d: must be between 1024 and %d", p.maxBytes, MaxMessageBytesLimit)
 	}
 	return p, nil
+}
+
+// bad returns the *outbox.ConfigError for field of config ("Config",
+// "DialConfig").
+func bad(config, field, format string, args ...any) error {
+	return &outbox.ConfigError{Config: "pubsub." + config, Field: field, Err: fmt.Errorf(format, args...)}
 }
 
 // fullName returns projects/PROJECT/topics/ID for a rendered topic, an ID or

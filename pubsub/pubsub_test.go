@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/configcheck"
 	"github.com/pgoutbox/outbox/internal/tcpproxy"
 	"github.com/pgoutbox/outbox/publishertest"
 	"github.com/pgoutbox/outbox/pubsub"
@@ -440,27 +441,37 @@ func TestHealth(t *testing.T) {
 	}
 }
 
+// TestNewValidates: New refuses a bad field with a *outbox.ConfigError
+// naming pubsub.Config and the field.
 func TestNewValidates(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	for _, tc := range []struct {
-		cfg  pubsub.Config
-		want string
+		cfg   pubsub.Config
+		field string
 	}{
-		{pubsub.Config{Client: nil}, "Config.Client"},
-		{pubsub.Config{Client: e.client, Topic: "{nope}"}, "Config.Topic"},
-		{pubsub.Config{Client: e.client, Topic: "x"}, "Config.Topic"},
-		{pubsub.Config{Client: e.client, Topic: "projects/p/subs/x"}, "Config.Topic"},
-		{pubsub.Config{Client: e.client, PublishTimeout: time.Millisecond}, "Config.PublishTimeout"},
-		{pubsub.Config{Client: e.client, MaxMessageBytes: 20_000_000}, "Config.MaxMessageBytes"},
+		{pubsub.Config{Client: nil}, "Client"},
+		{pubsub.Config{Client: e.client, Topic: "{nope}"}, "Topic"},
+		{pubsub.Config{Client: e.client, Topic: "x"}, "Topic"},
+		{pubsub.Config{Client: e.client, Topic: "projects/p/subs/x"}, "Topic"},
+		{pubsub.Config{Client: e.client, PublishTimeout: time.Millisecond}, "PublishTimeout"},
+		{pubsub.Config{Client: e.client, MaxMessageBytes: 20_000_000}, "MaxMessageBytes"},
 	} {
-		if tc.cfg.Client == nil && tc.want != "Config.Client" {
-			continue
-		}
-		if _, err := pubsub.New(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("New(%+v) = %v, want an error naming %s", tc.cfg, err, tc.want)
-		}
+		_, err := pubsub.New(tc.cfg)
+		configcheck.Refused(t, fmt.Sprintf("New(%+v)", tc.cfg), err, "pubsub.Config", tc.field)
 	}
+	_, err := pubsub.Dial(t.Context(), pubsub.DialConfig{}, pubsub.Config{})
+	configcheck.Refused(t, "Dial", err, "pubsub.DialConfig", "Project")
+}
+
+// TestDocumentedDefaults: the docs show the defaults' values.
+func TestDocumentedDefaults(t *testing.T) {
+	t.Parallel()
+	configcheck.Defaults(t, ".", map[string]any{
+		"DefaultPublishTimeout":       pubsub.DefaultPublishTimeout,
+		"DefaultMaxMessageBytes":      pubsub.DefaultMaxMessageBytes,
+		"outbox.DefaultTopicTemplate": outbox.DefaultTopicTemplate,
+	})
 }
 
 func TestNewFromURL(t *testing.T) {

@@ -169,7 +169,7 @@ func (dc DialConfig) ClientOptions() []option.ClientOption {
 // do fail it.
 func Dial(ctx context.Context, dc DialConfig, cfg Config) (*Publisher, error) {
 	if dc.Project == "" {
-		return nil, errors.New("pubsub: DialConfig.Project is required")
+		return nil, bad("DialConfig", "Project", "required")
 	}
 	client, err := gpubsub.NewClient(ctx, dc.Project, dc.ClientOptions()...)
 	if err != nil {

@@ -1,11 +1,11 @@
 package rabbitmq
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/url"
@@ -21,6 +21,7 @@ import (
 
 // Defaults for Config's zero values.
 const (
+	// DefaultURL is a local broker with RabbitMQ's default user.
 	DefaultURL = "amqp://guest:guest@127.0.0.1:5672/"
 	// DefaultMaxMessageSize is RabbitMQ's default max_message_size (128 MiB).
 	DefaultMaxMessageSize = 128 << 20
@@ -32,18 +33,19 @@ const (
 )
 
 // Config configures a Publisher. Zero values mean the documented defaults;
-// New rejects invalid values with an error naming the field.
+// New rejects invalid values with an *outbox.ConfigError naming the field.
 type Config struct {
 	// URL is the broker's AMQP URI, amqp:// or amqps://, with credentials and
 	// vhost (see amqp091.ParseURI: heartbeat, connection_timeout and TLS
-	// query options are honoured). Default DefaultURL. Its password never
-	// appears in errors or logs.
+	// query options are honoured). Its password never appears in errors or
+	// logs. Defaults to DefaultURL ("amqp://guest:guest@127.0.0.1:5672/").
 	URL string
 	// Exchange receives every message. "" (the default) is the default
 	// exchange, which routes to the queue named by the routing key.
 	Exchange string
 	// RoutingKey is a topic template (outbox.ParseTopicTemplate) giving each
-	// message's routing key. Default "{event_type}".
+	// message's routing key. Defaults to outbox.DefaultTopicTemplate
+	// ("{event_type}").
 	RoutingKey string
 	// DeclareExchange, when set, is the kind ("topic", "direct", "fanout",
 	// "headers") of a durable Exchange the publisher declares on every
@@ -52,19 +54,23 @@ type Config struct {
 	DeclareExchange string
 	// MaxMessageSize is the largest body the broker accepts, its
 	// max_message_size. A larger message fails with a permanent error before
-	// it is sent. Default DefaultMaxMessageSize (RabbitMQ's default).
+	// it is sent. Defaults to DefaultMaxMessageSize (128 MiB), RabbitMQ's
+	// default.
 	MaxMessageSize int
 	// DialTimeout bounds connecting (TCP, TLS and the AMQP handshake), within
-	// the publish's context. Default 10s.
+	// the publish's context. Defaults to DefaultDialTimeout (10s).
 	DialTimeout time.Duration
 	// Heartbeat is the AMQP heartbeat interval; a connection silent for three
-	// intervals is considered dead. Default 10s. A heartbeat in URL wins.
+	// intervals is considered dead. A heartbeat in URL wins. Defaults to
+	// DefaultHeartbeat (10s).
 	Heartbeat time.Duration
 	// TLS configures amqps:// connections; nil uses the URL's options.
 	TLS *tls.Config
-	// ConnectionName is shown in RabbitMQ's management UI. Default "pgoutbox".
+	// ConnectionName is shown in RabbitMQ's management UI. Defaults to
+	// DefaultConnectionName ("pgoutbox").
 	ConnectionName string
-	// Logger receives reconnect and channel-close logs. Default: discard.
+	// Logger receives reconnect and channel-close logs. Defaults to
+	// discarding them.
 	Logger *slog.Logger
 }
 
@@ -97,47 +103,34 @@ var (
 // New validates cfg and returns a Publisher. It does not connect: the first
 // Publish or Health does. Call Health to fail fast on a wrong URL.
 func New(cfg Config) (*Publisher, error) {
-	if cfg.URL == "" {
-		cfg.URL = DefaultURL
-	}
+	cfg.URL = cmp.Or(cfg.URL, DefaultURL)
 	redacted, err := checkURL(cfg.URL)
 	if err != nil {
 		return nil, err
 	}
 	key, err := outbox.ParseTopicTemplate(cfg.RoutingKey)
 	if err != nil {
-		return nil, fmt.Errorf("rabbitmq: Config.RoutingKey: %w", err)
+		return nil, bad("RoutingKey", "%w", err)
 	}
-	if cfg.MaxMessageSize == 0 {
-		cfg.MaxMessageSize = DefaultMaxMessageSize
-	}
-	if cfg.DialTimeout == 0 {
-		cfg.DialTimeout = DefaultDialTimeout
-	}
-	if cfg.Heartbeat == 0 {
-		cfg.Heartbeat = DefaultHeartbeat
-	}
-	if cfg.ConnectionName == "" {
-		cfg.ConnectionName = DefaultConnectionName
-	}
+	cfg.MaxMessageSize = cmp.Or(cfg.MaxMessageSize, DefaultMaxMessageSize)
+	cfg.DialTimeout = cmp.Or(cfg.DialTimeout, DefaultDialTimeout)
+	cfg.Heartbeat = cmp.Or(cfg.Heartbeat, DefaultHeartbeat)
+	cfg.ConnectionName = cmp.Or(cfg.ConnectionName, DefaultConnectionName)
 	switch {
 	case len(cfg.Exchange) > maxShortString:
-		return nil, fmt.Errorf("rabbitmq: Config.Exchange: %d bytes, AMQP allows %d", len(cfg.Exchange), maxShortString)
+		return nil, bad("Exchange", "%d bytes, AMQP allows %d", len(cfg.Exchange), maxShortString)
 	case cfg.DeclareExchange != "" && !slices.Contains([]string{"topic", "direct", "fanout", "headers"}, cfg.DeclareExchange):
-		return nil, fmt.Errorf("rabbitmq: Config.DeclareExchange: %q: want topic, direct, fanout or headers", cfg.DeclareExchange)
+		return nil, bad("DeclareExchange", "%q: want topic, direct, fanout or headers", cfg.DeclareExchange)
 	case cfg.DeclareExchange != "" && cfg.Exchange == "":
-		return nil, errors.New("rabbitmq: Config.DeclareExchange: set, but Config.Exchange is the default exchange, which cannot be declared")
+		return nil, bad("DeclareExchange", "set, but Config.Exchange is the default exchange, which cannot be declared")
 	case cfg.MaxMessageSize < 0:
-		return nil, fmt.Errorf("rabbitmq: Config.MaxMessageSize: %d must be positive", cfg.MaxMessageSize)
+		return nil, bad("MaxMessageSize", "%d must be positive", cfg.MaxMessageSize)
 	case cfg.DialTimeout < 0:
-		return nil, fmt.Errorf("rabbitmq: Config.DialTimeout: %s must be positive", cfg.DialTimeout)
+		return nil, bad("DialTimeout", "%s must be positive", cfg.DialTimeout)
 	case cfg.Heartbeat < time.Second:
-		return nil, fmt.Errorf("rabbitmq: Config.Heartbeat: %s: must be at least 1s (AMQP counts in seconds)", cfg.Heartbeat)
+		return nil, bad("Heartbeat", "%s: must be at least 1s (AMQP counts in seconds)", cfg.Heartbeat)
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
+	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	return &Publisher{
 		cfg: cfg, url: cfg.URL, redacted: redacted, key: key, log: log.With("broker", redacted),
 		connect: make(chan struct{}, 1),
@@ -153,7 +146,7 @@ func checkURL(u string) (string, error) {
 		if errors.As(err, &ue) {
 			err = ue.Err // url.Error repeats the whole URL, password included
 		}
-		return "", fmt.Errorf("rabbitmq: Config.URL: %w", err)
+		return "", bad("URL", "%w", err)
 	}
 	redacted := parsed.Redacted()
 	if _, err := amqp.ParseURI(u); err != nil {
@@ -161,9 +154,14 @@ func checkURL(u string) (string, error) {
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return "", fmt.Errorf("rabbitmq: Config.URL %s: %w", redacted, err)
+		return "", bad("URL", "%s: %w", redacted, err)
 	}
 	return redacted, nil
+}
+
+// bad returns the *outbox.ConfigError for field of Config.
+func bad(field, format string, args ...any) error {
+	return &outbox.ConfigError{Config: "rabbitmq.Config", Field: field, Err: fmt.Errorf(format, args...)}
 }
 
 // RoutingKey returns the routing key msg is published with.

@@ -16,6 +16,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/configcheck"
 	"github.com/pgoutbox/outbox/publishertest"
 	"github.com/pgoutbox/outbox/rabbitmq"
 )
@@ -540,25 +541,40 @@ func TestParseURL(t *testing.T) {
 	}
 }
 
+// TestConfigValidation: New refuses a bad field with a *outbox.ConfigError
+// naming rabbitmq.Config and the field.
 func TestConfigValidation(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
 		cfg   rabbitmq.Config
 		field string
 	}{
-		{rabbitmq.Config{RoutingKey: "{unknown}"}, "Config.RoutingKey"},
-		{rabbitmq.Config{Exchange: strings.Repeat("x", 256)}, "Config.Exchange"},
-		{rabbitmq.Config{Exchange: "x", DeclareExchange: "queue"}, "Config.DeclareExchange"},
-		{rabbitmq.Config{MaxMessageSize: -1}, "Config.MaxMessageSize"},
-		{rabbitmq.Config{DialTimeout: -time.Second}, "Config.DialTimeout"},
-		{rabbitmq.Config{Heartbeat: time.Millisecond}, "Config.Heartbeat"},
-		{rabbitmq.Config{URL: "redis://127.0.0.1/"}, "Config.URL"},
+		{rabbitmq.Config{RoutingKey: "{unknown}"}, "RoutingKey"},
+		{rabbitmq.Config{Exchange: strings.Repeat("x", 256)}, "Exchange"},
+		{rabbitmq.Config{Exchange: "x", DeclareExchange: "queue"}, "DeclareExchange"},
+		{rabbitmq.Config{DeclareExchange: "topic"}, "DeclareExchange"},
+		{rabbitmq.Config{MaxMessageSize: -1}, "MaxMessageSize"},
+		{rabbitmq.Config{DialTimeout: -time.Second}, "DialTimeout"},
+		{rabbitmq.Config{Heartbeat: time.Millisecond}, "Heartbeat"},
+		{rabbitmq.Config{URL: "redis://127.0.0.1/"}, "URL"},
+		{rabbitmq.Config{URL: "amqp://h:port/"}, "URL"},
 	} {
 		_, err := rabbitmq.New(c.cfg)
-		if err == nil || !strings.Contains(err.Error(), c.field) {
-			t.Errorf("New(%+v) = %v, want an error naming %s", c.cfg, err, c.field)
-		}
+		configcheck.Refused(t, fmt.Sprintf("New(%+v)", c.cfg), err, "rabbitmq.Config", c.field)
 	}
+}
+
+// TestDocumentedDefaults: the docs show the defaults' values.
+func TestDocumentedDefaults(t *testing.T) {
+	t.Parallel()
+	configcheck.Defaults(t, ".", map[string]any{
+		"DefaultURL":                  rabbitmq.DefaultURL,
+		"DefaultMaxMessageSize":       rabbitmq.DefaultMaxMessageSize,
+		"DefaultDialTimeout":          rabbitmq.DefaultDialTimeout,
+		"DefaultHeartbeat":            rabbitmq.DefaultHeartbeat,
+		"DefaultConnectionName":       rabbitmq.DefaultConnectionName,
+		"outbox.DefaultTopicTemplate": outbox.DefaultTopicTemplate,
+	})
 }
 
 // fullQueue returns a publisher to a queue at its x-max-length with

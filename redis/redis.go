@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -47,20 +48,22 @@ const (
 	DefaultWaitTimeout = time.Second
 )
 
-// Config configures a Publisher. Zero values mean the documented defaults.
+// Config configures a Publisher. Zero values mean the documented defaults;
+// New rejects invalid values with an *outbox.ConfigError naming the field.
 type Config struct {
 	// Stream is a topic template (outbox.ParseTopicTemplate) naming each
-	// message's stream. Default "{event_type}".
+	// message's stream. Defaults to outbox.DefaultTopicTemplate
+	// ("{event_type}").
 	Stream string
 	// MaxLen, when positive, trims each stream to about this many entries on
 	// every XADD (MAXLEN ~): Redis trims whole internal nodes, so a stream
 	// may hold up to stream-node-max-entries (default 100) more. Trimmed
-	// entries are gone for consumers that had not read them yet. Default 0:
-	// no trimming.
+	// entries are gone for consumers that had not read them yet. Defaults
+	// to 0: no trimming.
 	MaxLen int64
 	// MaxValueSize is the largest payload Redis accepts, its
 	// proto-max-bulk-len. A larger message fails permanently before it is
-	// sent. Default DefaultMaxValueSize (Redis's default).
+	// sent. Defaults to DefaultMaxValueSize (512 MiB), Redis's default.
 	MaxValueSize int
 	// RequireStream makes a missing stream a failure (ErrNoStream) instead
 	// of creating it (XADD NOMKSTREAM), for deployments where operators
@@ -68,11 +71,13 @@ type Config struct {
 	RequireStream bool
 	// WaitReplicas, when positive, sends WAIT after each batch, in the same
 	// round trip, and fails the batch's entries with ErrNotReplicated unless
-	// that many replicas acknowledged them within WaitTimeout (default 1s).
-	// It narrows the failover window described in the package doc; it does
-	// not make Redis fsync. Not supported with a cluster client.
+	// that many replicas acknowledged them within WaitTimeout. It narrows
+	// the failover window described in the package doc; it does not make
+	// Redis fsync. Not supported with a cluster client.
 	WaitReplicas int
-	WaitTimeout  time.Duration
+	// WaitTimeout bounds WAIT (WaitReplicas). Defaults to DefaultWaitTimeout
+	// (1s).
+	WaitTimeout time.Duration
 }
 
 // Publisher is an outbox.Publisher, outbox.BatchPublisher and
@@ -98,28 +103,31 @@ func New(client goredis.UniversalClient, cfg Config) (*Publisher, error) {
 	}
 	stream, err := outbox.ParseTopicTemplate(cfg.Stream)
 	if err != nil {
-		return nil, fmt.Errorf("redis: Config.Stream: %w", err)
+		return nil, bad("Stream", "%w", err)
 	}
-	if cfg.MaxValueSize == 0 {
-		cfg.MaxValueSize = DefaultMaxValueSize
-	}
-	if cfg.WaitReplicas > 0 && cfg.WaitTimeout == 0 {
-		cfg.WaitTimeout = DefaultWaitTimeout
+	cfg.MaxValueSize = cmp.Or(cfg.MaxValueSize, DefaultMaxValueSize)
+	if cfg.WaitReplicas > 0 { // WaitTimeout stays 0 when WAIT is not sent
+		cfg.WaitTimeout = cmp.Or(cfg.WaitTimeout, DefaultWaitTimeout)
 	}
 	_, cluster := client.(*goredis.ClusterClient)
 	switch {
 	case cfg.MaxLen < 0:
-		return nil, fmt.Errorf("redis: Config.MaxLen: %d must not be negative", cfg.MaxLen)
+		return nil, bad("MaxLen", "%d must not be negative", cfg.MaxLen)
 	case cfg.MaxValueSize < 0:
-		return nil, fmt.Errorf("redis: Config.MaxValueSize: %d must be positive", cfg.MaxValueSize)
+		return nil, bad("MaxValueSize", "%d must be positive", cfg.MaxValueSize)
 	case cfg.WaitReplicas < 0:
-		return nil, fmt.Errorf("redis: Config.WaitReplicas: %d must not be negative", cfg.WaitReplicas)
+		return nil, bad("WaitReplicas", "%d must not be negative", cfg.WaitReplicas)
 	case cfg.WaitTimeout < 0 || (cfg.WaitReplicas > 0 && cfg.WaitTimeout < time.Millisecond):
-		return nil, fmt.Errorf("redis: Config.WaitTimeout: %s must be at least 1ms", cfg.WaitTimeout)
+		return nil, bad("WaitTimeout", "%s must be at least 1ms", cfg.WaitTimeout)
 	case cfg.WaitReplicas > 0 && cluster:
-		return nil, errors.New("redis: Config.WaitReplicas: not supported with a cluster client")
+		return nil, bad("WaitReplicas", "not supported with a cluster client")
 	}
 	return &Publisher{client: client, stream: stream, cfg: cfg}, nil
+}
+
+// bad returns the *outbox.ConfigError for field of Config.
+func bad(field, format string, args ...any) error {
+	return &outbox.ConfigError{Config: "redis.Config", Field: field, Err: fmt.Errorf(format, args...)}
 }
 
 // Stream returns the stream msg is added to.

@@ -17,6 +17,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/configcheck"
 	"github.com/pgoutbox/outbox/internal/tcpproxy"
 	"github.com/pgoutbox/outbox/internal/testcerts"
 	"github.com/pgoutbox/outbox/internal/testdb"
@@ -446,6 +447,8 @@ func TestUnreachableIsUnavailableWithoutPassword(t *testing.T) {
 	}
 }
 
+// TestConfigValidation: New refuses a bad field with a *outbox.ConfigError
+// naming redis.Config and the field.
 func TestConfigValidation(t *testing.T) {
 	t.Parallel()
 	c := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1"})
@@ -457,19 +460,30 @@ func TestConfigValidation(t *testing.T) {
 		cfg    outboxredis.Config
 		field  string
 	}{
-		{c, outboxredis.Config{Stream: "{nope}"}, "Config.Stream"},
-		{c, outboxredis.Config{MaxLen: -1}, "Config.MaxLen"},
-		{c, outboxredis.Config{MaxValueSize: -1}, "Config.MaxValueSize"},
-		{c, outboxredis.Config{WaitReplicas: -1}, "Config.WaitReplicas"},
-		{c, outboxredis.Config{WaitReplicas: 1, WaitTimeout: time.Microsecond}, "Config.WaitTimeout"},
-		{cluster, outboxredis.Config{WaitReplicas: 1}, "Config.WaitReplicas"},
-		{nil, outboxredis.Config{}, "client is nil"},
+		{c, outboxredis.Config{Stream: "{nope}"}, "Stream"},
+		{c, outboxredis.Config{MaxLen: -1}, "MaxLen"},
+		{c, outboxredis.Config{MaxValueSize: -1}, "MaxValueSize"},
+		{c, outboxredis.Config{WaitReplicas: -1}, "WaitReplicas"},
+		{c, outboxredis.Config{WaitReplicas: 1, WaitTimeout: time.Microsecond}, "WaitTimeout"},
+		{c, outboxredis.Config{WaitTimeout: -time.Second}, "WaitTimeout"},
+		{cluster, outboxredis.Config{WaitReplicas: 1}, "WaitReplicas"},
 	} {
 		_, err := outboxredis.New(tc.client, tc.cfg)
-		if err == nil || !strings.Contains(err.Error(), tc.field) {
-			t.Errorf("New(%+v) = %v, want an error naming %s", tc.cfg, err, tc.field)
-		}
+		configcheck.Refused(t, fmt.Sprintf("New(%+v)", tc.cfg), err, "redis.Config", tc.field)
 	}
+	if _, err := outboxredis.New(nil, outboxredis.Config{}); err == nil || !strings.Contains(err.Error(), "client is nil") {
+		t.Errorf("New(nil) = %v, want an error saying the client is nil", err)
+	}
+}
+
+// TestDocumentedDefaults: the docs show the defaults' values.
+func TestDocumentedDefaults(t *testing.T) {
+	t.Parallel()
+	configcheck.Defaults(t, ".", map[string]any{
+		"DefaultMaxValueSize":         outboxredis.DefaultMaxValueSize,
+		"DefaultWaitTimeout":          outboxredis.DefaultWaitTimeout,
+		"outbox.DefaultTopicTemplate": outbox.DefaultTopicTemplate,
+	})
 }
 
 // ownServer starts a redis-server of the test's own on a Unix socket, for

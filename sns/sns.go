@@ -1,6 +1,7 @@
 package sns
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -51,7 +52,8 @@ type API interface {
 	GetTopicAttributes(ctx context.Context, in *sns.GetTopicAttributesInput, optFns ...func(*sns.Options)) (*sns.GetTopicAttributesOutput, error)
 }
 
-// Config configures a Publisher. Zero values mean the documented defaults.
+// Config configures a Publisher. Zero values mean the documented defaults;
+// New rejects invalid values with an *outbox.ConfigError naming the field.
 type Config struct {
 	// Client sends the requests; usually sns.NewFromConfig(awsCfg). Its
 	// retryer, credentials, region and endpoint are the caller's. Required.
@@ -65,8 +67,8 @@ type Config struct {
 	// MaxMessageBytes is the largest message sent, and the most one
 	// PublishBatch call carries: body plus attribute names, types and
 	// values, as SNS counts. Larger messages fail permanently without a
-	// request. Defaults to DefaultMaxMessageBytes (256 KiB); at most 1 MiB
-	// (set it to the topic's MaximumMessageSize).
+	// request; at most 1 MiB (set it to the topic's MaximumMessageSize).
+	// Defaults to DefaultMaxMessageBytes (256 KiB).
 	MaxMessageBytes int
 	// Concurrency is how many PublishBatch calls one relay batch keeps in
 	// flight. Defaults to DefaultConcurrency (10).
@@ -92,39 +94,40 @@ var (
 // New validates cfg and returns a Publisher. It sends no request.
 func New(cfg Config) (*Publisher, error) {
 	if cfg.Client == nil {
-		return nil, errors.New("sns: Config.Client is nil")
+		return nil, bad("Client", "must not be nil")
 	}
 	if c, ok := cfg.Client.(*sns.Client); ok && c.Options().Region == "" {
 		// The SDK would fail every request (requests are signed for a
 		// region), as a transient error: say it now.
-		return nil, errors.New("sns: Config.Client has no region (set AWS_REGION, the profile's region, or sns.Options.Region)")
+		return nil, bad("Client", "has no region (set AWS_REGION, the profile's region, or sns.Options.Region)")
 	}
 	if cfg.TopicARN == "" {
-		return nil, errors.New("sns: Config.TopicARN is required")
+		return nil, bad("TopicARN", "required")
 	}
 	tmpl, err := outbox.ParseTopicTemplate(cfg.TopicARN)
 	if err != nil {
-		return nil, fmt.Errorf("sns: Config.TopicARN: %w", err)
+		return nil, bad("TopicARN", "%w", err)
 	}
 	static := !strings.Contains(cfg.TopicARN, "{")
 	if static {
 		if _, err := awsurl.ParseARN(cfg.TopicARN, "sns"); err != nil {
-			return nil, fmt.Errorf("sns: Config.TopicARN: %w", err)
+			return nil, bad("TopicARN", "%w", err)
 		}
 	}
-	if cfg.MaxMessageBytes == 0 {
-		cfg.MaxMessageBytes = DefaultMaxMessageBytes
-	}
+	cfg.MaxMessageBytes = cmp.Or(cfg.MaxMessageBytes, DefaultMaxMessageBytes)
 	if cfg.MaxMessageBytes < 1024 || cfg.MaxMessageBytes > MaxMessageBytesLimit {
-		return nil, fmt.Errorf("sns: Config.MaxMessageBytes: %d: must be between 1024 and %d", cfg.MaxMessageBytes, MaxMessageBytesLimit)
+		return nil, bad("MaxMessageBytes", "%d: must be between 1024 and %d", cfg.MaxMessageBytes, MaxMessageBytesLimit)
 	}
-	if cfg.Concurrency == 0 {
-		cfg.Concurrency = DefaultConcurrency
-	}
+	cfg.Concurrency = cmp.Or(cfg.Concurrency, DefaultConcurrency)
 	if cfg.Concurrency < 1 || cfg.Concurrency > 100 {
-		return nil, fmt.Errorf("sns: Config.Concurrency: %d: must be between 1 and 100", cfg.Concurrency)
+		return nil, bad("Concurrency", "%d: must be between 1 and 100", cfg.Concurrency)
 	}
 	return &Publisher{api: cfg.Client, topic: tmpl, static: static, maxBytes: cfg.MaxMessageBytes, concurrency: cfg.Concurrency}, nil
+}
+
+// bad returns the *outbox.ConfigError for field of Config.
+func bad(field, format string, args ...any) error {
+	return &outbox.ConfigError{Config: "sns.Config", Field: field, Err: fmt.Errorf(format, args...)}
 }
 
 // TopicARN returns the topic msg is published to.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/awsfake"
+	"github.com/pgoutbox/outbox/internal/configcheck"
 	"github.com/pgoutbox/outbox/internal/tcpproxy"
 	"github.com/pgoutbox/outbox/publishertest"
 	"github.com/pgoutbox/outbox/sns"
@@ -544,27 +545,37 @@ func TestEntryMapping(t *testing.T) {
 	}
 }
 
+// TestNewValidates: New refuses a bad field with a *outbox.ConfigError
+// naming sns.Config and the field.
 func TestNewValidates(t *testing.T) {
 	t.Parallel()
 	c := newClient("http://127.0.0.1:1")
 	arn := "arn:aws:sns:eu-west-1:1:t"
 	for _, tc := range []struct {
-		cfg  sns.Config
-		want string
+		cfg   sns.Config
+		field string
 	}{
-		{sns.Config{TopicARN: arn}, "Config.Client"},
-		{sns.Config{TopicARN: arn, Client: awssns.New(awssns.Options{})}, "region"},
-		{sns.Config{Client: c}, "Config.TopicARN"},
-		{sns.Config{Client: c, TopicARN: "orders"}, "Config.TopicARN"},
-		{sns.Config{Client: c, TopicARN: "arn:aws:sqs:eu-west-1:1:t"}, "Config.TopicARN"},
-		{sns.Config{Client: c, TopicARN: "arn:aws:sns:eu-west-1:1:{nope}"}, "Config.TopicARN"},
-		{sns.Config{Client: c, TopicARN: arn, MaxMessageBytes: 2 << 20}, "Config.MaxMessageBytes"},
-		{sns.Config{Client: c, TopicARN: arn, Concurrency: -1}, "Config.Concurrency"},
+		{sns.Config{TopicARN: arn}, "Client"},
+		{sns.Config{TopicARN: arn, Client: awssns.New(awssns.Options{})}, "Client"},
+		{sns.Config{Client: c}, "TopicARN"},
+		{sns.Config{Client: c, TopicARN: "orders"}, "TopicARN"},
+		{sns.Config{Client: c, TopicARN: "arn:aws:sqs:eu-west-1:1:t"}, "TopicARN"},
+		{sns.Config{Client: c, TopicARN: "arn:aws:sns:eu-west-1:1:{nope}"}, "TopicARN"},
+		{sns.Config{Client: c, TopicARN: arn, MaxMessageBytes: 2 << 20}, "MaxMessageBytes"},
+		{sns.Config{Client: c, TopicARN: arn, Concurrency: -1}, "Concurrency"},
 	} {
-		if _, err := sns.New(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("New(%+v) = %v, want an error naming %s", tc.cfg, err, tc.want)
-		}
+		_, err := sns.New(tc.cfg)
+		configcheck.Refused(t, fmt.Sprintf("New(%+v)", tc.cfg), err, "sns.Config", tc.field)
 	}
+}
+
+// TestDocumentedDefaults: the docs show the defaults' values.
+func TestDocumentedDefaults(t *testing.T) {
+	t.Parallel()
+	configcheck.Defaults(t, ".", map[string]any{
+		"DefaultMaxMessageBytes": sns.DefaultMaxMessageBytes,
+		"DefaultConcurrency":     sns.DefaultConcurrency,
+	})
 }
 
 // Not parallel: it sets the AWS environment for the default credential chain.

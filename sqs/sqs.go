@@ -1,6 +1,7 @@
 package sqs
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -48,7 +49,8 @@ type API interface {
 	GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttributesInput, optFns ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error)
 }
 
-// Config configures a Publisher. Zero values mean the documented defaults.
+// Config configures a Publisher. Zero values mean the documented defaults;
+// New rejects invalid values with an *outbox.ConfigError naming the field.
 type Config struct {
 	// Client sends the requests; usually sqs.NewFromConfig(awsCfg). Its
 	// retryer, credentials, region and endpoint are the caller's. Required.
@@ -61,11 +63,11 @@ type Config struct {
 	QueueURL string
 	// MaxMessageBytes is the largest message sent: body plus attribute
 	// names, types and values, as SQS counts. Larger ones fail permanently
-	// without a request. Default 256 KiB; at most 1 MiB (set it to the
-	// queue's MaximumMessageSize).
+	// without a request; at most 1 MiB (set it to the queue's
+	// MaximumMessageSize). Defaults to DefaultMaxMessageBytes (256 KiB).
 	MaxMessageBytes int
 	// Concurrency is how many SendMessageBatch calls one PublishBatch keeps
-	// in flight. Default 10.
+	// in flight. Defaults to DefaultConcurrency (10).
 	Concurrency int
 	// CreateQueues lets the publisher create a queue a send found missing
 	// (a standard queue, or a FIFO queue for a name ending in ".fifo", with
@@ -101,47 +103,48 @@ var (
 // New validates cfg and returns a Publisher. It sends no request.
 func New(cfg Config) (*Publisher, error) {
 	if cfg.Client == nil {
-		return nil, errors.New("sqs: Config.Client is nil")
+		return nil, bad("Client", "must not be nil")
 	}
 	if c, ok := cfg.Client.(*sqs.Client); ok && c.Options().Region == "" {
 		// The SDK would fail every request (requests are signed for a
 		// region), as a transient error: say it now.
-		return nil, errors.New("sqs: Config.Client has no region (set AWS_REGION, the profile's region, or sqs.Options.Region)")
+		return nil, bad("Client", "has no region (set AWS_REGION, the profile's region, or sqs.Options.Region)")
 	}
 	if cfg.QueueURL == "" {
-		return nil, errors.New("sqs: Config.QueueURL is required")
+		return nil, bad("QueueURL", "required")
 	}
 	tmpl, err := outbox.ParseTopicTemplate(cfg.QueueURL)
 	if err != nil {
-		return nil, fmt.Errorf("sqs: Config.QueueURL: %w", err)
+		return nil, bad("QueueURL", "%w", err)
 	}
 	static := !strings.Contains(cfg.QueueURL, "{")
 	if static {
 		if err := checkQueueURL(cfg.QueueURL); err != nil {
-			return nil, fmt.Errorf("sqs: Config.QueueURL: %w", err)
+			return nil, bad("QueueURL", "%w", err)
 		}
 	}
-	if cfg.MaxMessageBytes == 0 {
-		cfg.MaxMessageBytes = DefaultMaxMessageBytes
-	}
+	cfg.MaxMessageBytes = cmp.Or(cfg.MaxMessageBytes, DefaultMaxMessageBytes)
 	if cfg.MaxMessageBytes < 1024 || cfg.MaxMessageBytes > MaxMessageBytesLimit {
-		return nil, fmt.Errorf("sqs: Config.MaxMessageBytes: %d: must be between 1024 and %d", cfg.MaxMessageBytes, MaxMessageBytesLimit)
+		return nil, bad("MaxMessageBytes", "%d: must be between 1024 and %d", cfg.MaxMessageBytes, MaxMessageBytesLimit)
 	}
-	if cfg.Concurrency == 0 {
-		cfg.Concurrency = DefaultConcurrency
-	}
+	cfg.Concurrency = cmp.Or(cfg.Concurrency, DefaultConcurrency)
 	if cfg.Concurrency < 1 || cfg.Concurrency > 100 {
-		return nil, fmt.Errorf("sqs: Config.Concurrency: %d: must be between 1 and 100", cfg.Concurrency)
+		return nil, bad("Concurrency", "%d: must be between 1 and 100", cfg.Concurrency)
 	}
 	p := &Publisher{api: cfg.Client, queue: tmpl, static: static, maxBytes: cfg.MaxMessageBytes, concurrency: cfg.Concurrency}
 	if cfg.CreateQueues {
 		creator, ok := cfg.Client.(QueueCreator)
 		if !ok {
-			return nil, fmt.Errorf("sqs: Config.CreateQueues: the Client (%T) has no CreateQueue method", cfg.Client)
+			return nil, bad("CreateQueues", "the Client (%T) has no CreateQueue method", cfg.Client)
 		}
 		p.creator = creator
 	}
 	return p, nil
+}
+
+// bad returns the *outbox.ConfigError for field of Config.
+func bad(field, format string, args ...any) error {
+	return &outbox.ConfigError{Config: "sqs.Config", Field: field, Err: fmt.Errorf(format, args...)}
 }
 
 func checkQueueURL(s string) error {

@@ -19,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/configcheck"
 	"github.com/pgoutbox/outbox/internal/sqsfake"
 	"github.com/pgoutbox/outbox/internal/tcpproxy"
 	"github.com/pgoutbox/outbox/publishertest"
@@ -574,25 +575,35 @@ func TestEntryMapping(t *testing.T) {
 	}
 }
 
+// TestNewValidates: New refuses a bad field with a *outbox.ConfigError
+// naming sqs.Config and the field.
 func TestNewValidates(t *testing.T) {
 	t.Parallel()
 	c := newClient("http://127.0.0.1:1")
 	for _, tc := range []struct {
-		cfg  sqs.Config
-		want string
+		cfg   sqs.Config
+		field string
 	}{
-		{sqs.Config{QueueURL: "https://h/1/q"}, "Config.Client"},
-		{sqs.Config{QueueURL: "https://h/1/q", Client: awssqs.New(awssqs.Options{})}, "region"},
-		{sqs.Config{Client: c}, "Config.QueueURL"},
-		{sqs.Config{Client: c, QueueURL: "orders"}, "Config.QueueURL"},
-		{sqs.Config{Client: c, QueueURL: "https://h/1/{nope}"}, "Config.QueueURL"},
-		{sqs.Config{Client: c, QueueURL: "https://h/1/q", MaxMessageBytes: 2 << 20}, "Config.MaxMessageBytes"},
-		{sqs.Config{Client: c, QueueURL: "https://h/1/q", Concurrency: -1}, "Config.Concurrency"},
+		{sqs.Config{QueueURL: "https://h/1/q"}, "Client"},
+		{sqs.Config{QueueURL: "https://h/1/q", Client: awssqs.New(awssqs.Options{})}, "Client"},
+		{sqs.Config{Client: c}, "QueueURL"},
+		{sqs.Config{Client: c, QueueURL: "orders"}, "QueueURL"},
+		{sqs.Config{Client: c, QueueURL: "https://h/1/{nope}"}, "QueueURL"},
+		{sqs.Config{Client: c, QueueURL: "https://h/1/q", MaxMessageBytes: 2 << 20}, "MaxMessageBytes"},
+		{sqs.Config{Client: c, QueueURL: "https://h/1/q", Concurrency: -1}, "Concurrency"},
 	} {
-		if _, err := sqs.New(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("New(%+v) = %v, want an error naming %s", tc.cfg, err, tc.want)
-		}
+		_, err := sqs.New(tc.cfg)
+		configcheck.Refused(t, fmt.Sprintf("New(%+v)", tc.cfg), err, "sqs.Config", tc.field)
 	}
+}
+
+// TestDocumentedDefaults: the docs show the defaults' values.
+func TestDocumentedDefaults(t *testing.T) {
+	t.Parallel()
+	configcheck.Defaults(t, ".", map[string]any{
+		"DefaultMaxMessageBytes": sqs.DefaultMaxMessageBytes,
+		"DefaultConcurrency":     sqs.DefaultConcurrency,
+	})
 }
 
 // Not parallel: it sets the AWS environment for the default credential chain.

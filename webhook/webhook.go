@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -24,6 +25,7 @@ import (
 
 // Defaults for Config's zero values.
 const (
+	// DefaultTimeout bounds one request.
 	DefaultTimeout = 10 * time.Second
 	// DefaultMaxBodyBytes matches common receivers' request limits (nginx's
 	// client_max_body_size is 1m by default).
@@ -42,7 +44,8 @@ const (
 // signature headers.
 const HeaderRowPrefix = "outbox-header-"
 
-// Config configures a Publisher. Zero values mean the documented defaults.
+// Config configures a Publisher. Zero values mean the documented defaults;
+// New rejects invalid values with an *outbox.ConfigError naming the field.
 type Config struct {
 	// URL is the endpoint, or a template over the event with
 	// outbox.ParseTopicTemplate's placeholders, each value percent-encoded:
@@ -53,13 +56,14 @@ type Config struct {
 	// "whsec_<base64>" (Standard Webhooks) or raw key bytes, each key at
 	// least MinSecretBytes long. Give two during a key rotation. Required.
 	Secrets []string
-	// Timeout bounds one request, connection included. Default 10s.
+	// Timeout bounds one request, connection included. Defaults to
+	// DefaultTimeout (10s).
 	Timeout time.Duration
 	// MaxBodyBytes is the largest payload sent; larger ones fail permanently
-	// without a request. Default 1 MiB.
+	// without a request. Defaults to DefaultMaxBodyBytes (1 MiB).
 	MaxBodyBytes int
 	// Concurrency is how many requests one PublishBatch has in flight.
-	// Default 8.
+	// Defaults to DefaultConcurrency (8).
 	Concurrency int
 	// AllowPrivateNetworks lets the publisher reach loopback, private,
 	// link-local and other non-public addresses. Off by default: the target
@@ -72,7 +76,8 @@ type Config struct {
 	// TLSConfig is the client's TLS configuration (private CAs, client
 	// certificates); nil means Go's defaults.
 	TLSConfig *tls.Config
-	// UserAgent is the User-Agent header. Default "pgoutbox-webhook/1".
+	// UserAgent is the User-Agent header. Defaults to DefaultUserAgent
+	// ("pgoutbox-webhook/1").
 	UserAgent string
 }
 
@@ -109,56 +114,48 @@ var (
 // New validates cfg and returns a Publisher. It sends no request.
 func New(cfg Config) (*Publisher, error) {
 	if cfg.URL == "" {
-		return nil, errors.New("webhook: Config.URL is required")
+		return nil, bad("URL", "required")
 	}
 	tmpl, err := outbox.ParseTopicTemplate(cfg.URL)
 	if err != nil {
-		return nil, fmt.Errorf("webhook: Config.URL: %w", err)
+		return nil, bad("URL", "%w", err)
 	}
 	probe, err := checkURL(tmpl.Render(&outbox.Message{EventType: "x", AggregateType: "x", AggregateID: "x"}))
 	if err != nil {
-		return nil, fmt.Errorf("webhook: Config.URL: %w", err)
+		return nil, bad("URL", "%w", err)
 	}
 	other, _ := url.Parse(tmpl.Render(&outbox.Message{EventType: "y", AggregateType: "y", AggregateID: "y"}))
 	keys, err := decodeSecrets(cfg.Secrets)
 	if err != nil {
-		return nil, fmt.Errorf("webhook: Config.Secrets: %w", err)
+		return nil, bad("Secrets", "%w", err)
 	}
 	for i, k := range keys {
 		if err := checkKey(cfg.Secrets[i], k); err != nil {
-			return nil, fmt.Errorf("webhook: Config.Secrets: secret %d: %w", i+1, err) // never the secret itself
+			return nil, bad("Secrets", "secret %d: %w", i+1, err) // never the secret itself
 		}
 	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = DefaultTimeout
-	}
-	if cfg.MaxBodyBytes == 0 {
-		cfg.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	if cfg.Concurrency == 0 {
-		cfg.Concurrency = DefaultConcurrency
-	}
-	if cfg.UserAgent == "" {
-		cfg.UserAgent = DefaultUserAgent
-	}
+	cfg.Timeout = cmp.Or(cfg.Timeout, DefaultTimeout)
+	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, DefaultMaxBodyBytes)
+	cfg.Concurrency = cmp.Or(cfg.Concurrency, DefaultConcurrency)
+	cfg.UserAgent = cmp.Or(cfg.UserAgent, DefaultUserAgent)
 	switch {
 	case cfg.Timeout < time.Millisecond:
-		return nil, fmt.Errorf("webhook: Config.Timeout: %s: must be at least 1ms", cfg.Timeout)
+		return nil, bad("Timeout", "%s: must be at least 1ms", cfg.Timeout)
 	case cfg.MaxBodyBytes < 1:
-		return nil, fmt.Errorf("webhook: Config.MaxBodyBytes: %d: must be positive", cfg.MaxBodyBytes)
+		return nil, bad("MaxBodyBytes", "%d: must be positive", cfg.MaxBodyBytes)
 	case cfg.Concurrency < 1 || cfg.Concurrency > 256:
-		return nil, fmt.Errorf("webhook: Config.Concurrency: %d: must be between 1 and 256", cfg.Concurrency)
+		return nil, bad("Concurrency", "%d: must be between 1 and 256", cfg.Concurrency)
 	}
 	for k, vs := range cfg.Header {
 		if reservedHeader(k) {
-			return nil, fmt.Errorf("webhook: Config.Header: %q is set by the publisher", k)
+			return nil, bad("Header", "%q is set by the publisher", k)
 		}
 		if !validHeaderName(k) {
-			return nil, fmt.Errorf("webhook: Config.Header: %q is not a valid header name", k)
+			return nil, bad("Header", "%q is not a valid header name", k)
 		}
 		for _, v := range vs {
 			if !validHeaderValue(v) {
-				return nil, fmt.Errorf("webhook: Config.Header: %q has an invalid value", k) // not the value: it may be a credential
+				return nil, bad("Header", "%q has an invalid value", k) // not the value: it may be a credential
 			}
 		}
 	}
@@ -189,6 +186,11 @@ func New(cfg Config) (*Publisher, error) {
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 	return p, nil
+}
+
+// bad returns the *outbox.ConfigError for field of Config.
+func bad(field, format string, args ...any) error {
+	return &outbox.ConfigError{Config: "webhook.Config", Field: field, Err: fmt.Errorf(format, args...)}
 }
 
 // checkKey refuses a key too short to be a secret: most often a value that

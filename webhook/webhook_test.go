@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/configcheck"
 	"github.com/pgoutbox/outbox/internal/tcpproxy"
 	"github.com/pgoutbox/outbox/publishertest"
 	"github.com/pgoutbox/outbox/webhook"
@@ -520,6 +521,8 @@ func TestInvalidHeaderIsPermanent(t *testing.T) {
 	}
 }
 
+// TestNewValidates: New refuses a bad field with a *outbox.ConfigError
+// naming webhook.Config and the field, and never repeats a secret.
 func TestNewValidates(t *testing.T) {
 	t.Parallel()
 	s := []string{testSecret}
@@ -547,10 +550,23 @@ func TestNewValidates(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("New(%+v) = %v, want an error naming %s", tc.cfg, err, tc.want)
 		}
+		field, _, _ := strings.Cut(strings.TrimPrefix(tc.want, "Config."), ":")
+		configcheck.Refused(t, fmt.Sprintf("New(%+v)", tc.cfg), err, "webhook.Config", field)
 		if err != nil && (strings.Contains(err.Error(), "!!") || strings.Contains(err.Error(), "Zm9vYmFy") || strings.Contains(err.Error(), `"foo"`)) {
 			t.Errorf("error repeats the secret: %v", err)
 		}
 	}
+}
+
+// TestDocumentedDefaults: the docs show the defaults' values.
+func TestDocumentedDefaults(t *testing.T) {
+	t.Parallel()
+	configcheck.Defaults(t, ".", map[string]any{
+		"DefaultTimeout":      webhook.DefaultTimeout,
+		"DefaultMaxBodyBytes": webhook.DefaultMaxBodyBytes,
+		"DefaultConcurrency":  webhook.DefaultConcurrency,
+		"DefaultUserAgent":    webhook.DefaultUserAgent,
+	})
 }
 
 // Not parallel: it sets the secret's environment variable.

@@ -1,6 +1,7 @@
 package httpinbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -21,19 +22,23 @@ import (
 // (webhook.DefaultMaxBodyBytes, 1 MiB).
 const DefaultMaxBodyBytes = 1 << 20
 
-// Config configures a Handler. Zero values mean the documented defaults.
+// Config configures a Handler. Zero values mean the documented defaults;
+// New rejects invalid values with an *outboxtype.ConfigError naming the
+// field.
 type Config struct {
 	// Secrets verify the signature: "whsec_<base64>" or raw key bytes, as the
 	// sender has them. Give both during a key rotation. Required.
 	Secrets []string
 	// Tolerance is how far webhook-timestamp may be from this server's clock;
-	// older requests are refused as replays. Default 5 minutes
-	// (signature.DefaultTolerance).
+	// older requests are refused as replays. Defaults to
+	// signature.DefaultTolerance (5m).
 	Tolerance time.Duration
-	// MaxBodyBytes is the largest body accepted. Default 1 MiB.
+	// MaxBodyBytes is the largest body accepted. Defaults to
+	// DefaultMaxBodyBytes (1 MiB).
 	MaxBodyBytes int64
 	// Logger receives a line per refused request and per failed handler
-	// (event_id, remote_addr). Default: discard.
+	// (event_id, remote_addr). Defaults to
+	// discarding them.
 	Logger *slog.Logger
 }
 
@@ -47,35 +52,33 @@ type Handler struct {
 
 var _ http.Handler = (*Handler)(nil)
 
+// bad returns the *outboxtype.ConfigError for field of Config.
+func bad(field, format string, args ...any) error {
+	return &outboxtype.ConfigError{Config: "httpinbox.Config", Field: field, Err: fmt.Errorf(format, args...)}
+}
+
 // New validates cfg and returns a Handler processing events with proc.
 func New(proc inbox.Processor, cfg Config) (*Handler, error) {
 	if proc == nil {
 		return nil, errors.New("httpinbox: New: processor is nil")
 	}
 	if len(cfg.Secrets) == 0 {
-		return nil, errors.New("httpinbox: Config.Secrets: at least one secret is required")
+		return nil, bad("Secrets", "at least one secret is required")
 	}
 	for i, s := range cfg.Secrets {
 		if _, err := signature.DecodeSecret(s); err != nil {
-			return nil, fmt.Errorf("httpinbox: Config.Secrets[%d]: %w", i, err) // never the secret itself
+			return nil, bad("Secrets", "secret %d: %w", i+1, err) // never the secret itself
 		}
 	}
-	if cfg.Tolerance < 0 {
-		return nil, fmt.Errorf("httpinbox: Config.Tolerance: %s must not be negative", cfg.Tolerance)
+	cfg.Tolerance = cmp.Or(cfg.Tolerance, signature.DefaultTolerance)
+	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, DefaultMaxBodyBytes)
+	switch {
+	case cfg.Tolerance < 0:
+		return nil, bad("Tolerance", "%s must not be negative", cfg.Tolerance)
+	case cfg.MaxBodyBytes < 0:
+		return nil, bad("MaxBodyBytes", "%d must not be negative", cfg.MaxBodyBytes)
 	}
-	if cfg.Tolerance == 0 {
-		cfg.Tolerance = signature.DefaultTolerance
-	}
-	if cfg.MaxBodyBytes < 0 {
-		return nil, fmt.Errorf("httpinbox: Config.MaxBodyBytes: %d must not be negative", cfg.MaxBodyBytes)
-	}
-	if cfg.MaxBodyBytes == 0 {
-		cfg.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
+	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	return &Handler{proc: proc, cfg: cfg, log: log}, nil
 }
 

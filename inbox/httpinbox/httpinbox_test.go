@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -21,7 +22,9 @@ import (
 	"github.com/pgoutbox/outbox/inbox"
 	"github.com/pgoutbox/outbox/inbox/httpinbox"
 	"github.com/pgoutbox/outbox/inbox/inboxtest"
+	"github.com/pgoutbox/outbox/internal/configcheck"
 	"github.com/pgoutbox/outbox/webhook"
+	"github.com/pgoutbox/outbox/webhook/signature"
 )
 
 const secret = "whsec_c2VjcmV0LWtleS1mb3ItdGVzdHM=" // base64("secret-key-for-tests")
@@ -242,6 +245,8 @@ func TestRefusals(t *testing.T) {
 	}
 }
 
+// TestConfigValidation: New refuses a bad field with a
+// *outboxtype.ConfigError naming httpinbox.Config and the field.
 func TestConfigValidation(t *testing.T) {
 	t.Parallel()
 	proc := func(context.Context, inbox.Message) (inbox.Result, error) { return inbox.Result{}, nil }
@@ -249,16 +254,14 @@ func TestConfigValidation(t *testing.T) {
 		cfg   httpinbox.Config
 		field string
 	}{
-		{httpinbox.Config{}, "Config.Secrets"},
-		{httpinbox.Config{Secrets: []string{""}}, "Config.Secrets[0]"},
-		{httpinbox.Config{Secrets: []string{"whsec_!!!"}}, "Config.Secrets[0]"},
-		{httpinbox.Config{Secrets: []string{"s"}, Tolerance: -1}, "Config.Tolerance"},
-		{httpinbox.Config{Secrets: []string{"s"}, MaxBodyBytes: -1}, "Config.MaxBodyBytes"},
+		{httpinbox.Config{}, "Secrets"},
+		{httpinbox.Config{Secrets: []string{""}}, "Secrets"},
+		{httpinbox.Config{Secrets: []string{"whsec_!!!"}}, "Secrets"},
+		{httpinbox.Config{Secrets: []string{"s"}, Tolerance: -1}, "Tolerance"},
+		{httpinbox.Config{Secrets: []string{"s"}, MaxBodyBytes: -1}, "MaxBodyBytes"},
 	} {
 		_, err := httpinbox.New(proc, tc.cfg)
-		if err == nil || !strings.Contains(err.Error(), tc.field) {
-			t.Errorf("New(%+v) = %v, want an error naming %s", tc.cfg, err, tc.field)
-		}
+		configcheck.Refused(t, fmt.Sprintf("New(%+v)", tc.cfg), err, "httpinbox.Config", tc.field)
 		if err != nil && strings.Contains(err.Error(), "!!!") {
 			t.Errorf("error %q shows the secret", err)
 		}
@@ -266,6 +269,15 @@ func TestConfigValidation(t *testing.T) {
 	if _, err := httpinbox.New(nil, httpinbox.Config{Secrets: []string{"s"}}); err == nil {
 		t.Error("New(nil) accepted")
 	}
+}
+
+// TestDocumentedDefaults: the docs show the defaults' values.
+func TestDocumentedDefaults(t *testing.T) {
+	t.Parallel()
+	configcheck.Defaults(t, ".", map[string]any{
+		"DefaultMaxBodyBytes":        httpinbox.DefaultMaxBodyBytes,
+		"signature.DefaultTolerance": signature.DefaultTolerance,
+	})
 }
 
 // A party on the path rewrites every unsigned header of a genuine signed

@@ -10,6 +10,7 @@
 package inboxotel
 
 import (
+	"cmp"
 	"context"
 
 	"go.opentelemetry.io/otel"
@@ -27,9 +28,7 @@ var traceContext = propagation.TraceContext{}
 // OpenTelemetry global provider (a no-op unless one is installed, which
 // still hands the handler the sender's span context).
 func New(tp trace.TracerProvider) inbox.Tracer {
-	if tp == nil {
-		tp = otel.GetTracerProvider()
-	}
+	tp = cmp.Or(tp, otel.GetTracerProvider())
 	return tracer{tp.Tracer("github.com/pgoutbox/outbox/inbox")}
 }
 

@@ -1,10 +1,10 @@
 package kafkainbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"time"
@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/pgoutbox/outbox/inbox"
+	"github.com/pgoutbox/outbox/outboxtype"
 )
 
 // Defaults for Config's zero values.
@@ -22,21 +23,24 @@ const (
 	DefaultMaxPoll       = 500
 )
 
-// Config configures a Consumer. Zero values mean the documented defaults.
+// Config configures a Consumer. Zero values mean the documented defaults;
+// New rejects invalid values with an *outboxtype.ConfigError naming the
+// field.
 type Config struct {
 	// RetryBase and RetryMax space the retries of a record whose handler
-	// failed: RetryBase doubling up to RetryMax, with jitter. Defaults 250ms
-	// and 30s.
+	// failed: RetryBase doubling up to RetryMax, with jitter. Defaults to
+	// DefaultRetryBase (250ms) and DefaultRetryMax (30s).
 	RetryBase, RetryMax time.Duration
 	// MaxPoll bounds the records processed between two offset commits.
-	// Default 500.
+	// Defaults to DefaultMaxPoll (500).
 	MaxPoll int
 	// CommitTimeout bounds an offset commit, including the last one Run makes
-	// after ctx is cancelled. Default 10s.
+	// after ctx is cancelled. Defaults to DefaultCommitTimeout (10s).
 	CommitTimeout time.Duration
 	// Logger receives a line per failed attempt, skipped record and failed
 	// commit (event_id, event_type, aggregate_id, attempt, topic, partition,
-	// offset). Default: discard.
+	// offset). Defaults to
+	// discarding them.
 	Logger *slog.Logger
 }
 
@@ -48,34 +52,31 @@ type Consumer struct {
 	log  *slog.Logger
 }
 
+// bad returns the *outboxtype.ConfigError for field of Config.
+func bad(field, format string, args ...any) error {
+	return &outboxtype.ConfigError{Config: "kafkainbox.Config", Field: field, Err: fmt.Errorf(format, args...)}
+}
+
 // New validates cfg and returns a Consumer processing records with proc.
 func New(proc inbox.Processor, cfg Config) (*Consumer, error) {
 	if proc == nil {
 		return nil, errors.New("kafkainbox: New: processor is nil")
 	}
-	def := func(v *time.Duration, d time.Duration) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	def(&cfg.RetryBase, DefaultRetryBase)
-	def(&cfg.RetryMax, DefaultRetryMax)
-	def(&cfg.CommitTimeout, DefaultCommitTimeout)
-	if cfg.MaxPoll == 0 {
-		cfg.MaxPoll = DefaultMaxPoll
-	}
+	cfg.RetryBase = cmp.Or(cfg.RetryBase, DefaultRetryBase)
+	cfg.RetryMax = cmp.Or(cfg.RetryMax, DefaultRetryMax)
+	cfg.CommitTimeout = cmp.Or(cfg.CommitTimeout, DefaultCommitTimeout)
+	cfg.MaxPoll = cmp.Or(cfg.MaxPoll, DefaultMaxPoll)
 	switch {
-	case cfg.RetryBase < 0 || cfg.RetryMax < cfg.RetryBase:
-		return nil, fmt.Errorf("kafkainbox: Config.RetryBase, RetryMax: %s, %s: need 0 < base <= max", cfg.RetryBase, cfg.RetryMax)
+	case cfg.RetryBase < 0:
+		return nil, bad("RetryBase", "%s must be positive", cfg.RetryBase)
+	case cfg.RetryBase > cfg.RetryMax:
+		return nil, bad("RetryBase", "%s: must not exceed RetryMax (%s)", cfg.RetryBase, cfg.RetryMax)
 	case cfg.MaxPoll < 1:
-		return nil, fmt.Errorf("kafkainbox: Config.MaxPoll: %d must be at least 1", cfg.MaxPoll)
+		return nil, bad("MaxPoll", "%d must be at least 1", cfg.MaxPoll)
 	case cfg.CommitTimeout < 0:
-		return nil, fmt.Errorf("kafkainbox: Config.CommitTimeout: %s must be positive", cfg.CommitTimeout)
+		return nil, bad("CommitTimeout", "%s must be positive", cfg.CommitTimeout)
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
+	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	return &Consumer{proc: proc, cfg: cfg, log: log}, nil
 }
 

@@ -3,7 +3,7 @@ package kafkainbox_test
 import (
 	"context"
 	"errors"
-	"strings"
+	"fmt"
 	"testing"
 	"time"
 
@@ -14,6 +14,7 @@ import (
 	"github.com/pgoutbox/outbox/inbox"
 	"github.com/pgoutbox/outbox/inbox/inboxtest"
 	"github.com/pgoutbox/outbox/inbox/kafkainbox"
+	"github.com/pgoutbox/outbox/internal/configcheck"
 	"github.com/pgoutbox/outbox/kafka"
 )
 
@@ -165,6 +166,8 @@ func TestRunRefusesAutoCommit(t *testing.T) {
 	}
 }
 
+// TestConfigValidation: New refuses a bad field with a
+// *outboxtype.ConfigError naming kafkainbox.Config and the field.
 func TestConfigValidation(t *testing.T) {
 	t.Parallel()
 	proc := func(context.Context, inbox.Message) (inbox.Result, error) { return inbox.Result{}, nil }
@@ -172,15 +175,25 @@ func TestConfigValidation(t *testing.T) {
 		cfg   kafkainbox.Config
 		field string
 	}{
-		{kafkainbox.Config{RetryBase: time.Second, RetryMax: time.Millisecond}, "Config.RetryBase"},
-		{kafkainbox.Config{MaxPoll: -1}, "Config.MaxPoll"},
-		{kafkainbox.Config{CommitTimeout: -1}, "Config.CommitTimeout"},
+		{kafkainbox.Config{RetryBase: time.Second, RetryMax: time.Millisecond}, "RetryBase"},
+		{kafkainbox.Config{MaxPoll: -1}, "MaxPoll"},
+		{kafkainbox.Config{CommitTimeout: -1}, "CommitTimeout"},
 	} {
-		if _, err := kafkainbox.New(proc, tc.cfg); err == nil || !strings.Contains(err.Error(), tc.field) {
-			t.Errorf("New(%+v) = %v, want an error naming %s", tc.cfg, err, tc.field)
-		}
+		_, err := kafkainbox.New(proc, tc.cfg)
+		configcheck.Refused(t, fmt.Sprintf("New(%+v)", tc.cfg), err, "kafkainbox.Config", tc.field)
 	}
 	if _, err := kafkainbox.New(nil, kafkainbox.Config{}); err == nil {
 		t.Error("New(nil) accepted")
 	}
+}
+
+// TestDocumentedDefaults: the docs show the defaults' values.
+func TestDocumentedDefaults(t *testing.T) {
+	t.Parallel()
+	configcheck.Defaults(t, ".", map[string]any{
+		"DefaultRetryBase":     kafkainbox.DefaultRetryBase,
+		"DefaultRetryMax":      kafkainbox.DefaultRetryMax,
+		"DefaultCommitTimeout": kafkainbox.DefaultCommitTimeout,
+		"DefaultMaxPoll":       kafkainbox.DefaultMaxPoll,
+	})
 }

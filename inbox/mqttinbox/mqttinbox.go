@@ -1,10 +1,10 @@
 package mqttinbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"time"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/pgoutbox/outbox/inbox"
 	"github.com/pgoutbox/outbox/mqtt"
+	"github.com/pgoutbox/outbox/outboxtype"
 )
 
 // Defaults for Config's zero values.
@@ -25,7 +26,9 @@ const (
 // 16-bit packet ids), so paho's delivery never waits on the handler.
 const queueSize = 1 << 16
 
-// Config configures a Consumer. Zero values mean the documented defaults.
+// Config configures a Consumer. Zero values mean the documented defaults;
+// New rejects invalid values with an *outboxtype.ConfigError naming the
+// field.
 type Config struct {
 	// RetryBase and RetryMax space the retries of a message whose handler
 	// failed: RetryBase doubling up to RetryMax, with jitter. Defaults to
@@ -45,24 +48,25 @@ type Consumer struct {
 	log  *slog.Logger
 }
 
+// bad returns the *outboxtype.ConfigError for field of Config.
+func bad(field, format string, args ...any) error {
+	return &outboxtype.ConfigError{Config: "mqttinbox.Config", Field: field, Err: fmt.Errorf(format, args...)}
+}
+
 // New validates cfg and returns a Consumer processing messages with proc.
 func New(proc inbox.Processor, cfg Config) (*Consumer, error) {
 	if proc == nil {
 		return nil, errors.New("mqttinbox: New: processor is nil")
 	}
-	if cfg.RetryBase == 0 {
-		cfg.RetryBase = DefaultRetryBase
+	cfg.RetryBase = cmp.Or(cfg.RetryBase, DefaultRetryBase)
+	cfg.RetryMax = cmp.Or(cfg.RetryMax, DefaultRetryMax)
+	switch {
+	case cfg.RetryBase < 0:
+		return nil, bad("RetryBase", "%s must be positive", cfg.RetryBase)
+	case cfg.RetryBase > cfg.RetryMax:
+		return nil, bad("RetryBase", "%s: must not exceed RetryMax (%s)", cfg.RetryBase, cfg.RetryMax)
 	}
-	if cfg.RetryMax == 0 {
-		cfg.RetryMax = DefaultRetryMax
-	}
-	if cfg.RetryBase < 0 || cfg.RetryMax < cfg.RetryBase {
-		return nil, fmt.Errorf("mqttinbox: Config.RetryBase, RetryMax: %s, %s: need 0 < base <= max", cfg.RetryBase, cfg.RetryMax)
-	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
+	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	return &Consumer{proc: proc, cfg: cfg, log: log}, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 	"github.com/pgoutbox/outbox/inbox"
 	"github.com/pgoutbox/outbox/inbox/inboxtest"
 	"github.com/pgoutbox/outbox/inbox/mqttinbox"
+	"github.com/pgoutbox/outbox/internal/configcheck"
 	"github.com/pgoutbox/outbox/mqtt"
 )
 
@@ -178,15 +180,10 @@ func TestOfflineSessionKeepsMessages(t *testing.T) {
 	e.CheckOnce(inboxtest.IDs(append(first, later...)), inboxtest.Processed)
 }
 
-func TestConfigValidation(t *testing.T) {
+// TestRunValidation: Run refuses client options it cannot use.
+func TestRunValidation(t *testing.T) {
 	t.Parallel()
 	proc := func(context.Context, inbox.Message) (inbox.Result, error) { return inbox.Result{}, nil }
-	if _, err := mqttinbox.New(proc, mqttinbox.Config{RetryBase: time.Second, RetryMax: time.Millisecond}); err == nil || !strings.Contains(err.Error(), "RetryBase") {
-		t.Errorf("RetryMax below RetryBase: %v", err)
-	}
-	if _, err := mqttinbox.New(nil, mqttinbox.Config{}); err == nil {
-		t.Error("New(nil) accepted")
-	}
 	c, _ := mqttinbox.New(proc, mqttinbox.Config{})
 	for _, tc := range []struct {
 		opts    *paho.ClientOptions
@@ -223,4 +220,33 @@ func TestStoppedMidHandlerLeavesTheMessageToTheSession(t *testing.T) {
 	stop()
 	b.CheckSettled(t)
 	e.CheckOnce(inboxtest.IDs(msgs), inboxtest.Failed, inboxtest.Processed)
+}
+
+// TestConfigValidation: New refuses a bad field with a
+// *outboxtype.ConfigError naming mqttinbox.Config and the field.
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	proc := func(context.Context, inbox.Message) (inbox.Result, error) { return inbox.Result{}, nil }
+	for _, tc := range []struct {
+		cfg   mqttinbox.Config
+		field string
+	}{
+		{mqttinbox.Config{RetryBase: -time.Second}, "RetryBase"},
+		{mqttinbox.Config{RetryBase: time.Second, RetryMax: time.Millisecond}, "RetryBase"},
+	} {
+		_, err := mqttinbox.New(proc, tc.cfg)
+		configcheck.Refused(t, fmt.Sprintf("New(%+v)", tc.cfg), err, "mqttinbox.Config", tc.field)
+	}
+	if _, err := mqttinbox.New(nil, mqttinbox.Config{}); err == nil {
+		t.Error("New(nil) accepted")
+	}
+}
+
+// TestDocumentedDefaults: the docs show the defaults' values.
+func TestDocumentedDefaults(t *testing.T) {
+	t.Parallel()
+	configcheck.Defaults(t, ".", map[string]any{
+		"DefaultRetryBase": mqttinbox.DefaultRetryBase,
+		"DefaultRetryMax":  mqttinbox.DefaultRetryMax,
+	})
 }

@@ -1,10 +1,10 @@
 package natsinbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"sync"
 	"time"
@@ -12,9 +12,15 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/pgoutbox/outbox/inbox"
+	"github.com/pgoutbox/outbox/outboxtype"
 )
 
-// Config configures a Consumer. Zero values mean the documented defaults.
+// DefaultWorkers is Config.Workers's default.
+const DefaultWorkers = 1
+
+// Config configures a Consumer. Zero values mean the documented defaults;
+// New rejects invalid values with an *outboxtype.ConfigError naming the
+// field.
 type Config struct {
 	// NakDelay asks JetStream to wait this long before redelivering a message
 	// whose handler failed. Zero: a plain Nak, redelivered at once (or per the
@@ -23,11 +29,12 @@ type Config struct {
 	// AckSync waits for the server to confirm each Ack (DoubleAck). A lost Ack
 	// costs only a redelivery that the inbox skips, so it is off by default.
 	AckSync bool
-	// Workers is how many messages Run processes concurrently. Default 1.
+	// Workers is how many messages Run processes concurrently. Defaults to
+	// DefaultWorkers (1).
 	Workers int
 	// Logger receives a line per failed or invalid message and per failed
 	// acknowledgement (event_id, event_type, aggregate_id, attempt).
-	// Default: discard.
+	// Defaults to discarding them.
 	Logger *slog.Logger
 }
 
@@ -39,24 +46,24 @@ type Consumer struct {
 	log  *slog.Logger
 }
 
+// bad returns the *outboxtype.ConfigError for field of Config.
+func bad(field, format string, args ...any) error {
+	return &outboxtype.ConfigError{Config: "natsinbox.Config", Field: field, Err: fmt.Errorf(format, args...)}
+}
+
 // New validates cfg and returns a Consumer processing messages with proc.
 func New(proc inbox.Processor, cfg Config) (*Consumer, error) {
 	if proc == nil {
 		return nil, errors.New("natsinbox: New: processor is nil")
 	}
 	if cfg.NakDelay < 0 {
-		return nil, fmt.Errorf("natsinbox: Config.NakDelay: %s must not be negative", cfg.NakDelay)
+		return nil, bad("NakDelay", "%s must not be negative", cfg.NakDelay)
 	}
-	if cfg.Workers == 0 {
-		cfg.Workers = 1
-	}
+	cfg.Workers = cmp.Or(cfg.Workers, DefaultWorkers)
 	if cfg.Workers < 1 || cfg.Workers > 1024 {
-		return nil, fmt.Errorf("natsinbox: Config.Workers: %d must be between 1 and 1024", cfg.Workers)
+		return nil, bad("Workers", "%d must be between 1 and 1024", cfg.Workers)
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
+	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	return &Consumer{proc: proc, cfg: cfg, log: log}, nil
 }
 

@@ -3,7 +3,6 @@ package natsinbox_test
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/pgoutbox/outbox/inbox"
 	"github.com/pgoutbox/outbox/inbox/inboxtest"
 	"github.com/pgoutbox/outbox/inbox/natsinbox"
+	"github.com/pgoutbox/outbox/internal/configcheck"
 	"github.com/pgoutbox/outbox/internal/testnats"
 	outboxnats "github.com/pgoutbox/outbox/nats"
 )
@@ -184,6 +184,8 @@ func TestRepublishedEventIsADuplicate(t *testing.T) {
 	e.CheckOnce(inboxtest.IDs(msgs), inboxtest.Processed, inboxtest.Duplicate, inboxtest.Duplicate)
 }
 
+// TestConfigValidation: New refuses a bad field with a
+// *outboxtype.ConfigError naming natsinbox.Config and the field.
 func TestConfigValidation(t *testing.T) {
 	t.Parallel()
 	proc := func(context.Context, inbox.Message) (inbox.Result, error) { return inbox.Result{}, nil }
@@ -191,15 +193,22 @@ func TestConfigValidation(t *testing.T) {
 		cfg   natsinbox.Config
 		field string
 	}{
-		{natsinbox.Config{NakDelay: -1}, "Config.NakDelay"},
-		{natsinbox.Config{Workers: -1}, "Config.Workers"},
-		{natsinbox.Config{Workers: 5000}, "Config.Workers"},
+		{natsinbox.Config{NakDelay: -1}, "NakDelay"},
+		{natsinbox.Config{Workers: -1}, "Workers"},
+		{natsinbox.Config{Workers: 5000}, "Workers"},
 	} {
-		if _, err := natsinbox.New(proc, tc.cfg); err == nil || !strings.Contains(err.Error(), tc.field) {
-			t.Errorf("New(%+v) = %v, want an error naming %s", tc.cfg, err, tc.field)
-		}
+		_, err := natsinbox.New(proc, tc.cfg)
+		configcheck.Refused(t, fmt.Sprintf("New(%+v)", tc.cfg), err, "natsinbox.Config", tc.field)
 	}
 	if _, err := natsinbox.New(nil, natsinbox.Config{}); err == nil {
 		t.Error("New(nil) accepted")
 	}
+}
+
+// TestDocumentedDefaults: the docs show the defaults' values.
+func TestDocumentedDefaults(t *testing.T) {
+	t.Parallel()
+	configcheck.Defaults(t, ".", map[string]any{
+		"DefaultWorkers": natsinbox.DefaultWorkers,
+	})
 }

@@ -1,10 +1,10 @@
 package pubsubinbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strings"
 	"time"
@@ -12,12 +12,15 @@ import (
 	gpubsub "cloud.google.com/go/pubsub/v2"
 
 	"github.com/pgoutbox/outbox/inbox"
+	"github.com/pgoutbox/outbox/outboxtype"
 )
 
 // DefaultAckTimeout is Config.AckTimeout's default.
 const DefaultAckTimeout = 10 * time.Second
 
-// Config configures a Consumer. Zero values mean the documented defaults.
+// Config configures a Consumer. Zero values mean the documented defaults;
+// New rejects invalid values with an *outboxtype.ConfigError naming the
+// field.
 type Config struct {
 	// AckTimeout bounds the wait for an Ack's answer (exactly-once
 	// subscriptions answer once the Ack is durable; others at once).
@@ -37,21 +40,21 @@ type Consumer struct {
 	log  *slog.Logger
 }
 
+// bad returns the *outboxtype.ConfigError for field of Config.
+func bad(field, format string, args ...any) error {
+	return &outboxtype.ConfigError{Config: "pubsubinbox.Config", Field: field, Err: fmt.Errorf(format, args...)}
+}
+
 // New validates cfg and returns a Consumer processing messages with proc.
 func New(proc inbox.Processor, cfg Config) (*Consumer, error) {
 	if proc == nil {
 		return nil, errors.New("pubsubinbox: New: processor is nil")
 	}
-	if cfg.AckTimeout == 0 {
-		cfg.AckTimeout = DefaultAckTimeout
-	}
+	cfg.AckTimeout = cmp.Or(cfg.AckTimeout, DefaultAckTimeout)
 	if cfg.AckTimeout < 0 {
-		return nil, fmt.Errorf("pubsubinbox: Config.AckTimeout: %s must be positive", cfg.AckTimeout)
+		return nil, bad("AckTimeout", "%s must be positive", cfg.AckTimeout)
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
+	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	return &Consumer{proc: proc, cfg: cfg, log: log}, nil
 }
 

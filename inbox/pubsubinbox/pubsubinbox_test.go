@@ -3,7 +3,6 @@ package pubsubinbox_test
 import (
 	"context"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/pgoutbox/outbox/inbox"
 	"github.com/pgoutbox/outbox/inbox/inboxtest"
 	"github.com/pgoutbox/outbox/inbox/pubsubinbox"
+	"github.com/pgoutbox/outbox/internal/configcheck"
 	"github.com/pgoutbox/outbox/pubsub"
 )
 
@@ -170,12 +170,13 @@ func TestRepublishedEventIsADuplicate(t *testing.T) {
 	e.CheckOnce(inboxtest.IDs(msgs), inboxtest.Processed, inboxtest.Duplicate)
 }
 
+// TestConfigValidation: New refuses a bad field with a
+// *outboxtype.ConfigError naming pubsubinbox.Config and the field.
 func TestConfigValidation(t *testing.T) {
 	t.Parallel()
 	proc := func(context.Context, inbox.Message) (inbox.Result, error) { return inbox.Result{}, nil }
-	if _, err := pubsubinbox.New(proc, pubsubinbox.Config{AckTimeout: -1}); err == nil || !strings.Contains(err.Error(), "Config.AckTimeout") {
-		t.Errorf("negative AckTimeout: %v", err)
-	}
+	_, err := pubsubinbox.New(proc, pubsubinbox.Config{AckTimeout: -1})
+	configcheck.Refused(t, "New with a negative AckTimeout", err, "pubsubinbox.Config", "AckTimeout")
 	if _, err := pubsubinbox.New(nil, pubsubinbox.Config{}); err == nil {
 		t.Error("New(nil) accepted")
 	}
@@ -183,6 +184,14 @@ func TestConfigValidation(t *testing.T) {
 	if err := c.Run(context.Background(), nil); err == nil {
 		t.Error("Run(nil) accepted")
 	}
+}
+
+// TestDocumentedDefaults: the docs show the defaults' values.
+func TestDocumentedDefaults(t *testing.T) {
+	t.Parallel()
+	configcheck.Defaults(t, ".", map[string]any{
+		"DefaultAckTimeout": pubsubinbox.DefaultAckTimeout,
+	})
 }
 
 // The Pub/Sub binding sends ce- attributes as they are: a value with a %

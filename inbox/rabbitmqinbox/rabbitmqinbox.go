@@ -1,10 +1,10 @@
 package rabbitmqinbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"sync"
 	"time"
@@ -15,23 +15,31 @@ import (
 	"github.com/pgoutbox/outbox/outboxtype"
 )
 
-// Config configures a Consumer. Zero values mean the documented defaults.
+// DefaultWorkers is Config.Workers's default.
+const DefaultWorkers = 1
+
+// Config configures a Consumer. Zero values mean the documented defaults;
+// New rejects invalid values with an *outboxtype.ConfigError naming the
+// field.
 type Config struct {
 	// Prefetch is the channel's basic.qos prefetch count set by Run: how many
-	// unacknowledged deliveries the broker sends ahead. Default 2×Workers.
+	// unacknowledged deliveries the broker sends ahead. Defaults to twice
+	// Workers.
 	Prefetch int
-	// Workers is how many deliveries Run processes concurrently. Default 1.
+	// Workers is how many deliveries Run processes concurrently. Defaults
+	// to DefaultWorkers (1).
 	Workers int
 	// RequeueDelay is how long a worker waits before nacking a failed
 	// delivery, so a failing handler does not spin through redeliveries
 	// (RabbitMQ requeues at once). The delivery stays unacknowledged
-	// meanwhile. Default 0.
+	// meanwhile. Defaults to 0: a nack at once.
 	RequeueDelay time.Duration
-	// ConsumerTag names the consumer on the broker. Default: generated.
+	// ConsumerTag names the consumer on the broker. Defaults to a unique
+	// tag amqp091-go generates.
 	ConsumerTag string
 	// Logger receives a line per failed or rejected delivery and per failed
 	// acknowledgement (event_id, event_type, aggregate_id, redelivered).
-	// Default: discard.
+	// Defaults to discarding them.
 	Logger *slog.Logger
 }
 
@@ -43,29 +51,27 @@ type Consumer struct {
 	log  *slog.Logger
 }
 
+// bad returns the *outboxtype.ConfigError for field of Config.
+func bad(field, format string, args ...any) error {
+	return &outboxtype.ConfigError{Config: "rabbitmqinbox.Config", Field: field, Err: fmt.Errorf(format, args...)}
+}
+
 // New validates cfg and returns a Consumer processing deliveries with proc.
 func New(proc inbox.Processor, cfg Config) (*Consumer, error) {
 	if proc == nil {
 		return nil, errors.New("rabbitmqinbox: New: processor is nil")
 	}
-	if cfg.Workers == 0 {
-		cfg.Workers = 1
-	}
+	cfg.Workers = cmp.Or(cfg.Workers, DefaultWorkers)
 	switch {
 	case cfg.Workers < 1 || cfg.Workers > 1024:
-		return nil, fmt.Errorf("rabbitmqinbox: Config.Workers: %d must be between 1 and 1024", cfg.Workers)
+		return nil, bad("Workers", "%d must be between 1 and 1024", cfg.Workers)
 	case cfg.Prefetch < 0 || cfg.Prefetch > 65535:
-		return nil, fmt.Errorf("rabbitmqinbox: Config.Prefetch: %d must be between 0 and 65535", cfg.Prefetch)
+		return nil, bad("Prefetch", "%d must be between 0 and 65535", cfg.Prefetch)
 	case cfg.RequeueDelay < 0:
-		return nil, fmt.Errorf("rabbitmqinbox: Config.RequeueDelay: %s must not be negative", cfg.RequeueDelay)
+		return nil, bad("RequeueDelay", "%s must not be negative", cfg.RequeueDelay)
 	}
-	if cfg.Prefetch == 0 {
-		cfg.Prefetch = 2 * cfg.Workers
-	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
+	cfg.Prefetch = cmp.Or(cfg.Prefetch, 2*cfg.Workers)
+	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	return &Consumer{proc: proc, cfg: cfg, log: log}, nil
 }
 

@@ -3,8 +3,8 @@ package rabbitmqinbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +15,7 @@ import (
 	"github.com/pgoutbox/outbox/inbox"
 	"github.com/pgoutbox/outbox/inbox/inboxtest"
 	"github.com/pgoutbox/outbox/inbox/rabbitmqinbox"
+	"github.com/pgoutbox/outbox/internal/configcheck"
 	"github.com/pgoutbox/outbox/internal/testdb"
 	"github.com/pgoutbox/outbox/rabbitmq"
 )
@@ -145,6 +146,8 @@ func TestToMessageFallsBackToProperties(t *testing.T) {
 	}
 }
 
+// TestConfigValidation: New refuses a bad field with a
+// *outboxtype.ConfigError naming rabbitmqinbox.Config and the field.
 func TestConfigValidation(t *testing.T) {
 	t.Parallel()
 	proc := func(context.Context, inbox.Message) (inbox.Result, error) { return inbox.Result{}, nil }
@@ -152,17 +155,24 @@ func TestConfigValidation(t *testing.T) {
 		cfg   rabbitmqinbox.Config
 		field string
 	}{
-		{rabbitmqinbox.Config{Workers: -1}, "Config.Workers"},
-		{rabbitmqinbox.Config{Prefetch: -1}, "Config.Prefetch"},
-		{rabbitmqinbox.Config{RequeueDelay: -1}, "Config.RequeueDelay"},
+		{rabbitmqinbox.Config{Workers: -1}, "Workers"},
+		{rabbitmqinbox.Config{Prefetch: -1}, "Prefetch"},
+		{rabbitmqinbox.Config{RequeueDelay: -1}, "RequeueDelay"},
 	} {
-		if _, err := rabbitmqinbox.New(proc, tc.cfg); err == nil || !strings.Contains(err.Error(), tc.field) {
-			t.Errorf("New(%+v) = %v, want an error naming %s", tc.cfg, err, tc.field)
-		}
+		_, err := rabbitmqinbox.New(proc, tc.cfg)
+		configcheck.Refused(t, fmt.Sprintf("New(%+v)", tc.cfg), err, "rabbitmqinbox.Config", tc.field)
 	}
 	if _, err := rabbitmqinbox.New(nil, rabbitmqinbox.Config{}); err == nil {
 		t.Error("New(nil) accepted")
 	}
+}
+
+// TestDocumentedDefaults: the docs show the defaults' values.
+func TestDocumentedDefaults(t *testing.T) {
+	t.Parallel()
+	configcheck.Defaults(t, ".", map[string]any{
+		"DefaultWorkers": rabbitmqinbox.DefaultWorkers,
+	})
 }
 
 // Run reports a closed channel, so the caller can reconnect.

@@ -1,10 +1,10 @@
 package redisinbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strings"
 	"time"
@@ -34,19 +34,22 @@ type Config struct {
 	// Keep it stable across restarts: a restarted consumer then also finds its
 	// own pending entries at once, without waiting for ClaimIdle.
 	Consumer string
-	// Count is the most entries read or claimed per call. Default 10.
+	// Count is the most entries read or claimed per call. Defaults to
+	// DefaultCount (10).
 	Count int
 	// Block is how long one XREADGROUP waits for new entries; it bounds how
-	// long Run takes to notice ctx. Default 1s.
+	// long Run takes to notice ctx. Defaults to DefaultBlock (1s).
 	Block time.Duration
 	// ClaimIdle is how long an entry must have been pending (delivered, not
-	// acknowledged) before Run claims it. Default 30s.
+	// acknowledged) before Run claims it. Defaults to DefaultClaimIdle
+	// (30s).
 	ClaimIdle time.Duration
-	// ClaimInterval is how often Run looks for such entries. Default
-	// ClaimIdle/2.
+	// ClaimInterval is how often Run looks for such entries. Defaults to
+	// half of ClaimIdle.
 	ClaimInterval time.Duration
 	// Logger receives a line per failed or invalid entry (event_id,
-	// event_type, aggregate_id, entry_id). Default: discard.
+	// event_type, aggregate_id, entry_id). Defaults to
+	// discarding them.
 	Logger *slog.Logger
 }
 
@@ -57,6 +60,11 @@ type Consumer struct {
 	proc   inbox.Processor
 	cfg    Config
 	log    *slog.Logger
+}
+
+// bad returns the *outboxtype.ConfigError for field of Config.
+func bad(field, format string, args ...any) error {
+	return &outboxtype.ConfigError{Config: "redisinbox.Config", Field: field, Err: fmt.Errorf(format, args...)}
 }
 
 // New validates cfg and returns a Consumer reading with client (the
@@ -70,35 +78,24 @@ func New(client goredis.UniversalClient, proc inbox.Processor, cfg Config) (*Con
 	}
 	for field, v := range map[string]string{"Stream": cfg.Stream, "Group": cfg.Group, "Consumer": cfg.Consumer} {
 		if v == "" {
-			return nil, fmt.Errorf("redisinbox: Config.%s is required", field)
+			return nil, bad(field, "required")
 		}
 	}
-	if cfg.Count == 0 {
-		cfg.Count = DefaultCount
-	}
-	if cfg.Block == 0 {
-		cfg.Block = DefaultBlock
-	}
-	if cfg.ClaimIdle == 0 {
-		cfg.ClaimIdle = DefaultClaimIdle
-	}
-	if cfg.ClaimInterval == 0 {
-		cfg.ClaimInterval = cfg.ClaimIdle / 2
-	}
+	cfg.Count = cmp.Or(cfg.Count, DefaultCount)
+	cfg.Block = cmp.Or(cfg.Block, DefaultBlock)
+	cfg.ClaimIdle = cmp.Or(cfg.ClaimIdle, DefaultClaimIdle)
+	cfg.ClaimInterval = cmp.Or(cfg.ClaimInterval, cfg.ClaimIdle/2)
 	switch {
 	case cfg.Count < 1:
-		return nil, fmt.Errorf("redisinbox: Config.Count: %d must be at least 1", cfg.Count)
+		return nil, bad("Count", "%d must be at least 1", cfg.Count)
 	case cfg.Block < time.Millisecond:
-		return nil, fmt.Errorf("redisinbox: Config.Block: %s must be at least 1ms", cfg.Block)
+		return nil, bad("Block", "%s must be at least 1ms", cfg.Block)
 	case cfg.ClaimIdle < time.Millisecond:
-		return nil, fmt.Errorf("redisinbox: Config.ClaimIdle: %s must be at least 1ms", cfg.ClaimIdle)
+		return nil, bad("ClaimIdle", "%s must be at least 1ms", cfg.ClaimIdle)
 	case cfg.ClaimInterval < time.Millisecond:
-		return nil, fmt.Errorf("redisinbox: Config.ClaimInterval: %s must be at least 1ms", cfg.ClaimInterval)
+		return nil, bad("ClaimInterval", "%s must be at least 1ms", cfg.ClaimInterval)
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
+	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	return &Consumer{client: client, proc: proc, cfg: cfg, log: log}, nil
 }
 

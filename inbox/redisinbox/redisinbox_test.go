@@ -2,6 +2,7 @@ package redisinbox_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/pgoutbox/outbox/inbox"
 	"github.com/pgoutbox/outbox/inbox/inboxtest"
 	"github.com/pgoutbox/outbox/inbox/redisinbox"
+	"github.com/pgoutbox/outbox/internal/configcheck"
 	"github.com/pgoutbox/outbox/internal/testdb"
 	"github.com/pgoutbox/outbox/redis"
 )
@@ -126,6 +128,9 @@ func TestRunWithoutGroup(t *testing.T) {
 		t.Fatalf("Run = %v, want a NOGROUP error", err)
 	}
 }
+
+// TestConfigValidation: New refuses a bad field with a
+// *outboxtype.ConfigError naming redisinbox.Config and the field.
 func TestConfigValidation(t *testing.T) {
 	t.Parallel()
 	proc := func(context.Context, inbox.Message) (inbox.Result, error) { return inbox.Result{}, nil }
@@ -136,21 +141,30 @@ func TestConfigValidation(t *testing.T) {
 		mod   func(*redisinbox.Config)
 		field string
 	}{
-		{func(c *redisinbox.Config) { c.Stream = "" }, "Config.Stream"},
-		{func(c *redisinbox.Config) { c.Group = "" }, "Config.Group"},
-		{func(c *redisinbox.Config) { c.Consumer = "" }, "Config.Consumer"},
-		{func(c *redisinbox.Config) { c.Count = -1 }, "Config.Count"},
-		{func(c *redisinbox.Config) { c.Block = -1 }, "Config.Block"},
-		{func(c *redisinbox.Config) { c.ClaimIdle = -1 }, "Config.ClaimIdle"},
-		{func(c *redisinbox.Config) { c.ClaimInterval = -1 }, "Config.ClaimInterval"},
+		{func(c *redisinbox.Config) { c.Stream = "" }, "Stream"},
+		{func(c *redisinbox.Config) { c.Group = "" }, "Group"},
+		{func(c *redisinbox.Config) { c.Consumer = "" }, "Consumer"},
+		{func(c *redisinbox.Config) { c.Count = -1 }, "Count"},
+		{func(c *redisinbox.Config) { c.Block = -1 }, "Block"},
+		{func(c *redisinbox.Config) { c.ClaimIdle = -1 }, "ClaimIdle"},
+		{func(c *redisinbox.Config) { c.ClaimInterval = -1 }, "ClaimInterval"},
 	} {
 		cfg := ok
 		tc.mod(&cfg)
-		if _, err := redisinbox.New(client, proc, cfg); err == nil || !strings.Contains(err.Error(), tc.field) {
-			t.Errorf("New(%+v) = %v, want an error naming %s", cfg, err, tc.field)
-		}
+		_, err := redisinbox.New(client, proc, cfg)
+		configcheck.Refused(t, fmt.Sprintf("New(%+v)", cfg), err, "redisinbox.Config", tc.field)
 	}
 	if _, err := redisinbox.New(client, nil, ok); err == nil {
 		t.Error("New(nil processor) accepted")
 	}
+}
+
+// TestDocumentedDefaults: the docs show the defaults' values.
+func TestDocumentedDefaults(t *testing.T) {
+	t.Parallel()
+	configcheck.Defaults(t, ".", map[string]any{
+		"DefaultCount":     redisinbox.DefaultCount,
+		"DefaultBlock":     redisinbox.DefaultBlock,
+		"DefaultClaimIdle": redisinbox.DefaultClaimIdle,
+	})
 }

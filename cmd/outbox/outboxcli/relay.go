@@ -396,16 +396,13 @@ func (c *cli) relayPool(ctx context.Context, o *options, s *relaySettings, log *
 			return nil, err
 		}
 	}
-	// The pool connects lazily: the library validates its configuration
-	// (the probe) before the database is reached.
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	// The library checks the settings it reads before anything connects.
+	if err := s.relayConfig(nil, nil).Validate(); err != nil {
+		return nil, flagError(err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg) // connects lazily
 	if err != nil {
 		return nil, &exitError{code: ExitDatabase, err: fmt.Errorf("database: %w", err)}
-	}
-	probe, err := outbox.NewRelay(pool, outbox.PublisherFunc(func(context.Context, *outbox.Message) error { return nil }), s.relayConfig(nil, nil))
-	if err != nil {
-		pool.Close()
-		return nil, flagError(err)
 	}
 	if err := c.waitForDB(ctx, o, pool, log, s); err != nil {
 		pool.Close()
@@ -416,14 +413,17 @@ func (c *cli) relayPool(ctx context.Context, o *options, s *relaySettings, log *
 	} else if switched {
 		log.Info("the database connections go through a connection pooler that does not keep prepared statements (PgBouncer before 1.21 in transaction mode, say): using default_query_exec_mode=cache_describe; set default_query_exec_mode in --database-url to choose another")
 		pool = p
-		if probe, err = outbox.NewRelay(pool, outbox.PublisherFunc(func(context.Context, *outbox.Message) error { return nil }), s.relayConfig(nil, nil)); err != nil {
-			pool.Close()
-			return nil, flagError(err)
-		}
 	}
-	// A missing or old table stops the command at once with its exit code; any
-	// other failure of the check (a statement timeout, a session killed) is
-	// left to Relay.Run, which retries it through the outage backoff.
+	// A missing or old table stops the command at once with its exit code,
+	// before the broker is opened: a relay with a publisher that sends
+	// nothing checks it. Any other failure of the check (a statement
+	// timeout, a session killed) is left to Relay.Run, which retries it
+	// through the outage backoff.
+	probe, err := outbox.NewRelay(pool, outbox.PublisherFunc(func(context.Context, *outbox.Message) error { return nil }), s.relayConfig(nil, nil))
+	if err != nil { // validated above
+		pool.Close()
+		return nil, err
+	}
 	if err := probe.CheckSchema(ctx); errors.Is(err, outbox.ErrNotMigrated) {
 		pool.Close()
 		return nil, s.notMigrated(err)
