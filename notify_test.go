@@ -33,20 +33,25 @@ func TestListenWakesRelay(t *testing.T) {
 	for i := range 3 {
 		ids := e.write(1)
 		n.Notify()
-		c, cancel := context.WithTimeout(ctx(t), 20*time.Second)
-		err := pub.WaitFor(c, func(ms []outbox.Message) bool {
-			for _, m := range ms {
-				if m.ID == ids[0] {
-					return true
-				}
-			}
-			return false
-		})
-		cancel()
-		if err != nil {
+		if err := waitRelayed(t, pub, ids[0], 20*time.Second); err != nil {
 			t.Fatalf("event %d not relayed after Notify (poll interval 1h): %v", i, err)
 		}
 	}
+}
+
+// waitRelayed waits up to d for pub to receive the event id.
+func waitRelayed(t *testing.T, pub *memory.Publisher, id uuid.UUID, d time.Duration) error {
+	t.Helper()
+	c, cancel := context.WithTimeout(ctx(t), d)
+	defer cancel()
+	return pub.WaitFor(c, func(ms []outbox.Message) bool {
+		for _, m := range ms {
+			if m.ID == id {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 // TestListenerReconnects kills the relay's LISTEN session: the relay must

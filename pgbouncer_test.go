@@ -360,13 +360,11 @@ func TestPgBouncerRelayListen(t *testing.T) {
 	}
 }
 
-// The WAL source through PgBouncer is refused at start with one error
-// saying replication needs a direct connection, instead of retrying the
-// replication connection forever.
-func TestPgBouncerRelayWAL(t *testing.T) {
-	e, _ := setupWAL(t)
-	bouncer := e.srv.PgBouncer(t)
-	cfg, err := pgxpool.ParseConfig(bouncer.URL() + "&default_query_exec_mode=cache_describe")
+// walBouncerPool is a pool on e's server through a PgBouncer of its own in
+// transaction mode, with cache_describe; closed when the test ends.
+func walBouncerPool(t *testing.T, e *env) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(e.srv.PgBouncer(t).URL() + "&default_query_exec_mode=cache_describe")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -374,7 +372,16 @@ func TestPgBouncerRelayWAL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pool.Close()
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// The WAL source through PgBouncer is refused at start with one error
+// saying replication needs a direct connection, instead of retrying the
+// replication connection forever.
+func TestPgBouncerRelayWAL(t *testing.T) {
+	e, _ := setupWAL(t)
+	pool := walBouncerPool(t, e)
 	r, err := outbox.NewRelay(pool, memory.New(), walConfig(outbox.RelayConfig{Schema: e.schema}))
 	if err != nil {
 		t.Fatal(err)
@@ -420,17 +427,7 @@ func TestPgBouncerRelayListenDirect(t *testing.T) {
 	for i := range 3 {
 		ids := b.write(1)
 		n.Notify()
-		c, cancel := context.WithTimeout(ctx(t), 20*time.Second)
-		err := pub.WaitFor(c, func(ms []outbox.Message) bool {
-			for _, m := range ms {
-				if m.ID == ids[0] {
-					return true
-				}
-			}
-			return false
-		})
-		cancel()
-		if err != nil {
+		if err := waitRelayed(t, pub, ids[0], 20*time.Second); err != nil {
 			t.Fatalf("event %d not relayed after Notify (poll interval 1h, LISTEN on the direct connection): %v\nlogs:\n%s", i, err, logs.String())
 		}
 	}
@@ -444,16 +441,7 @@ func TestPgBouncerRelayListenDirect(t *testing.T) {
 // deletes what it delivered.
 func TestPgBouncerRelayWALDirect(t *testing.T) {
 	e, _ := setupWAL(t)
-	bouncer := e.srv.PgBouncer(t)
-	cfg, err := pgxpool.ParseConfig(bouncer.URL() + "&default_query_exec_mode=cache_describe")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool, err := pgxpool.NewWithConfig(ctx(t), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := walBouncerPool(t, e)
 	logs := &syncBuffer{}
 	pub := memory.New()
 	r, err := outbox.NewRelay(pool, pub, walConfig(outbox.RelayConfig{Schema: e.schema, DirectConnConfig: directConfig(t, e),
