@@ -174,6 +174,23 @@ func TestHostileRows(t *testing.T) {
 				e.dump()
 				t.Fatalf("%d of %d events delivered: %v\nlogs:\n%s", mem.Distinct(), want, err, logs.String())
 			}
+			// A batch's dead letters are recorded after its publishes,
+			// which the publisher saw: wait for the record.
+			var deadIDs []uuid.UUID
+			for i, h := range rows {
+				if h.want == "dead" {
+					deadIDs = append(deadIDs, ids[i])
+				}
+			}
+			for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+				var n int
+				if err := e.pool.QueryRow(c, `SELECT count(*) FROM outbox_events WHERE id = ANY($1) AND dead_at IS NOT NULL`, deadIDs).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				if n == len(deadIDs) {
+					break
+				}
+			}
 			got := map[uuid.UUID]outbox.Message{}
 			for _, m := range mem.Messages() {
 				got[m.ID] = m

@@ -245,7 +245,7 @@ func TestChartValues(t *testing.T) {
 		image: "pgoutbox/outbox:" + meta.AppVersion,
 		check: func(t *testing.T, objs []*k8sObject) {
 			d := yamlText(t, one(t, objs, "Deployment"))
-			if !regexp.MustCompile(`- name: OUTBOX_DIRECT_URL\s+valueFrom:\s+secretKeyRef:\s+key: direct-url\s+name: pgoutbox-database\n`).MatchString(d) {
+			if !regexp.MustCompile(`- name: OUTBOX_DIRECT_URL\s+valueFrom:\s+secretKeyRef:\s+name: pgoutbox-database\s+key: direct-url\n`).MatchString(d) {
 				t.Errorf("Deployment: OUTBOX_DIRECT_URL not taken from the Secret's direct-url key:\n%s", d)
 			}
 		},
