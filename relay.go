@@ -214,6 +214,7 @@ type RelayConfig struct {
 	// connection that deletes the streamed rows. Claims, marks and gauges
 	// still go through the pool. Build it with pgx.ParseConfig from
 	// PostgreSQL's own host and port, with the pool's user and database.
+	// Its search_path is its own: name the table's schema with Schema.
 	// Defaults to nil: those connections use the pool's settings, so a
 	// relay whose pool goes through a pooler refuses SourceWAL at start and
 	// polls instead of listening.
