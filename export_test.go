@@ -1,6 +1,10 @@
 package outbox
 
-import "context"
+import (
+	"context"
+
+	"github.com/pgoutbox/outbox/internal/engine"
+)
 
 // ClaimFloor exposes the relay's claim floor to the tests of package
 // outbox_test.
@@ -12,3 +16,7 @@ func ProcessBatchFull(r *Relay, ctx context.Context) (BatchResult, bool, error) 
 	res, err := r.eng.Batch(ctx)
 	return BatchResult{Claimed: res.Claimed, Published: res.Published}, res.Full, err
 }
+
+// Signals exposes the engine's test signals (internal/engine/signals.go) to
+// the tests of package outbox_test; call Init on them before running r.
+func Signals(r *Relay) *engine.TestSignals { return &r.eng.Signals }

@@ -146,6 +146,8 @@ func TestHostileRows(t *testing.T) {
 				cfg = walConfig(cfg)
 			}
 			r := e.relay(mem, cfg)
+			sig := outbox.Signals(r)
+			sig.Init()
 			e.run(r)
 			if source == outbox.SourceWAL {
 				waitStreaming(t, r, 30*time.Second)
@@ -245,7 +247,8 @@ func TestHostileRows(t *testing.T) {
 				t.Errorf("DeadLetterGroups: %v", err)
 			}
 			// Two more stats rounds, then no housekeeping failure logged.
-			time.Sleep(3 * cfg.StatsInterval)
+			sig.Housekeeping.Drain()
+			sig.Housekeeping.WaitN(t, 3, 10*time.Second)
 			if gauge(t, reg, "outbox_events_scheduled") != 1 {
 				t.Errorf("outbox_events_scheduled = %v, want 1", gauge(t, reg, "outbox_events_scheduled"))
 			}
@@ -275,15 +278,15 @@ func TestGaugesOldestPendingInfinite(t *testing.T) {
 	mem := memory.New()
 	r := e.relay(mem, outbox.RelayConfig{PollInterval: 20 * time.Millisecond, StatsInterval: 20 * time.Millisecond,
 		Registerer: reg, Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	sig := outbox.Signals(r)
+	sig.Init()
 	e.run(r)
 	if err := mem.WaitDistinct(ctx(t), 3); err != nil {
 		t.Fatal(err)
 	}
 	// Several gauge rounds with the infinite row first in line.
-	for deadline := time.Now().Add(10 * time.Second); gauge(t, reg, "outbox_events_pending") != 1 && time.Now().Before(deadline); {
-		time.Sleep(20 * time.Millisecond)
-	}
-	time.Sleep(200 * time.Millisecond)
+	sig.Housekeeping.Drain()
+	sig.Housekeeping.WaitN(t, 5, 10*time.Second)
 	if got := gauge(t, reg, "outbox_events_pending"); got != 1 {
 		t.Errorf("outbox_events_pending = %v, want 1 (the row waiting for its retry)", got)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/engine"
 	"github.com/pgoutbox/outbox/memory"
 )
 
@@ -47,8 +48,10 @@ func TestIdleRelayPollsOncePerInterval(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	sig := outbox.Signals(r)
+	sig.Init()
 	e.run(r)
-	time.Sleep(250 * time.Millisecond) // past the workers' first claims
+	waitIdle(t, sig, 4) // past the workers' first claims
 	before := claims.n.Load()
 	const window = 2 * time.Second
 	time.Sleep(window)
@@ -85,12 +88,24 @@ func TestBacklogJoinsIdleWorkers(t *testing.T) {
 	r := e.relay(pub, outbox.RelayConfig{
 		Workers: 4, BatchSize: 10, PollInterval: 200 * time.Millisecond, StatsInterval: time.Hour,
 	})
+	sig := outbox.Signals(r)
+	sig.Init()
 	e.run(r)
-	time.Sleep(300 * time.Millisecond) // idle: every worker waits on the poll
+	waitIdle(t, sig, 4) // idle: every worker waits on the poll
 	e.writeBatch(400)
 	waitFor(t, func() bool { return e.count("processed_at IS NOT NULL") == 400 })
 	t.Logf("at most %d publishes at a time", most.Load())
 	if m := most.Load(); m < 2 {
 		t.Errorf("a backlog of 40 batches was published by at most %d worker at a time, want the idle workers to join", m)
+	}
+}
+
+// waitIdle waits until each of the relay's workers has come back from a
+// short claim to wait for the relay's poll.
+func waitIdle(t *testing.T, sig *engine.TestSignals, workers int) {
+	t.Helper()
+	seen := map[int]bool{}
+	for len(seen) < workers {
+		seen[sig.Idle.Wait(t, 10*time.Second)] = true
 	}
 }

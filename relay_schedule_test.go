@@ -226,11 +226,14 @@ func TestCancelScheduledEvent(t *testing.T) {
 	e := setup(t)
 	mem, st := timed()
 	r := e.relay(mem, outbox.RelayConfig{Workers: 1, PollInterval: 5 * time.Millisecond, Ordered: true})
+	sig := outbox.Signals(r)
+	sig.Init()
 	stop := e.run(r)
 	defer stop()
 	sched := e.writeEvents(scheduledAt("a", 1, time.Now().Add(time.Hour)))
 	later := e.writeEvents(event("a", 2))
-	time.Sleep(300 * time.Millisecond)
+	sig.Idle.Drain()
+	sig.Idle.WaitN(t, 5, 10*time.Second) // claims that saw both events
 	if _, ok := st.get(later[0]); ok {
 		t.Fatal("the later event went out while the scheduled one was waiting")
 	}

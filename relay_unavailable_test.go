@@ -155,6 +155,8 @@ func TestThrottledAloneCountsNoAttempt(t *testing.T) {
 	r := e.relay(batchPub{mem}, outbox.RelayConfig{MaxAttempts: 2, PollInterval: 10 * time.Millisecond,
 		RetryBackoff:  outbox.Backoff{Base: 10 * time.Millisecond, Max: 20 * time.Millisecond},
 		OutageBackoff: outbox.Backoff{Base: 10 * time.Millisecond, Max: 50 * time.Millisecond}})
+	sig := outbox.Signals(r)
+	sig.Init()
 	e.run(r)
 	if err := mem.WaitDistinct(ctx(t), 20); err != nil {
 		t.Fatal(err)
@@ -168,7 +170,8 @@ func TestThrottledAloneCountsNoAttempt(t *testing.T) {
 		written++
 		time.Sleep(20 * time.Millisecond)
 	}
-	time.Sleep(500 * time.Millisecond) // many more rounds than MaxAttempts
+	sig.Batch.Drain()
+	sig.Batch.WaitN(t, 10, 10*time.Second) // many more rounds than MaxAttempts
 	if n := e.count(fmt.Sprintf("id = '%s' AND dead_at IS NULL AND attempts = 0 AND retry_after IS NOT NULL", hot)); n != 1 {
 		var attempts int
 		var dead bool

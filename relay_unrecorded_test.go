@@ -30,6 +30,8 @@ FOR EACH ROW EXECUTE FUNCTION refuse_mark()`)
 	reg := prometheus.NewRegistry()
 	r := e.relay(mem, outbox.RelayConfig{Workers: 2, PollInterval: 10 * time.Millisecond, Registerer: reg,
 		OutageBackoff: outbox.Backoff{Base: 10 * time.Millisecond, Max: 50 * time.Millisecond}})
+	sig := outbox.Signals(r)
+	sig.Init()
 	e.write(5)
 	e.run(r)
 
@@ -69,7 +71,8 @@ FOR EACH ROW EXECUTE FUNCTION refuse_mark()`)
 		t.Errorf("Ready = %v once marks work again", err)
 	}
 	before := mem.Len()
-	time.Sleep(300 * time.Millisecond)
+	sig.Idle.Drain()
+	sig.Idle.WaitN(t, 5, 10*time.Second)
 	if after := mem.Len(); after != before {
 		t.Errorf("%d more publishes after every event was recorded", after-before)
 	}

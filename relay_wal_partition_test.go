@@ -176,6 +176,8 @@ func TestWALPartitionLateCommitAndFailures(t *testing.T) {
 	r := e.relay(inner, walConfig(outbox.RelayConfig{Ordered: true, RotateEvents: 20, RotateInterval: time.Second, MaxAttempts: 100000,
 		Logger:       slog.New(slog.NewTextHandler(logs, nil)),
 		RetryBackoff: outbox.Backoff{Base: 20 * time.Millisecond, Max: 100 * time.Millisecond}}))
+	sig := outbox.Signals(r)
+	sig.Init()
 	e.run(r)
 	waitStreaming(t, r, 30*time.Second)
 
@@ -202,7 +204,8 @@ func TestWALPartitionLateCommitAndFailures(t *testing.T) {
 	if got := e.partitions(); len(got) < 2 || got[0] != "outbox_events_p0" {
 		t.Fatalf("partitions %v: want the first one kept beside a new one", got)
 	}
-	time.Sleep(3 * time.Second) // several retirement rounds
+	sig.Rotation.Drain()
+	sig.Rotation.WaitN(t, 3, 30*time.Second) // several retirement rounds
 	if got := e.partitions(); got[0] != "outbox_events_p0" {
 		t.Fatalf("the first partition was dropped while a transaction that wrote to it was open: %v", got)
 	}

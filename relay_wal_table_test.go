@@ -261,6 +261,8 @@ func TestDropReplicationSticks(t *testing.T) {
 	e, n := setupWAL(t)
 	mem := memory.New()
 	r := e.relay(mem, walConfig(outbox.RelayConfig{OutageBackoff: outbox.Backoff{Base: time.Second, Max: 2 * time.Second}}))
+	sig := outbox.Signals(r)
+	sig.Init()
 	e.run(r)
 	waitStreaming(t, r, 30*time.Second)
 	cfg := outbox.MigrateConfig{Schema: e.schema}
@@ -289,7 +291,17 @@ func TestDropReplicationSticks(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("events not relayed from the table after the drop: %v", err)
 	}
-	time.Sleep(3 * time.Second) // more than the relay's reopen backoff
+	// The relay's attempts at a fresh slot, until one finds the source
+	// removed; one made while the drop ran may fail otherwise.
+	for {
+		err := sig.SlotAttempt.Wait(t, 30*time.Second)
+		if err == nil {
+			t.Fatalf("the relay created slot %s again after DropReplication", n.Slot)
+		}
+		if errors.Is(err, wal.ErrRemoved) {
+			break
+		}
+	}
 	if slotExists(t, e.pool, n.Slot) {
 		t.Fatalf("the relay created slot %s again after DropReplication", n.Slot)
 	}

@@ -67,6 +67,7 @@ func (e *Engine) deliver(ctx, bg context.Context, c *claim, res Result) (Result,
 	res.Retried, res.DeadLettered = s.retried, s.dead
 	res.Unavailable, res.UnavailableErr, res.UnavailableWait = s.unavailable, s.unavailableErr, s.unavailableWait
 	if c.lease.idle(c.rows, s) {
+		e.Signals.Batch.Send(res)
 		return res, nil
 	}
 
@@ -78,5 +79,6 @@ func (e *Engine) deliver(ctx, bg context.Context, c *claim, res Result) (Result,
 	}
 	res.Published = s.published
 	e.observe(ctx, c, s, ackedAt)
+	e.Signals.Batch.Send(res)
 	return res, nil
 }

@@ -54,6 +54,9 @@ type Engine struct {
 	ws       *walSource
 	qh       *store.Queries
 	fallback atomic.Bool
+
+	// Signals are for tests (signals.go).
+	Signals TestSignals
 }
 
 // New returns an engine; cfg must be validated by the caller.

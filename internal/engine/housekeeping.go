@@ -38,6 +38,7 @@ func (e *Engine) statsLoop(ctx context.Context) {
 				run("slot gauges", e.ws.refreshGauges)
 			}
 		}
+		e.Signals.Housekeeping.Send(struct{}{})
 		select {
 		case <-ctx.Done():
 			return

@@ -270,6 +270,7 @@ func (s *walSource) fallBack(ctx context.Context, log interface {
 			<-done
 			return
 		}
+		e.Signals.SlotAttempt.Send(err)
 		if err == nil {
 			break
 		}

@@ -77,9 +77,11 @@ func (s *walSource) rotatePartitions(ctx context.Context) {
 	t := time.NewTicker(rotateTick)
 	defer t.Stop()
 	for {
-		if err := s.rotateOnce(ctx, r); err != nil && ctx.Err() == nil {
+		err := s.rotateOnce(ctx, r)
+		if err != nil && ctx.Err() == nil {
 			s.e.cfg.Logger.Warn("outbox partitions: rotation failed; trying again", "err", err)
 		}
+		s.e.Signals.Rotation.Send(err)
 		if r.off {
 			return
 		}

@@ -63,6 +63,7 @@ func (e *Engine) worker(ctx context.Context, id int) {
 			e.marks.reached(res)
 			e.polled(start)
 			wait, poll = e.cfg.PollInterval, true
+			e.Signals.Idle.Send(id)
 		}
 		if !e.waitForWork(ctx, wait, err == nil && res.Unavailable == 0, poll) {
 			return
