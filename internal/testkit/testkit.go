@@ -35,6 +35,24 @@ func Eventually(t T, d time.Duration, what string, cond func() bool) {
 
 const maxPoll = 50 * time.Millisecond
 
+// WithDetail returns t for Eventually or Signal.Wait whose failure also
+// says detail(): what the test saw last (a count, a status, the logs), so
+// that a timeout says more than what was waited for. detail runs only on
+// failure.
+func WithDetail(t T, detail func() string) T { return detailT{t, detail} }
+
+// detailT embeds T so that its Helper is t's own: the failure is reported
+// at the test's line, not in this package.
+type detailT struct {
+	T
+	detail func() string
+}
+
+func (d detailT) Fatalf(format string, args ...any) {
+	d.T.Helper()
+	d.T.Fatalf(format+"; %s", append(args, d.detail())...)
+}
+
 // signalBuffer is how many sends a Signal keeps until a test reads them;
 // the sends past it are dropped, so a step never waits for a test.
 const signalBuffer = 1000

@@ -39,6 +39,12 @@ func TestEventually(t *testing.T) {
 	if msg != "timed out after 20ms waiting for never" {
 		t.Fatalf("failure message %q", msg)
 	}
+	msg = failure(func(ft *fakeT) {
+		Eventually(WithDetail(ft, func() string { return "2 rows" }), time.Millisecond, "three rows", func() bool { return false })
+	})
+	if msg != "timed out after 1ms waiting for three rows; 2 rows" {
+		t.Fatalf("failure message with detail %q", msg)
+	}
 }
 
 func TestSignal(t *testing.T) {
