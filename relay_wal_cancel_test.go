@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/testdb"
+	"github.com/pgoutbox/outbox/internal/testkit"
 	"github.com/pgoutbox/outbox/memory"
 )
 
@@ -41,11 +43,7 @@ func TestWALSourceCancel(t *testing.T) {
 	waitStreaming(t, r, 30*time.Second)
 	ids := e.write(10)
 	// The stream has them and is offering them to the broker, which is down.
-	for deadline := time.Now().Add(15 * time.Second); r.Ready(ctx(t)) == nil; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the relay never found the broker down")
-		}
-	}
+	testkit.Eventually(t, 15*time.Second, "the relay finding the broker down", func() bool { return r.Ready(ctx(t)) != nil })
 	if err := r.Ready(ctx(t)); err == nil || !strings.Contains(err.Error(), "broker down (test)") {
 		t.Errorf("Ready = %v, want the publisher's reason", err)
 	}
@@ -123,15 +121,11 @@ func TestWALSourceDiscardedDeadLetterStaysDiscarded(t *testing.T) {
 	}
 	// Rewind: the saved copy replaces the slot, as if the relay's
 	// acknowledgements had been lost.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		_, err := e.pool.Exec(ctx(t), `SELECT pg_drop_replication_slot($1)`, n.Slot)
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-	}
+	var dropErr error
+	testkit.Eventually(testkit.WithDetail(t, func() string { return fmt.Sprintf("drop: %v", dropErr) }), 10*time.Second, "slot "+n.Slot+" dropped", func() bool {
+		_, dropErr = e.pool.Exec(ctx(t), `SELECT pg_drop_replication_slot($1)`, n.Slot)
+		return dropErr == nil
+	})
 	if _, err := e.pool.Exec(ctx(t), `SELECT pg_copy_logical_replication_slot($1, $2)`, saved, n.Slot); err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/testdb"
+	"github.com/pgoutbox/outbox/internal/testkit"
 	"github.com/pgoutbox/outbox/memory"
 )
 
@@ -127,14 +129,10 @@ func TestWALPartitionsRotateAndDrop(t *testing.T) {
 		time.Sleep(1200 * time.Millisecond) // a rotation per round
 	}
 	waitDelivered(t, mem, ids)
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) && (len(e.partitions()) != 1 || e.rows("true") != 0) {
-		time.Sleep(100 * time.Millisecond)
-	}
+	testkit.Eventually(testkit.WithDetail(t, func() string { return fmt.Sprintf("partitions %v with %d rows", e.partitions(), e.rows("true")) }),
+		60*time.Second, "one empty partition left after every event was delivered",
+		func() bool { return len(e.partitions()) == 1 && e.rows("true") == 0 })
 	parts := e.partitions()
-	if len(parts) != 1 || e.rows("true") != 0 {
-		t.Fatalf("partitions %v with %d rows after every event was delivered; want one empty partition", parts, e.rows("true"))
-	}
 	if parts[0] == "outbox_events_p0" {
 		t.Errorf("the first partition is still there: no rotation")
 	}
@@ -197,10 +195,7 @@ func TestWALPartitionLateCommitAndFailures(t *testing.T) {
 	}
 	fast := e.write(30) // past RotateEvents: the relay rotates
 	waitDelivered(t, mem, fast)
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) && len(e.partitions()) < 2 {
-		time.Sleep(50 * time.Millisecond)
-	}
+	testkit.Eventually(t, 30*time.Second, "a second partition", func() bool { return len(e.partitions()) >= 2 })
 	if got := e.partitions(); len(got) < 2 || got[0] != "outbox_events_p0" {
 		t.Fatalf("partitions %v: want the first one kept beside a new one", got)
 	}
@@ -214,17 +209,15 @@ func TestWALPartitionLateCommitAndFailures(t *testing.T) {
 	}
 	waitDelivered(t, mem, lateIDs)
 	// The slow aggregate still fails: its partition is compacted, not dropped.
-	deadline = time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) && !strings.Contains(logs.String(), "partition compacted") {
-		time.Sleep(50 * time.Millisecond)
-	}
+	testkit.Eventually(testkit.WithDetail(t, func() string { return "logs:\n" + logs.String() }), 30*time.Second,
+		"the first partition's compaction logged", func() bool { return strings.Contains(logs.String(), "partition compacted") })
 	if got := e.partitions(); got[0] != "outbox_events_p0" {
 		t.Fatalf("the first partition was dropped with 5 undelivered events in it: %v", got)
 	}
 	if n := e.rows("aggregate_id = 'slow' AND processed_at IS NULL"); n != 5 {
 		t.Fatalf("%d of the failing aggregate's events in the table, want 5", n)
 	}
-	if !strings.Contains(logs.String(), "partition compacted") || !strings.Contains(logs.String(), "events=5") {
+	if !strings.Contains(logs.String(), "events=5") {
 		t.Errorf("no compaction of the first partition to its 5 failing events logged:\n%s", logs.String())
 	}
 	failing.Store(false)
@@ -241,13 +234,8 @@ func TestWALPartitionLateCommitAndFailures(t *testing.T) {
 			t.Fatalf("inversion: slow event %d published before event %d", i, i-1)
 		}
 	}
-	deadline = time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) && e.partitions()[0] == "outbox_events_p0" {
-		time.Sleep(100 * time.Millisecond)
-	}
-	if got := e.partitions(); got[0] == "outbox_events_p0" {
-		t.Fatalf("the first partition was not dropped once its events were delivered: %v", got)
-	}
+	testkit.Eventually(testkit.WithDetail(t, func() string { return fmt.Sprintf("partitions %v", e.partitions()) }), 60*time.Second,
+		"the first partition dropped once its events were delivered", func() bool { return e.partitions()[0] != "outbox_events_p0" })
 }
 
 // waitDelivered waits until mem has received every id.
@@ -289,7 +277,14 @@ func TestWALPartitionRotationWaitsForStatements(t *testing.T) {
 SELECT 'order', 'slow-' || i, 'order.created', jsonb_build_object('i', i, 'slept', pg_sleep(0.02)::text) FROM generate_series(1, 150) AS i`)
 		slow <- err
 	}()
-	time.Sleep(300 * time.Millisecond)
+	testkit.Eventually(t, 10*time.Second, "the slow INSERT running", func() bool {
+		var n int
+		if err := e.pool.QueryRow(ctx(t), `SELECT count(*) FROM pg_stat_activity
+WHERE state = 'active' AND query LIKE '%generate_series(1, 150)%' AND pid <> pg_backend_pid()`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	})
 	ids := e.write(20) // past RotateEvents: the relay attaches the next partition
 	if err := <-slow; err != nil {
 		t.Fatalf("the statement running across the rotation failed: %v", err)
@@ -298,13 +293,8 @@ SELECT 'order', 'slow-' || i, 'order.created', jsonb_build_object('i', i, 'slept
 	if err := mem.WaitFor(ctx(t), func(ms []outbox.Message) bool { return len(ms) >= 170 }); err != nil {
 		t.Fatalf("%d of 170 events delivered: %v", len(mem.Messages()), err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) && e.partitions()[0] == "outbox_events_p0" {
-		time.Sleep(100 * time.Millisecond)
-	}
-	if got := e.partitions(); got[0] == "outbox_events_p0" {
-		t.Fatalf("no rotation happened: %v", got)
-	}
+	testkit.Eventually(testkit.WithDetail(t, func() string { return fmt.Sprintf("partitions %v", e.partitions()) }), 30*time.Second,
+		"a rotation: the first partition dropped", func() bool { return e.partitions()[0] != "outbox_events_p0" })
 }
 
 // TestReplayOnPartitionedTable: replays queue copies on a partitioned

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/testkit"
 )
 
 // TestWALSourceOrderedRandomFailures: ordered mode on the WAL source with a
@@ -50,19 +51,13 @@ func TestWALSourceOrderedRandomFailures(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	delivered := func() int {
 		mu.Lock()
-		n := len(first)
-		mu.Unlock()
-		if n == aggs*per {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d delivered", n, aggs*per)
-		}
-		time.Sleep(20 * time.Millisecond)
+		defer mu.Unlock()
+		return len(first)
 	}
+	testkit.Eventually(testkit.WithDetail(t, func() string { return fmt.Sprintf("%d of %d delivered", delivered(), aggs*per) }), 60*time.Second,
+		"every event delivered", func() bool { return delivered() == aggs*per })
 	mu.Lock()
 	defer mu.Unlock()
 	for a := range aggs {

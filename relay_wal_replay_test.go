@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/testkit"
 	"github.com/pgoutbox/outbox/memory"
 )
 
@@ -56,10 +57,8 @@ func TestWALSourceOrderedReplayKeepsPlace(t *testing.T) {
 	stop1 := e.run(r1)
 	waitStreaming(t, r1, 30*time.Second)
 	// x0 fails and is handed to the table; x1..x3 are parked behind it.
-	deadline := time.Now().Add(30 * time.Second)
-	for e.rows("retry_after IS NOT NULL") < len(ids) && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(testkit.WithDetail(t, func() string { e.dump(); return fmt.Sprintf("%d handed to the table", e.rows("retry_after IS NOT NULL")) }),
+		30*time.Second, "every event handed to the table path", func() bool { return e.rows("retry_after IS NOT NULL") >= len(ids) })
 	stop1()
 	before := e.places(t)
 	if len(before) != len(ids) {
@@ -69,15 +68,11 @@ func TestWALSourceOrderedReplayKeepsPlace(t *testing.T) {
 
 	// Rewind: the saved copy replaces the slot.
 	// The stopped relay's walsender may take a moment to release it.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		_, err := e.pool.Exec(ctx(t), `SELECT pg_drop_replication_slot($1)`, n.Slot)
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("drop slot: %v", err)
-		}
-	}
+	var dropErr error
+	testkit.Eventually(testkit.WithDetail(t, func() string { return fmt.Sprintf("drop: %v", dropErr) }), 10*time.Second, "slot "+n.Slot+" dropped", func() bool {
+		_, dropErr = e.pool.Exec(ctx(t), `SELECT pg_drop_replication_slot($1)`, n.Slot)
+		return dropErr == nil
+	})
 	if _, err := e.pool.Exec(ctx(t), `SELECT pg_copy_logical_replication_slot($1, $2)`, saved, n.Slot); err != nil {
 		t.Fatalf("restore slot: %v", err)
 	}
@@ -102,14 +97,10 @@ func TestWALSourceOrderedReplayKeepsPlace(t *testing.T) {
 	}
 
 	failing.Store(false)
-	deadline = time.Now().Add(60 * time.Second)
-	for len(st.order()) < len(ids) && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if got := len(st.order()); got < len(ids) {
+	testkit.Eventually(testkit.WithDetail(t, func() string {
 		e.dump()
-		t.Fatalf("%d of %d events published within 60s of the failures ending (status %+v)", got, len(ids), r2.SourceStatus())
-	}
+		return fmt.Sprintf("%d of %d published (status %+v)", len(st.order()), len(ids), r2.SourceStatus())
+	}), 60*time.Second, "every event published after the failures ended", func() bool { return len(st.order()) >= len(ids) })
 	order := st.order()
 	for i, id := range order {
 		if id != ids[i] {
@@ -199,13 +190,8 @@ WHERE wait_event_type = 'Lock' AND query LIKE '%held_by = $2%' AND pid <> pg_bac
 	if err := other.Rollback(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for e.rows("held_by IS NOT NULL") != 1 && !time.Now().After(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if n := e.rows("held_by IS NOT NULL"); n != 1 {
-		t.Fatalf("%d events parked after the deadlock, want 1; logs:\n%s", n, logs)
-	}
+	testkit.Eventually(testkit.WithDetail(t, func() string { return fmt.Sprintf("%d parked; logs:\n%s", e.rows("held_by IS NOT NULL"), logs) }),
+		30*time.Second, "one event parked after the deadlock", func() bool { return e.rows("held_by IS NOT NULL") == 1 })
 	// The retry itself is silent (the server logs the deadlock); what must
 	// not show is a reopened stream.
 	if strings.Contains(logs.String(), "stream ended; reopening") {
@@ -217,16 +203,11 @@ WHERE wait_event_type = 'Lock' AND query LIKE '%held_by = $2%' AND pid <> pg_bac
 // fails the test after d.
 func (e *env) waitQuery(d time.Duration, what, query string, args ...any) {
 	e.t.Helper()
-	for deadline := time.Now().Add(d); ; time.Sleep(10 * time.Millisecond) {
+	testkit.Eventually(e.t, d, what, func() bool {
 		var ok bool
 		if err := e.pool.QueryRow(ctx(e.t), query, args...).Scan(&ok); err != nil {
 			e.t.Fatalf("wait for %s: %v", what, err)
 		}
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("no %s within %s", what, d)
-		}
-	}
+		return ok
+	})
 }

@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/testdb"
+	"github.com/pgoutbox/outbox/internal/testkit"
 	"github.com/pgoutbox/outbox/internal/wal"
 	"github.com/pgoutbox/outbox/memory"
 )
@@ -126,13 +128,8 @@ func TestWALSourceFallbackHandsOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	dropSlotUnder(t, admin, n.Slot)
-	deadline := time.Now().Add(20 * time.Second)
-	for r.SourceStatus().Active != outbox.SourceTable {
-		if time.Now().After(deadline) {
-			t.Fatalf("no fallback within 20s of the slot's loss: %+v", r.SourceStatus())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(testkit.WithDetail(t, func() string { return fmt.Sprintf("status %+v", r.SourceStatus()) }), 20*time.Second,
+		"the fallback to the table after the slot's loss", func() bool { return r.SourceStatus().Active == outbox.SourceTable })
 	during := e.write(20)
 	all = append(all, during...)
 	wait, cancel := context.WithTimeout(c, 15*time.Second)

@@ -19,6 +19,7 @@ import (
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/ident"
 	"github.com/pgoutbox/outbox/internal/testdb"
+	"github.com/pgoutbox/outbox/internal/testkit"
 	"github.com/pgoutbox/outbox/internal/wal"
 	"github.com/pgoutbox/outbox/memory"
 )
@@ -75,14 +76,16 @@ func walConfig(cfg outbox.RelayConfig) outbox.RelayConfig {
 // waitStreaming waits until r streams its slot.
 func waitStreaming(t *testing.T, r *outbox.Relay, d time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if r.SourceStatus().Streaming {
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatalf("relay not streaming within %v: %+v", d, r.SourceStatus())
+	testkit.Eventually(testkit.WithDetail(t, func() string { return fmt.Sprintf("status %+v", r.SourceStatus()) }), d, "the relay streaming",
+		func() bool { return r.SourceStatus().Streaming })
+}
+
+// waitRowsGone waits until every row left the table: the WAL source
+// deletes delivered rows in bulk, after their publish.
+func (e *env) waitRowsGone(t *testing.T, d time.Duration) {
+	t.Helper()
+	testkit.Eventually(testkit.WithDetail(t, func() string { return fmt.Sprintf("%d rows left", e.rows("true")) }), d,
+		"the delivered rows deleted", func() bool { return e.rows("true") == 0 })
 }
 
 // rows counts the table's rows matching where (all rows: "true").
@@ -162,13 +165,7 @@ func TestWALSourceCommitOrderAndRollback(t *testing.T) {
 		t.Error("a rolled-back event was published")
 	}
 	// Delivered rows are deleted in bulk; none was marked processed.
-	deadline := time.Now().Add(30 * time.Second)
-	for e.rows("true") > 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if n := e.rows("true"); n != 0 {
-		t.Errorf("%d rows left in the table after delivery, want 0", n)
-	}
+	e.waitRowsGone(t, 30*time.Second)
 	if n := mem.Len(); n != 4 {
 		t.Errorf("published %d messages, want 4 (no duplicates on the happy path)", n)
 	}
@@ -217,10 +214,7 @@ func TestWALSourceFailureGoesToTable(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("the good events were not delivered: %v", err)
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for e.rows("dead_at IS NOT NULL") == 0 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.Eventually(t, 60*time.Second, "the failing event dead-lettered", func() bool { return e.rows("dead_at IS NOT NULL") > 0 })
 	var attempts int
 	var lastErr string
 	if err := e.pool.QueryRow(c, "SELECT attempts, last_error FROM outbox_events WHERE id = $1 AND dead_at IS NOT NULL", id).Scan(&attempts, &lastErr); err != nil {
@@ -229,18 +223,16 @@ func TestWALSourceFailureGoesToTable(t *testing.T) {
 	if attempts != 3 || tries.Load() != 3 {
 		t.Errorf("attempts %d, publishes %d; want 3 and 3", attempts, tries.Load())
 	}
-	for e.rows("true") > 1 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond) // the last batch's delete follows its publish
-	}
-	if n := e.rows("true"); n != 1 {
+	// The last batch's delete follows its publish.
+	testkit.Eventually(testkit.WithDetail(t, func() string {
 		rs, _ := e.pool.Query(c, "SELECT id, aggregate_id, attempts, processed_at IS NOT NULL, dead_at IS NOT NULL, retry_after IS NOT NULL, held_by IS NOT NULL FROM outbox_events")
 		for rs.Next() {
 			v, _ := rs.Values()
 			t.Logf("row %v", v)
 		}
 		rs.Close()
-		t.Errorf("%d rows in the table, want only the dead letter", n)
-	}
+		return fmt.Sprintf("%d rows in the table", e.rows("true"))
+	}), 30*time.Second, "only the dead letter left in the table", func() bool { return e.rows("true") == 1 })
 	failing.Store(uuid.Nil)
 	admin, err := outbox.NewAdmin(e.pool, outbox.AdminConfig{Schema: e.schema})
 	if err != nil {
@@ -319,18 +311,12 @@ func TestWALSourceSlotLostFallsBack(t *testing.T) {
 // dropSlotUnder terminates the walsender streaming slot and drops it.
 func dropSlotUnder(t *testing.T, pool *pgxpool.Pool, slot string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var err error
+	testkit.Eventually(testkit.WithDetail(t, func() string { return fmt.Sprintf("drop: %v", err) }), 30*time.Second, "slot "+slot+" dropped", func() bool {
 		_, _ = pool.Exec(ctx(t), `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL`, slot)
-		_, err := pool.Exec(ctx(t), `SELECT pg_drop_replication_slot($1)`, slot)
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("drop slot %s: %v", slot, err)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		_, err = pool.Exec(ctx(t), `SELECT pg_drop_replication_slot($1)`, slot)
+		return err == nil
+	})
 }
 
 // TestWALSourceOrderedAcrossPaths: in ordered mode, an aggregate whose
@@ -359,26 +345,14 @@ func TestWALSourceOrderedAcrossPaths(t *testing.T) {
 		slow = append(slow, e.writeEvents(event("slow", i))...)
 		fast = append(fast, e.writeEvents(event("fast", i))...)
 	}
-	deadline0 := time.Now().Add(60 * time.Second)
-	for !st.all(fast) && time.Now().Before(deadline0) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if !st.all(fast) {
-		e.dump()
-		t.Fatalf("the other aggregate's events were not published within 60s (status %+v)", r.SourceStatus())
-	}
+	testkit.Eventually(testkit.WithDetail(t, func() string { e.dump(); return fmt.Sprintf("status %+v", r.SourceStatus()) }), 60*time.Second,
+		"the other aggregate's events published", func() bool { return st.all(fast) })
 	if n := e.rows("aggregate_id = 'slow' AND processed_at IS NULL"); n != 10 {
 		t.Errorf("%d of the failing aggregate's events in the table, want all 10", n)
 	}
 	failUntil.Store(0)
-	deadline := time.Now().Add(60 * time.Second)
-	for !st.all(slow) && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if !st.all(slow) {
-		e.dump()
-		t.Fatal("the failing aggregate's events were not all published within 60s of the failures ending")
-	}
+	testkit.Eventually(testkit.WithDetail(t, func() string { e.dump(); return "unprocessed rows above" }), 60*time.Second,
+		"the failing aggregate's events all published after the failures ended", func() bool { return st.all(slow) })
 	order := st.order()
 	pos := map[uuid.UUID]int{}
 	for i, id := range order {
@@ -408,13 +382,8 @@ func TestWALSourceTakeover(t *testing.T) {
 	waitStreaming(t, a, 30*time.Second)
 	b := e.relay(mem, walConfig(outbox.RelayConfig{}))
 	e.run(b)
-	deadline := time.Now().Add(5 * time.Second)
-	for !b.SourceStatus().Standby && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if !b.SourceStatus().Standby {
-		t.Fatalf("second relay not standing by: %+v", b.SourceStatus())
-	}
+	testkit.Eventually(testkit.WithDetail(t, func() string { return fmt.Sprintf("status %+v", b.SourceStatus()) }), 5*time.Second,
+		"the second relay standing by", func() bool { return b.SourceStatus().Standby })
 	ids := e.write(30)
 	stopA()
 	start := time.Now()
@@ -509,13 +478,7 @@ func TestWALSourceRowGoneBeforeDelete(t *testing.T) {
 	if err := mem.WaitDistinct(ctx(t), 1+len(later)); err != nil {
 		t.Fatalf("%d of %d events published: %v", mem.Distinct(), 1+len(later), err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for e.rows("true") > 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if n := e.rows("true"); n != 0 {
-		t.Errorf("%d rows left after delivery, want 0", n)
-	}
+	e.waitRowsGone(t, 30*time.Second)
 	if n := mem.Len(); n != 1+len(later) {
 		t.Errorf("published %d messages for %d events: the stream reopened and redelivered", n, 1+len(later))
 	}
@@ -582,15 +545,10 @@ func TestWALSourcePacesAHeavyStream(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	deadline := time.Now().Add(60 * time.Second)
-	for int64(pub.distinct()) < written.Load() && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(testkit.WithDetail(t, func() string { return fmt.Sprintf("%d of %d published", pub.distinct(), written.Load()) }), 60*time.Second,
+		"every event written published", func() bool { return int64(pub.distinct()) == written.Load() })
 	pub.mu.Lock()
 	defer pub.mu.Unlock()
-	if int64(len(pub.ids)) != written.Load() {
-		t.Fatalf("%d of %d events published", len(pub.ids), written.Load())
-	}
 	// Judged on events per batch over the window: batches are what cost
 	// the relay, and a stall of the writers (a loaded machine) leaves a few
 	// small ones that a median would weigh as much as the paced ones.
@@ -630,11 +588,7 @@ func TestWALSourceReopenBackoffResets(t *testing.T) {
 		if _, err := e.pool.Exec(ctx(t), `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL`, n.Slot); err != nil {
 			t.Fatal(err)
 		}
-		for deadline := time.Now().Add(10 * time.Second); r.SourceStatus().Streaming; time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatal("the relay did not notice its walsender's end")
-			}
-		}
+		testkit.Eventually(t, 10*time.Second, "the relay noticing its walsender's end", func() bool { return !r.SourceStatus().Streaming })
 	}
 	waitStreaming(t, r, 30*time.Second)
 	var waits []time.Duration
