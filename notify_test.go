@@ -12,6 +12,7 @@ import (
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/testdb"
+	"github.com/pgoutbox/outbox/internal/testkit"
 	"github.com/pgoutbox/outbox/memory"
 )
 
@@ -86,19 +87,13 @@ func TestListenerReconnects(t *testing.T) {
 // returns its pid.
 func waitListening(t *testing.T, e *env, exclude ...int) int {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		var pid int
-		err := e.pool.QueryRow(ctx(t), `SELECT pid FROM pg_stat_activity
+	var pid int
+	testkit.Eventually(t, 20*time.Second, "the relay LISTENing", func() bool {
+		return e.pool.QueryRow(ctx(t), `SELECT pid FROM pg_stat_activity
 			WHERE query LIKE 'LISTEN %' AND query LIKE '%' || $1 || '%' AND NOT pid = ANY($2)
-			ORDER BY backend_start DESC LIMIT 1`, e.schema, append([]int{0}, exclude...)).Scan(&pid)
-		if err == nil {
-			return pid
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatal("relay never LISTENed")
-	return 0
+			ORDER BY backend_start DESC LIMIT 1`, e.schema, append([]int{0}, exclude...)).Scan(&pid) == nil
+	})
+	return pid
 }
 
 // TestNotifierDebounces: a burst of Notify calls sends one notification at
@@ -241,24 +236,18 @@ func (b *batchCounter) state() (batches, distinct int) {
 // is missing after d.
 func (b *batchCounter) waitAll(t *testing.T, ids []uuid.UUID, d time.Duration, what string) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
+	missing := 0
+	testkit.Eventually(testkit.WithDetail(t, func() string { return fmt.Sprintf("%d of %d events not published", missing, len(ids)) }), d, what+": every event published", func() bool {
 		b.mu.Lock()
-		missing := 0
+		defer b.mu.Unlock()
+		missing = 0
 		for _, id := range ids {
 			if !b.seen[id] {
 				missing++
 			}
 		}
-		b.mu.Unlock()
-		if missing == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %d of %d events not published within %s", what, missing, len(ids), d)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return missing == 0
+	})
 }
 
 // streamEvents writes n events, each in its own transaction followed by

@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/url"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/testdb"
+	"github.com/pgoutbox/outbox/internal/testkit"
 	"github.com/pgoutbox/outbox/memory"
 )
 
@@ -173,11 +175,8 @@ func TestRelayPrivilegeRevokedWhileRunning(t *testing.T) {
 	e.execSQL("REVOKE SELECT ON " + pgx.Identifier{e.schema, "outbox_events"}.Sanitize() + " FROM " + pgx.Identifier{role}.Sanitize())
 	// The text handler quotes the line: look for its words.
 	want := "GRANT SELECT ON \\\"" + e.schema + `\".\"outbox_events\" TO \"` + role + `\"`
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(logs.String(), want); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no log line naming %q within 10 s:\n%s", want, logs.String())
-		}
-	}
+	testkit.Eventually(testkit.WithDetail(t, func() string { return "logs:\n" + logs.String() }), 10*time.Second,
+		fmt.Sprintf("a log line naming %q", want), func() bool { return strings.Contains(logs.String(), want) })
 }
 
 // syncBuf is a log destination tests read while the relay writes.

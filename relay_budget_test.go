@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/testkit"
 )
 
 // batchRecorder is a BatchPublisher that records each batch's size.
@@ -161,19 +162,13 @@ VALUES ('order', $1, 'order.created', '{}', jsonb_build_object('pad', $2::text))
 					}
 				}
 			}
-			deadline := time.Now().Add(30 * time.Second)
-			for {
+			published := func() int {
 				pub.mu.Lock()
-				n := len(pub.ids)
-				pub.mu.Unlock()
-				if n == 20 {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("%d of 20 events published", n)
-				}
-				time.Sleep(20 * time.Millisecond)
+				defer pub.mu.Unlock()
+				return len(pub.ids)
 			}
+			testkit.Eventually(testkit.WithDetail(t, func() string { return fmt.Sprintf("%d of 20 published", published()) }), 30*time.Second,
+				"the 20 events published", func() bool { return published() == 20 })
 			pub.mu.Lock()
 			defer pub.mu.Unlock()
 			for _, b := range pub.batches {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/testkit"
 	"github.com/pgoutbox/outbox/memory"
 )
 
@@ -37,13 +38,9 @@ func TestFloorPassesLateCommitWithoutLosingIt(t *testing.T) {
 			if err := pub.WaitDistinct(ctx(t), 20); err != nil {
 				t.Fatal(err)
 			}
-			deadline := time.Now().Add(10 * time.Second)
-			for outbox.ClaimFloor(r) <= lowSeq && time.Now().Before(deadline) {
-				time.Sleep(5 * time.Millisecond)
-			}
-			if f := outbox.ClaimFloor(r); f <= lowSeq {
-				t.Fatalf("floor %d never passed the open transaction's seq %d: the test would not exercise the rescan", f, lowSeq)
-			}
+			testkit.Eventually(testkit.WithDetail(t, func() string {
+				return fmt.Sprintf("floor %d: the test would not exercise the rescan", outbox.ClaimFloor(r))
+			}), 10*time.Second, fmt.Sprintf("the floor past the open transaction's seq %d", lowSeq), func() bool { return outbox.ClaimFloor(r) > lowSeq })
 			if err := early.Commit(ctx(t)); err != nil {
 				t.Fatal(err)
 			}
@@ -82,15 +79,10 @@ SELECT 'order', g::text, 'order.created', '{}' FROM generate_series(1, 20000) g`
 	if err := e.pool.QueryRow(ctx(t), "SELECT max(seq) FROM outbox_events").Scan(&top); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for outbox.ClaimFloor(r) < top && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	floor := outbox.ClaimFloor(r)
+	var floor int64
+	testkit.Eventually(testkit.WithDetail(t, func() string { return fmt.Sprintf("floor %d", floor) }), 10*time.Second,
+		fmt.Sprintf("the floor at the drained seq %d", top), func() bool { floor = outbox.ClaimFloor(r); return floor >= top })
 	stop()
-	if floor < top {
-		t.Fatalf("floor %d after draining up to seq %d", floor, top)
-	}
 	buffers := func(floor int64) int {
 		tx, err := e.pool.Begin(ctx(t))
 		if err != nil {

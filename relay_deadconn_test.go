@@ -15,6 +15,7 @@ import (
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/tcpproxy"
 	"github.com/pgoutbox/outbox/internal/testdb"
+	"github.com/pgoutbox/outbox/internal/testkit"
 	"github.com/pgoutbox/outbox/memory"
 )
 
@@ -113,12 +114,8 @@ func TestDeadConnectionIsDiscarded(t *testing.T) {
 	}
 
 	// The listener's connection is frozen too: its liveness ping finds it.
-	for deadline := time.Now().Add(3*stmt + 3*time.Second); time.Now().Before(deadline) && !strings.Contains(logs.String(), "outbox listener lost"); {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if !strings.Contains(logs.String(), "outbox listener lost") {
-		t.Errorf("the listener never noticed its frozen connection within %s; logs:\n%s", 3*stmt+3*time.Second, tailLines(logs.String(), 20))
-	}
+	testkit.Eventually(testkit.WithDetail(t, func() string { return "logs:\n" + tailLines(logs.String(), 20) }), 3*stmt+3*time.Second,
+		"the listener noticing its frozen connection", func() bool { return strings.Contains(logs.String(), "outbox listener lost") })
 
 	// Freeze again, with a batch likely in flight, and stop the relay.
 	thaw2 := proxy.Freeze()

@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/testdb"
+	"github.com/pgoutbox/outbox/internal/testkit"
 	"github.com/pgoutbox/outbox/memory"
 )
 
@@ -113,11 +115,9 @@ VALUES ('commande', 'c-1', 'commande.créée', '{"client": "Hélène"}')`); err 
 				t.Fatalf("delivered %q with payload %s, want commande.créée and Hélène in UTF-8", m.EventType, m.Payload)
 			}
 			// Recorded once the batch is: just after the publish.
-			for deadline := time.Now().Add(10 * time.Second); gauge(t, reg, "outbox_events_published_total") != 1; time.Sleep(10 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatalf("outbox_events_published_total = %v, want 1", gauge(t, reg, "outbox_events_published_total"))
-				}
-			}
+			testkit.Eventually(testkit.WithDetail(t, func() string {
+				return fmt.Sprintf("outbox_events_published_total = %v", gauge(t, reg, "outbox_events_published_total"))
+			}), 10*time.Second, "outbox_events_published_total 1", func() bool { return gauge(t, reg, "outbox_events_published_total") == 1 })
 		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/testkit"
 	"github.com/pgoutbox/outbox/memory"
 )
 
@@ -40,13 +41,9 @@ SELECT 'order', g::text, 'order.created', '{}' FROM generate_series(1, $1) g`, l
 			if err := pub.WaitDistinct(ctx(t), 5); err != nil {
 				t.Fatal(err)
 			}
-			deadline := time.Now().Add(10 * time.Second)
-			for outbox.ClaimFloor(r) <= lowSeq && time.Now().Before(deadline) {
-				time.Sleep(5 * time.Millisecond)
-			}
-			if f := outbox.ClaimFloor(r); f <= lowSeq {
-				t.Fatalf("floor %d never passed the open transaction's seq %d: the test would not exercise the rescan", f, lowSeq)
-			}
+			testkit.Eventually(testkit.WithDetail(t, func() string {
+				return fmt.Sprintf("floor %d: the test would not exercise the rescan", outbox.ClaimFloor(r))
+			}), 10*time.Second, fmt.Sprintf("the floor past the open transaction's seq %d", lowSeq), func() bool { return outbox.ClaimFloor(r) > lowSeq })
 			if err := early.Commit(ctx(t)); err != nil {
 				t.Fatal(err)
 			}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/testdb"
+	"github.com/pgoutbox/outbox/internal/testkit"
 	"github.com/pgoutbox/outbox/memory"
 )
 
@@ -113,13 +114,10 @@ func TestOrderedDeadLetterHoldsSuccessors(t *testing.T) {
 		t.Fatalf("published %v, want only Y while X's head is a dead letter", aggIDs(pub.Messages()))
 	}
 	stop := e.run(r)
-	deadline := time.Now().Add(10 * time.Second)
-	for gauge(t, reg, "outbox_blocked_aggregates") != 1 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if v := gauge(t, reg, "outbox_blocked_aggregates"); v != 1 {
-		t.Errorf("outbox_blocked_aggregates = %v, want 1", v)
-	}
+	testkit.Eventually(testkit.WithDetail(t, func() string {
+		return fmt.Sprintf("outbox_blocked_aggregates = %v", gauge(t, reg, "outbox_blocked_aggregates"))
+	}),
+		10*time.Second, "outbox_blocked_aggregates 1", func() bool { return gauge(t, reg, "outbox_blocked_aggregates") == 1 })
 	if st, err := e.admin().Status(ctx(t)); err != nil || st.BlockedAggregates != 1 {
 		t.Errorf("status blocked aggregates = %+v, %v; want 1", st, err)
 	}

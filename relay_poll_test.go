@@ -11,6 +11,7 @@ import (
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/engine"
+	"github.com/pgoutbox/outbox/internal/testkit"
 	"github.com/pgoutbox/outbox/memory"
 )
 
@@ -64,7 +65,7 @@ func TestIdleRelayPollsOncePerInterval(t *testing.T) {
 
 	// The shared poll still finds a plain INSERT that nothing announced.
 	e.write(1)
-	waitFor(t, func() bool { return e.count("processed_at IS NOT NULL") == 1 })
+	testkit.Eventually(t, 45*time.Second, "the unannounced event processed", func() bool { return e.count("processed_at IS NOT NULL") == 1 })
 }
 
 // A backlog that arrives while the relay is idle is worked by every worker:
@@ -93,7 +94,7 @@ func TestBacklogJoinsIdleWorkers(t *testing.T) {
 	e.run(r)
 	waitIdle(t, sig, 4) // idle: every worker waits on the poll
 	e.writeBatch(400)
-	waitFor(t, func() bool { return e.count("processed_at IS NOT NULL") == 400 })
+	testkit.Eventually(t, 45*time.Second, "the 400 events processed", func() bool { return e.count("processed_at IS NOT NULL") == 400 })
 	t.Logf("at most %d publishes at a time", most.Load())
 	if m := most.Load(); m < 2 {
 		t.Errorf("a backlog of 40 batches was published by at most %d worker at a time, want the idle workers to join", m)

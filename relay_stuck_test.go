@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -11,19 +12,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/testkit"
 )
 
 // waitReady polls r.Ready until ok(err), or fails after d.
 func waitReady(t *testing.T, r *outbox.Relay, d time.Duration, what string, ok func(error) bool) error {
 	t.Helper()
 	var err error
-	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if err = r.Ready(context.Background()); ok(err) {
-			return err
-		}
-	}
-	t.Fatalf("no %s within %s; Ready = %v", what, d, err)
-	return nil
+	testkit.Eventually(testkit.WithDetail(t, func() string { return fmt.Sprintf("Ready = %v", err) }), d, what, func() bool {
+		err = r.Ready(context.Background())
+		return ok(err)
+	})
+	return err
 }
 
 // TestStuckDetector: events due and none delivered for StuckAfter make

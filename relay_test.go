@@ -23,6 +23,7 @@ import (
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/tcpproxy"
 	"github.com/pgoutbox/outbox/internal/testdb"
+	"github.com/pgoutbox/outbox/internal/testkit"
 	"github.com/pgoutbox/outbox/memory"
 )
 
@@ -104,13 +105,12 @@ func TestFailingPublishBacksOffThenDeadLetters(t *testing.T) {
 	}
 
 	// Keep going until it is a dead letter; it must take exactly MaxAttempts.
-	deadline := time.Now().Add(20 * time.Second)
-	for e.count("dead_at IS NOT NULL") == 0 && time.Now().Before(deadline) {
+	testkit.Eventually(t, 20*time.Second, "the poison row dead-lettered", func() bool {
 		if _, err := r.ProcessBatch(ctx(t)); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(3 * time.Millisecond) // let retry_after pass
-	}
+		return e.count("dead_at IS NOT NULL") > 0
+	})
 	if err := e.pool.QueryRow(ctx(t), `SELECT attempts FROM outbox_dead_letters WHERE id = $1`, poison).Scan(&attempts); err != nil {
 		t.Fatalf("poison row not in the dead-letter view: %v", err)
 	}
@@ -178,13 +178,8 @@ func TestBrokerOutageBurnsNoAttempts(t *testing.T) {
 	})
 	stop := e.run(r)
 	// Let the relay hit the outage many times: far more than MaxAttempts.
-	deadline := time.Now().Add(10 * time.Second)
-	for calls.Load() < 20 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if calls.Load() < 20 {
-		t.Fatalf("relay tried only %d publishes during the outage", calls.Load())
-	}
+	testkit.Eventually(testkit.WithDetail(t, func() string { return fmt.Sprintf("%d publishes tried", calls.Load()) }), 10*time.Second,
+		"20 publishes tried during the outage", func() bool { return calls.Load() >= 20 })
 	if got := gauge(t, reg, "outbox_broker_unavailable"); got != 1 {
 		t.Errorf("outbox_broker_unavailable = %v during the outage, want 1", got)
 	}

@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/testkit"
 	"github.com/pgoutbox/outbox/memory"
 )
 
@@ -36,11 +38,10 @@ FOR EACH ROW EXECUTE FUNCTION refuse_mark()`)
 	e.run(r)
 
 	var err error
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if err = r.Ready(ctx(t)); err != nil && strings.Contains(err.Error(), "published but not recorded") {
-			break
-		}
-	}
+	testkit.Eventually(testkit.WithDetail(t, func() string { return fmt.Sprintf("Ready = %v", err) }), 15*time.Second, "Ready failing with the mark's error", func() bool {
+		err = r.Ready(ctx(t))
+		return err != nil && strings.Contains(err.Error(), "published but not recorded")
+	})
 	if err == nil || !strings.Contains(err.Error(), "published but not recorded") || !strings.Contains(err.Error(), "read-only (test)") || errors.Is(err, outbox.ErrStuck) {
 		t.Fatalf("Ready = %v, want the mark's error", err)
 	}
@@ -62,11 +63,8 @@ FOR EACH ROW EXECUTE FUNCTION refuse_mark()`)
 	}
 
 	e.execSQL(`DROP TRIGGER refuse_mark ON outbox_events`)
-	for deadline := time.Now().Add(30 * time.Second); e.count("processed_at IS NULL") > 0; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d events still pending 30 s after the mark works again", e.count("processed_at IS NULL"))
-		}
-	}
+	testkit.Eventually(testkit.WithDetail(t, func() string { return fmt.Sprintf("%d still pending", e.count("processed_at IS NULL")) }), 30*time.Second,
+		"every event recorded once the mark works again", func() bool { return e.count("processed_at IS NULL") == 0 })
 	if err := r.Ready(ctx(t)); err != nil {
 		t.Errorf("Ready = %v once marks work again", err)
 	}
