@@ -57,7 +57,10 @@ func TestWALSourceOrderedReplayKeepsPlace(t *testing.T) {
 	stop1 := e.run(r1)
 	waitStreaming(t, r1, 30*time.Second)
 	// x0 fails and is handed to the table; x1..x3 are parked behind it.
-	testkit.Eventually(testkit.WithDetail(t, func() string { e.dump(); return fmt.Sprintf("%d handed to the table", e.rows("retry_after IS NOT NULL")) }),
+	testkit.Eventually(testkit.WithDetail(t, func() string {
+		e.dump()
+		return fmt.Sprintf("%d handed to the table", e.rows("retry_after IS NOT NULL"))
+	}),
 		30*time.Second, "every event handed to the table path", func() bool { return e.rows("retry_after IS NOT NULL") >= len(ids) })
 	stop1()
 	before := e.places(t)
