@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/testkit"
 	"github.com/pgoutbox/outbox/memory"
 )
 
@@ -70,13 +71,9 @@ func TestOrderedFailureParksSuccessors(t *testing.T) {
 
 	late := e.writeAgg("X", 6, 1) // arrives behind the failing X1
 	e.run(r)
-	deadline := time.Now().Add(10 * time.Second)
-	for e.count(fmt.Sprintf("id = '%s' AND held_by = '%s'", late[0], xs[0])) != 1 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if e.count(fmt.Sprintf("id = '%s' AND held_by = '%s'", late[0], xs[0])) != 1 {
-		t.Fatal("the late X6 was never parked behind X1")
-	}
+	testkit.Eventually(t, 10*time.Second, "the late X6 parked behind X1", func() bool {
+		return e.count(fmt.Sprintf("id = '%s' AND held_by = '%s'", late[0], xs[0])) == 1
+	})
 
 	failing.Store(false)
 	if _, err := e.admin().Retry(ctx(t), outbox.RetrySelector{IDs: xs[:1]}); err != nil {
@@ -322,13 +319,7 @@ func TestOrderedParkingDoesNotWait(t *testing.T) {
 	}
 	release()
 	e.run(r)
-	deadline := time.Now().Add(10 * time.Second)
-	for !held(xs[1]) && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if !held(xs[1]) {
-		t.Fatal("X2 was never parked behind X1 once its lock was released")
-	}
+	testkit.Eventually(t, 10*time.Second, "X2 parked behind X1 once its lock was released", func() bool { return held(xs[1]) })
 }
 
 // TestOrderedHotFailingAggregateDoesNotStallOthers: X1 waits for its retry

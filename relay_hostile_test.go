@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/testkit"
 	"github.com/pgoutbox/outbox/internal/wal"
 	"github.com/pgoutbox/outbox/memory"
 )
@@ -184,15 +185,14 @@ func TestHostileRows(t *testing.T) {
 					deadIDs = append(deadIDs, ids[i])
 				}
 			}
-			for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-				var n int
-				if err := e.pool.QueryRow(c, `SELECT count(*) FROM outbox_events WHERE id = ANY($1) AND dead_at IS NOT NULL`, deadIDs).Scan(&n); err != nil {
-					t.Fatal(err)
-				}
-				if n == len(deadIDs) {
-					break
-				}
-			}
+			var n int
+			testkit.Eventually(testkit.WithDetail(t, func() string { return fmt.Sprintf("%d of %d recorded", n, len(deadIDs)) }), 15*time.Second,
+				"the dead letters recorded", func() bool {
+					if err := e.pool.QueryRow(c, `SELECT count(*) FROM outbox_events WHERE id = ANY($1) AND dead_at IS NOT NULL`, deadIDs).Scan(&n); err != nil {
+						t.Fatal(err)
+					}
+					return n == len(deadIDs)
+				})
 			got := map[uuid.UUID]outbox.Message{}
 			for _, m := range mem.Messages() {
 				got[m.ID] = m

@@ -455,12 +455,7 @@ func TestPgBouncerRelayWALDirect(t *testing.T) {
 	if err := pub.WaitDistinct(ctx(t), 100); err != nil {
 		t.Fatalf("%d of 100 delivered: %v\nlogs:\n%s", pub.Distinct(), err, logs.String())
 	}
-	for deadline := time.Now().Add(10 * time.Second); e.rows("true") > 0 && time.Now().Before(deadline); {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if n := e.rows("true"); n != 0 {
-		t.Errorf("%d rows left in the table, want the delivered ones deleted", n)
-	}
+	e.waitRowsGone(t, 10*time.Second)
 	if !r.SourceStatus().Streaming {
 		t.Errorf("not streaming at the end: %+v", r.SourceStatus())
 	}

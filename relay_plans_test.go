@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/testdb"
+	"github.com/pgoutbox/outbox/internal/testkit"
 	"github.com/pgoutbox/outbox/memory"
 )
 
@@ -96,20 +98,14 @@ SELECT 'order', 'history', 'order.created', '{}', now() FROM generate_series(1, 
 	rpool.Close()
 
 	// A backend reports its table statistics when it exits.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var sessions int
-		if err := pool.QueryRow(ctx(t), `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'relay'`).Scan(&sessions); err != nil {
-			t.Fatal(err)
-		}
-		if sessions == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d relay sessions still open 10s after the pool closed", sessions)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var sessions int
+	testkit.Eventually(testkit.WithDetail(t, func() string { return fmt.Sprintf("%d still open", sessions) }), 10*time.Second,
+		"the relay's sessions closed after its pool", func() bool {
+			if err := pool.QueryRow(ctx(t), `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'relay'`).Scan(&sessions); err != nil {
+				t.Fatal(err)
+			}
+			return sessions == 0
+		})
 	var seqScans, seqRead int64
 	if err := pool.QueryRow(ctx(t), `SELECT seq_scan, seq_tup_read FROM pg_stat_user_tables WHERE relid = 'outbox_events'::regclass`).Scan(&seqScans, &seqRead); err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/testkit"
 	"github.com/pgoutbox/outbox/memory"
 )
 
@@ -26,10 +27,7 @@ func TestOutageBackoffHonoursRetryAfter(t *testing.T) {
 	r := e.relay(mem, outbox.RelayConfig{Workers: 1, PollInterval: 5 * time.Millisecond,
 		OutageBackoff: outbox.Backoff{Base: 10 * time.Millisecond, Max: 20 * time.Millisecond}})
 	stop := e.run(r)
-	deadline := time.Now().Add(10 * time.Second)
-	for calls.Load() == 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	testkit.Eventually(t, 10*time.Second, "the first publish", func() bool { return calls.Load() > 0 })
 	time.Sleep(1500 * time.Millisecond)
 	stop()
 	// Each batch publishes until the first refusal and probes the next

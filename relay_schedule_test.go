@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/testkit"
 	"github.com/pgoutbox/outbox/memory"
 )
 
@@ -55,20 +56,16 @@ func (s *stamps) order() []uuid.UUID {
 // waitFor waits until every id is published, or fails after d.
 func (s *stamps) waitFor(t *testing.T, d time.Duration, ids ...uuid.UUID) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		all := true
+	missing := 0
+	testkit.Eventually(testkit.WithDetail(t, func() string { return fmt.Sprintf("%d of %d not published", missing, len(ids)) }), d, "the events published", func() bool {
+		missing = 0
 		for _, id := range ids {
 			if _, ok := s.get(id); !ok {
-				all = false
+				missing++
 			}
 		}
-		if all {
-			return
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	t.Fatalf("events not published within %v", d)
+		return missing == 0
+	})
 }
 
 // writeEvents commits evs in one transaction.
@@ -136,12 +133,8 @@ func TestScheduledDeliverAtNeverEarlyThenWithinPoll(t *testing.T) {
 		t.Errorf("Delay 1.5s event published %v after its write", d)
 	}
 	// The mark commits just after the publish the stamps saw.
-	for deadline := time.Now().Add(5 * time.Second); e.count("processed_at IS NULL") != 0 && time.Now().Before(deadline); {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if n := e.count("processed_at IS NULL"); n != 0 {
-		t.Errorf("%d events left unpublished", n)
-	}
+	testkit.Eventually(testkit.WithDetail(t, func() string { return fmt.Sprintf("%d left unpublished", e.count("processed_at IS NULL")) }), 5*time.Second,
+		"every event marked", func() bool { return e.count("processed_at IS NULL") == 0 })
 }
 
 // TestScheduledDueBelowFloorWithinPoll: a scheduled event that comes due
@@ -267,13 +260,10 @@ func TestScheduledGauges(t *testing.T) {
 	r := e.relay(memory.New(), outbox.RelayConfig{Workers: 1, StatsInterval: 20 * time.Millisecond, Registerer: reg})
 	stop := e.run(r)
 	defer stop()
-	deadline := time.Now().Add(5 * time.Second)
-	for gauge(t, reg, "outbox_events_scheduled") != 2 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if g := gauge(t, reg, "outbox_events_scheduled"); g != 2 {
-		t.Fatalf("outbox_events_scheduled = %v, want 2", g)
-	}
+	testkit.Eventually(testkit.WithDetail(t, func() string {
+		return fmt.Sprintf("outbox_events_scheduled = %v", gauge(t, reg, "outbox_events_scheduled"))
+	}),
+		5*time.Second, "outbox_events_scheduled 2", func() bool { return gauge(t, reg, "outbox_events_scheduled") == 2 })
 	if g := gauge(t, reg, "outbox_scheduled_next_due_timestamp_seconds"); g != float64(due.Unix()) {
 		t.Errorf("next due = %v, want %v", g, due.Unix())
 	}
@@ -339,13 +329,12 @@ func TestScheduledEndToEnd(t *testing.T) {
 			due := time.Now().Add(1500 * time.Millisecond)
 			sched := e.writeEvents(scheduledAt("a", 1, due))
 			now := e.writeEvents(event("b", 1))
-			deadline := time.Now().Add(10 * time.Second)
-			for e.count("processed_at IS NULL") > 0 && time.Now().Before(deadline) {
+			testkit.Eventually(t, 10*time.Second, "both events marked", func() bool {
 				if time.Now().Before(due.Add(-100*time.Millisecond)) && e.count("processed_at IS NOT NULL AND aggregate_id = 'a'") > 0 {
 					t.Fatal("the scheduled event was published before its time")
 				}
-				time.Sleep(10 * time.Millisecond)
-			}
+				return e.count("processed_at IS NULL") == 0
+			})
 			var processed time.Time
 			if err := e.pool.QueryRow(ctx(t), `SELECT processed_at FROM outbox_events WHERE id = $1`, sched[0]).Scan(&processed); err != nil {
 				t.Fatalf("scheduled event not published: %v", err)
