@@ -19,6 +19,7 @@ import (
 	"github.com/pgoutbox/outbox/inbox"
 	"github.com/pgoutbox/outbox/internal/configcheck"
 	"github.com/pgoutbox/outbox/internal/testdb"
+	"github.com/pgoutbox/outbox/internal/testkit"
 )
 
 func TestFirstDeliveryRunsHandlerAndRecords(t *testing.T) {
@@ -291,7 +292,7 @@ func TestConcurrentDuplicateFirstFails(t *testing.T) {
 		secondDone <- res
 	}()
 	// The second must be blocked on the first's row lock.
-	waitFor(t, "second delivery to wait on the row lock", func() bool {
+	testkit.Eventually(t, 10*time.Second, "second delivery to wait on the row lock", func() bool {
 		return e.count(`SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO%processed_events%'`) > 0
 	})
 	select {
@@ -308,17 +309,6 @@ func TestConcurrentDuplicateFirstFails(t *testing.T) {
 	}
 	if n := e.effects(m.ID); n != 1 {
 		t.Errorf("effects = %d, want 1", n)
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
