@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pgoutbox/outbox/internal/ident"
+	"github.com/pgoutbox/outbox/internal/testkit"
 )
 
 // On a server of the test's own: the wal_level check against a real
@@ -68,7 +69,14 @@ func TestPrivateServer(t *testing.T) {
 		if err := s.Ack(e1.LSN); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(200 * time.Millisecond) // a status report carries the ack
+		testkit.Eventually(t, 10*time.Second, "a status report carrying the ack", func() bool {
+			var ok bool
+			if err := db.QueryRow(ctx, `SELECT confirmed_flush_lsn >= $1::pg_lsn FROM pg_replication_slots WHERE slot_name = $2`,
+				e1.LSN.String(), n.Slot).Scan(&ok); err != nil {
+				t.Fatal(err)
+			}
+			return ok
+		})
 		c.start("wal_level=logical", "max_slot_wal_keep_size=1MB")
 		select {
 		case <-s.Done():

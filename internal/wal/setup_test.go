@@ -3,6 +3,7 @@ package wal
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/pgoutbox/outbox/internal/ident"
 	"github.com/pgoutbox/outbox/internal/migrate"
 	"github.com/pgoutbox/outbox/internal/testdb"
+	"github.com/pgoutbox/outbox/internal/testkit"
 )
 
 // bundle is what a test of the stream works with: an outbox table in its
@@ -150,20 +152,16 @@ func urlAs(t *testing.T, user string) string {
 // waitInactive waits until no process streams the slot.
 func waitInactive(t *testing.T, b *bundle) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		st, err := Inspect(context.Background(), b.pool, b.names)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !st.Active {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("slot %s still active (PID %d)", b.names.Slot, st.ActivePID)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var pid int32
+	testkit.Eventually(testkit.WithDetail(t, func() string { return fmt.Sprintf("streamed by PID %d", pid) }), 10*time.Second,
+		"slot "+b.names.Slot+" inactive", func() bool {
+			st, err := Inspect(context.Background(), b.pool, b.names)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pid = st.ActivePID
+			return !st.Active
+		})
 }
 
 func isBusy(err error) bool { return errors.Is(err, ErrSlotBusy) }

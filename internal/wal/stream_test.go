@@ -15,6 +15,7 @@ import (
 
 	"github.com/pgoutbox/outbox/internal/tcpproxy"
 	"github.com/pgoutbox/outbox/internal/testdb"
+	"github.com/pgoutbox/outbox/internal/testkit"
 )
 
 // Two transactions of one aggregate, inserted in one order and committed in
@@ -300,24 +301,18 @@ func TestStreamSecondReaderBusyThenTakesOver(t *testing.T) {
 	// The first reader dies without a goodbye (as a SIGKILLed process: its
 	// socket closes, nothing else).
 	b.insert(t, "a", "in-flight")
-	time.Sleep(200 * time.Millisecond) // let the first reader receive it
+	testkit.Eventually(t, 10*time.Second, "the first reader receiving the transaction", func() bool { return len(first.out) > 0 })
 	_ = first.conn.Conn().Close()
-	deadline := time.Now().Add(5 * time.Second)
 	var second *Stream
-	for second == nil {
-		s, err := Open(context.Background(), b.config())
-		switch {
-		case err == nil:
-			second = s
-			t.Cleanup(func() { _ = s.Close(context.Background()) })
-		case !isBusy(err):
-			t.Fatalf("takeover: %v", err)
-		case time.Now().After(deadline):
-			t.Fatalf("still busy 5 s after the first reader died: %v", err)
-		default:
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
+	testkit.Eventually(testkit.WithDetail(t, func() string { return fmt.Sprintf("Open: %v", err) }), 5*time.Second,
+		"the takeover once the first reader died", func() bool {
+			second, err = Open(context.Background(), b.config())
+			if err != nil && !isBusy(err) {
+				t.Fatalf("takeover: %v", err)
+			}
+			return err == nil
+		})
+	t.Cleanup(func() { _ = second.Close(context.Background()) })
 	// Nothing lost: the unacknowledged transaction comes again, the
 	// acknowledged one does not.
 	if got := eventTypes(next(t, second)); !slices.Equal(got, []string{"in-flight"}) {
@@ -468,10 +463,7 @@ VALUES ('order', 'o1', $1, jsonb_build_object('pad', $2::text))`, fmt.Sprint("e"
 	cfg := b.config()
 	cfg.BufferBytes = 2*size + size/2
 	s := b.open(t, cfg)
-	deadline := time.Now().Add(30 * time.Second)
-	for len(s.out) < 2 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(t, 30*time.Second, "two transactions decoded ahead", func() bool { return len(s.out) >= 2 })
 	time.Sleep(500 * time.Millisecond) // time to decode the rest, were it not bounded
 	if n, got := len(s.out), s.buffered.Load(); n != 2 || got > int64(cfg.BufferBytes) {
 		t.Fatalf("%d transactions and %d bytes decoded ahead, want 2 within %d bytes", n, got, cfg.BufferBytes)
