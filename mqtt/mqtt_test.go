@@ -19,6 +19,7 @@ import (
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/configcheck"
 	"github.com/pgoutbox/outbox/internal/tcpproxy"
+	"github.com/pgoutbox/outbox/internal/testkit"
 	"github.com/pgoutbox/outbox/mqtt"
 	"github.com/pgoutbox/outbox/publishertest"
 )
@@ -116,13 +117,9 @@ func newPublisher(t *testing.T, addr string, cfg mqtt.Config) *mqtt.Publisher {
 
 func waitConnected(t *testing.T, p *mqtt.Publisher) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for p.Health(context.Background()) != nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("publisher not connected after 10s: %v", p.Health(context.Background()))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	var err error
+	testkit.Eventually(testkit.WithDetail(t, func() string { return fmt.Sprintf("Health: %v", err) }), 10*time.Second,
+		"the publisher connected", func() bool { err = p.Health(context.Background()); return err == nil })
 }
 
 const maxMessageBytes = 64 << 10
@@ -235,9 +232,10 @@ func TestConnectionLostBeforePUBACKFails(t *testing.T) {
 	t.Cleanup(func() { _ = p.Close() })
 	waitConnected(t, p)
 	thaw := proxy.Freeze() // the PUBLISH is held: no PUBACK comes
+	before := proxy.BytesFromClients()
 	errc := make(chan error, 1)
 	go func() { errc <- p.Publish(timeout(t, 30*time.Second), message("1", 1)) }()
-	time.Sleep(200 * time.Millisecond)
+	testkit.Eventually(t, 10*time.Second, "the PUBLISH reaching the proxy", func() bool { return proxy.BytesFromClients() > before })
 	proxy.Cut() // the connection dies before the PUBACK
 	thaw()
 	proxy.Restore() // and a new one can be made at once

@@ -16,6 +16,7 @@ import (
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/testcerts"
+	"github.com/pgoutbox/outbox/internal/testkit"
 	"github.com/pgoutbox/outbox/internal/testnats"
 	outboxnats "github.com/pgoutbox/outbox/nats"
 	"github.com/pgoutbox/outbox/publishertest"
@@ -83,17 +84,13 @@ func TestEnsureStream(t *testing.T) {
 	ctx := context.Background()
 	publish := func() {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			err := pub.Publish(ctx, publishertest.NewMessage("1", `{}`))
-			if err == nil {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("publish with ensure_stream: %v", err)
-			}
-			time.Sleep(20 * time.Millisecond) // the connection is still being made
-		}
+		var err error
+		// The connection is still being made.
+		testkit.Eventually(testkit.WithDetail(t, func() string { return fmt.Sprintf("Publish: %v", err) }), 10*time.Second,
+			"a publish with ensure_stream", func() bool {
+				err = pub.Publish(ctx, publishertest.NewMessage("1", `{}`))
+				return err == nil
+			})
 	}
 	publish()
 	s, err := js.Stream(ctx, name)
@@ -154,17 +151,12 @@ authorization { users = [ { nkey: %q } ] }
 		t.Fatal(err)
 	}
 	defer pub.Close()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		err := pub.Publish(context.Background(), publishertest.NewMessage("1", `{}`))
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("publish over TLS with a client certificate and an nkey: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond) // connecting
-	}
+	var perr error
+	testkit.Eventually(testkit.WithDetail(t, func() string { return fmt.Sprintf("Publish: %v", perr) }), 15*time.Second,
+		"a publish over TLS with a client certificate and an nkey", func() bool {
+			perr = pub.Publish(context.Background(), publishertest.NewMessage("1", `{}`))
+			return perr == nil
+		})
 
 	u, _ = url.Parse(base)
 	anon, err := outboxnats.NewFromURL(u)

@@ -21,6 +21,7 @@ import (
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/configcheck"
 	"github.com/pgoutbox/outbox/internal/tcpproxy"
+	"github.com/pgoutbox/outbox/internal/testkit"
 	"github.com/pgoutbox/outbox/publishertest"
 	"github.com/pgoutbox/outbox/pubsub"
 )
@@ -273,15 +274,11 @@ func TestFailureDoesNotPauseTheKeyForLaterBatches(t *testing.T) {
 	// The resume happens once every message of the key has its result,
 	// which it has: the next batch goes out.
 	var next error
-	for range 50 {
-		if next = p.Publish(timeout(t, 30*time.Second), message("agg-1", 2)); next == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if next != nil {
-		t.Fatalf("the aggregate's next event after a failure: %v (its ordering key stayed paused)", next)
-	}
+	testkit.Eventually(testkit.WithDetail(t, func() string { return fmt.Sprintf("Publish: %v (its ordering key stayed paused)", next) }), 10*time.Second,
+		"the aggregate's next event published after a failure", func() bool {
+			next = p.Publish(timeout(t, 30*time.Second), message("agg-1", 2))
+			return next == nil
+		})
 	if _, err := (&reader{e: e, sub: sub, topic: "order.created"}).Read(timeout(t, 30*time.Second), 1); err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/configcheck"
+	"github.com/pgoutbox/outbox/internal/testkit"
 	"github.com/pgoutbox/outbox/publishertest"
 	"github.com/pgoutbox/outbox/rabbitmq"
 )
@@ -199,13 +200,7 @@ func TestConnectionLostMidBatch(t *testing.T) {
 	before := proxy.BytesFromClients()
 	done := make(chan []error, 1)
 	go func() { done <- pub.PublishBatch(ctxFor(t, 30*time.Second), batch) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for proxy.BytesFromClients()-before < int64(size) {
-		if time.Now().After(deadline) {
-			t.Fatal("the batch never reached the proxy")
-		}
-		time.Sleep(time.Millisecond) // poll interval
-	}
+	testkit.Eventually(t, 10*time.Second, "the batch reaching the proxy", func() bool { return proxy.BytesFromClients()-before >= int64(size) })
 	proxy.Cut()
 	errs := <-done
 
@@ -368,13 +363,9 @@ func TestHealth(t *testing.T) {
 		t.Error("Health is nil with the broker cut off")
 	}
 	proxy.Restore()
-	deadline := time.Now().Add(10 * time.Second)
-	for err := pub.Health(ctxFor(t, 10*time.Second)); err != nil; err = pub.Health(ctxFor(t, 10*time.Second)) {
-		if time.Now().After(deadline) {
-			t.Fatalf("Health after restore: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond) // poll interval
-	}
+	var err error
+	testkit.Eventually(testkit.WithDetail(t, func() string { return fmt.Sprintf("Health: %v", err) }), 10*time.Second,
+		"Health after restore", func() bool { err = pub.Health(ctxFor(t, 10*time.Second)); return err == nil })
 
 	missing := newPublisher(t, rabbitmq.Config{URL: brokerURL(), Exchange: uniqueName("missing")})
 	if err := missing.Health(ctxFor(t, 10*time.Second)); err == nil || !strings.Contains(err.Error(), "404") {

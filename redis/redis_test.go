@@ -21,6 +21,7 @@ import (
 	"github.com/pgoutbox/outbox/internal/tcpproxy"
 	"github.com/pgoutbox/outbox/internal/testcerts"
 	"github.com/pgoutbox/outbox/internal/testdb"
+	"github.com/pgoutbox/outbox/internal/testkit"
 	"github.com/pgoutbox/outbox/publishertest"
 	outboxredis "github.com/pgoutbox/outbox/redis"
 )
@@ -340,13 +341,8 @@ func TestHealth(t *testing.T) {
 		t.Errorf("Health with Redis cut off: %v, want an unavailable error", err)
 	}
 	proxy.Restore()
-	deadline := time.Now().Add(10 * time.Second)
-	for err := pub.Health(ctxFor(t, 5*time.Second)); err != nil; err = pub.Health(ctxFor(t, 5*time.Second)) {
-		if time.Now().After(deadline) {
-			t.Fatalf("Health after restore: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond) // poll interval
-	}
+	testkit.Eventually(testkit.WithDetail(t, func() string { return fmt.Sprintf("Health: %v", err) }), 10*time.Second,
+		"Health after restore", func() bool { err = pub.Health(ctxFor(t, 5*time.Second)); return err == nil })
 }
 
 func TestNewFromURL(t *testing.T) {
@@ -511,13 +507,7 @@ func ownServer(t *testing.T, args ...string) *goredis.Client {
 	})
 	c := goredis.NewClient(&goredis.Options{Network: "unix", Addr: sock, MaxRetries: -1})
 	t.Cleanup(func() { c.Close() })
-	deadline := time.Now().Add(10 * time.Second)
-	for c.Ping(context.Background()).Err() != nil {
-		if time.Now().After(deadline) {
-			t.Fatal("own redis-server did not answer within 10s")
-		}
-		time.Sleep(20 * time.Millisecond) // poll until it listens
-	}
+	testkit.Eventually(t, 10*time.Second, "own redis-server answering", func() bool { return c.Ping(context.Background()).Err() == nil })
 	return c
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/testdb"
+	"github.com/pgoutbox/outbox/internal/testkit"
 	"github.com/pgoutbox/outbox/webhook"
 )
 
@@ -87,9 +88,8 @@ func TestRelayPrivateEndpointIsAnOutage(t *testing.T) {
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- running.Run(rctx) }()
-	for !strings.Contains(logs.String(), "outbox_allow_private_networks=true") && ctx.Err() == nil {
-		time.Sleep(10 * time.Millisecond) // until the first batch is logged
-	}
+	testkit.Eventually(testkit.WithDetail(t, func() string { return "logs:\n" + logs.String() }), 30*time.Second,
+		"the first batch's outage logged", func() bool { return strings.Contains(logs.String(), "outbox_allow_private_networks=true") })
 	stop()
 	<-done
 	if !strings.Contains(logs.String(), "broker unavailable, relay backing off; no attempt counted") {

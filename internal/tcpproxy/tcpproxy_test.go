@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pgoutbox/outbox/internal/tcpproxy"
+	"github.com/pgoutbox/outbox/internal/testkit"
 )
 
 // echoServer echoes every line back until the client goes away.
@@ -298,9 +299,7 @@ func TestCutDuringPartitionResetsHeldConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	fresh := dial(t, p.Addr())
-	for p.Accepted() < 2 {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.Eventually(t, 10*time.Second, "the second connection accepted", func() bool { return p.Accepted() >= 2 })
 	p.Cut()
 	wantDead(t, c, "open connection after Cut during a partition")
 	wantDead(t, fresh, "held connection after Cut during a partition")
