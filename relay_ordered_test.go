@@ -116,8 +116,7 @@ func TestOrderedDeadLetterHoldsSuccessors(t *testing.T) {
 	stop := e.run(r)
 	testkit.Eventually(testkit.WithDetail(t, func() string {
 		return fmt.Sprintf("outbox_blocked_aggregates = %v", gauge(t, reg, "outbox_blocked_aggregates"))
-	}),
-		10*time.Second, "outbox_blocked_aggregates 1", func() bool { return gauge(t, reg, "outbox_blocked_aggregates") == 1 })
+	}), 10*time.Second, "outbox_blocked_aggregates 1", func() bool { return gauge(t, reg, "outbox_blocked_aggregates") == 1 })
 	if st, err := e.admin().Status(ctx(t)); err != nil || st.BlockedAggregates != 1 {
 		t.Errorf("status blocked aggregates = %+v, %v; want 1", st, err)
 	}

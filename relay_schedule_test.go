@@ -262,8 +262,7 @@ func TestScheduledGauges(t *testing.T) {
 	defer stop()
 	testkit.Eventually(testkit.WithDetail(t, func() string {
 		return fmt.Sprintf("outbox_events_scheduled = %v", gauge(t, reg, "outbox_events_scheduled"))
-	}),
-		5*time.Second, "outbox_events_scheduled 2", func() bool { return gauge(t, reg, "outbox_events_scheduled") == 2 })
+	}), 5*time.Second, "outbox_events_scheduled 2", func() bool { return gauge(t, reg, "outbox_events_scheduled") == 2 })
 	if g := gauge(t, reg, "outbox_scheduled_next_due_timestamp_seconds"); g != float64(due.Unix()) {
 		t.Errorf("next due = %v, want %v", g, due.Unix())
 	}

@@ -60,8 +60,7 @@ func TestWALSourceOrderedReplayKeepsPlace(t *testing.T) {
 	testkit.Eventually(testkit.WithDetail(t, func() string {
 		e.dump()
 		return fmt.Sprintf("%d handed to the table", e.rows("retry_after IS NOT NULL"))
-	}),
-		30*time.Second, "every event handed to the table path", func() bool { return e.rows("retry_after IS NOT NULL") >= len(ids) })
+	}), 30*time.Second, "every event handed to the table path", func() bool { return e.rows("retry_after IS NOT NULL") >= len(ids) })
 	stop1()
 	before := e.places(t)
 	if len(before) != len(ids) {
