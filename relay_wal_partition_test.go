@@ -283,7 +283,7 @@ SELECT 'order', 'slow-' || i, 'order.created', jsonb_build_object('i', i, 'slept
 WHERE state = 'active' AND query LIKE '%generate_series(1, 150)%' AND pid <> pg_backend_pid()`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
-		return n == 1
+		return n > 0
 	})
 	ids := e.write(20) // past RotateEvents: the relay attaches the next partition
 	if err := <-slow; err != nil {
