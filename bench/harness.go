@@ -69,11 +69,11 @@ type options struct {
 	Watermill    bool   // the watermill peer beside pgoutbox (drain, latency, wal, cpu)
 
 	// The WAL source's figures (wal, walsize).
-	WALTx         int   // events per transaction of the size figure's stream: the largest of WALTxs
-	WALTxs        []int // events per transaction of the WAL drains' backlogs, one drain of each shape
+	WALTx         int    // events per transaction of the size figure's stream: the largest of WALTxs
+	WALTxs        []int  // events per transaction of the WAL drains' backlogs, one drain of each shape
 	WALProfile    string // wal: CPU profile, statements and sessions' CPU of every WAL drain's relay, into this directory
-	WALRates      []int // latency rates, events/s
-	WALTxRate     int   // latency: most writer transactions per second (higher rates put several events in each)
+	WALRates      []int  // latency rates, events/s
+	WALTxRate     int    // latency: most writer transactions per second (higher rates put several events in each)
 	WALLatWindow  time.Duration
 	WALSizeEvents int // events streamed in the size figure
 	WALSizePoints int // chunks (size samples) among them

@@ -20,7 +20,7 @@ import (
 type sqlTracer struct {
 	schema string // replaced by "S" in the kinds: runs compare
 	mu     sync.Mutex
-	kinds map[string]*sqlStat
+	kinds  map[string]*sqlStat
 }
 
 // sqlStat is one kind of statement: its first words (literals and
@@ -37,7 +37,9 @@ type traceKey struct{}
 // untracedKey marks the harness's own statements on a traced pool.
 type untracedKey struct{}
 
-func untraced(ctx context.Context) context.Context { return context.WithValue(ctx, untracedKey{}, true) }
+func untraced(ctx context.Context) context.Context {
+	return context.WithValue(ctx, untracedKey{}, true)
+}
 
 type traceStart struct {
 	key   string
