@@ -16,7 +16,7 @@ import (
 // relay process by pid, its PostgreSQL sessions and its walsender by the
 // pids pg_stat_activity gives their application_name (a walsender shows
 // there too), the writers' sessions likewise. WAL bytes per event are
-// pg_stat_wal's (server-wide) over the window.
+// pg_current_wal_lsn's advance over the window (server-wide).
 
 func (h *harness) cpuPhases() []writePhase {
 	const app = "pgoutbox, "
@@ -82,7 +82,7 @@ func (r *results) printCPU(w io.Writer, opt options) {
 		return
 	}
 	fmt.Fprintf(w, "### 10. CPU per event: %d writers paced at %s orders/s in all for %s, every mode (relays as processes of their own)\n\n", opt.Writers, count(opt.CPURate), opt.WriteWindow)
-	fmt.Fprintf(w, "CPU time (user + system, /proc) over the window per committed order, each delivered once (delivery verified): the writers' PostgreSQL sessions; the relay process; its PostgreSQL sessions; its walsender. WAL bytes per order from pg_stat_wal (server-wide). The writers' own process is not counted (the same in every mode).\n\n")
+	fmt.Fprintf(w, "CPU time (user + system, /proc) over the window per committed order, each delivered once (delivery verified): the writers' PostgreSQL sessions; the relay process; its PostgreSQL sessions; its walsender. WAL bytes per order: pg_current_wal_lsn's advance over the window (server-wide: other work on the server counts too). The writers' own process is not counted (the same in every mode).\n\n")
 	fmt.Fprintf(w, "| mode | orders/s held | writers' PostgreSQL µs/order | relay process µs/event | relay's PostgreSQL sessions µs/event | walsender µs/event | relay side µs/event | all µs/event | WAL bytes/event | delivery verified |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, f := range r.cpus {
 		ok := "– (no relay)"
@@ -100,7 +100,7 @@ func (r *results) printCPU(w io.Writer, opt options) {
 			}
 		}
 		fmt.Fprintf(w, "| %s | %s | %.1f | %s | %s | %s | %s | %.1f | %.0f | %s |\n", f.Label, fmtRate(f.Rate), median(f.WriterPGCPU),
-			proc, sess, ws, relay, all, median(f.WALBytes), ok)
+			proc, sess, ws, relay, all, median(f.WALLSNBytes), ok)
 	}
 	notes(w, r.cpus, func(f *writeFigure) (string, []string) { return f.Label, f.Notes })
 	fmt.Fprintln(w)

@@ -118,6 +118,7 @@ type writeFigure struct {
 	RelayProcCPU []float64 `json:",omitempty"`
 	// The relay's own sessions and its walsender apart (the cpu figure).
 	RelaySessCPU []float64 `json:",omitempty"`
+	WALLSNBytes  []float64 `json:",omitempty"` // per order: pg_current_wal_lsn's advance over the window
 	WalsenderCPU []float64 `json:",omitempty"`
 }
 
@@ -137,6 +138,7 @@ func (f *writeFigure) addProbe(p probeResult) {
 		f.RelayProcCPU = append(f.RelayProcCPU, p.RelayProcCPU)
 	}
 	f.RelaySessCPU = append(f.RelaySessCPU, p.BackendCPU["relay"])
+	f.WALLSNBytes = append(f.WALLSNBytes, p.WALLSNBytes)
 	f.WalsenderCPU = append(f.WalsenderCPU, p.BackendCPU["walsender"])
 }
 

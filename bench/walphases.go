@@ -73,12 +73,16 @@ var phaseRules = func() []phaseRule {
 	}
 }()
 
-// phaseOf is the phase of a stack, innermost frame first.
+// phaseOf is the phase of a stack, innermost frame first: the innermost
+// frame of a named phase, else of the engine or pgx at large (a pgx read
+// under the deleter is the deleter's).
 func phaseOf(stack []string) string {
-	for _, fn := range stack {
-		for _, r := range phaseRules {
-			if r.re.MatchString(fn) {
-				return r.phase
+	for _, generic := range []bool{false, true} {
+		for _, fn := range stack {
+			for _, r := range phaseRules {
+				if (r.phase == phaseEngine || r.phase == phasePgx) == generic && r.re.MatchString(fn) {
+					return r.phase
+				}
 			}
 		}
 	}
