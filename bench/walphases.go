@@ -197,7 +197,7 @@ func printBreakdown(w io.Writer, fs []*drainFigure, profileDir string) {
 		return
 	}
 	fmt.Fprintf(w, "### 6a. Where each drain's time goes (--wal-profile %s)\n\n", profileDir)
-	fmt.Fprintf(w, "The relay process's CPU by phase, µs per event, from its CPU profile (`go tool pprof -traces`, each sample charged to the innermost function on its stack that belongs to a phase; `-top` of each profile is written beside it); then its PostgreSQL sessions' and walsender's CPU (/proc, by pid), µs per event.\n\n")
+	fmt.Fprintf(w, "The relay process's CPU by phase, µs per event, from its CPU profile (`go tool pprof -traces`, each sample charged to the innermost function on its stack that belongs to a phase; `-top` of each profile is written beside it); then its PostgreSQL sessions' and walsender's CPU (/proc, by pid), µs per event; the drain's wall time per event, and how much of it the relay spent waiting on its statements (they overlap: several run at once).\n\n")
 	fmt.Fprintf(w, "| phase |")
 	for _, f := range traced {
 		fmt.Fprintf(w, " %s |", f.Label)
@@ -224,6 +224,25 @@ func printBreakdown(w io.Writer, fs []*drainFigure, profileDir string) {
 	}
 	row("relay's PostgreSQL sessions (CPU)", func(f *drainFigure) []float64 { return f.RelayPGus })
 	row("walsender (CPU)", func(f *drainFigure) []float64 { return f.WalsenderUS })
+	row("wall time per event (1 / events/s)", func(f *drainFigure) []float64 {
+		var xs []float64
+		for _, r := range f.Rate {
+			if r > 0 {
+				xs = append(xs, 1e6/r)
+			}
+		}
+		return xs
+	})
+	row("of which the relay waited on its statements (wall, first run)", func(f *drainFigure) []float64 {
+		if len(f.SQL) == 0 {
+			return nil
+		}
+		ms := 0.0
+		for _, s := range f.SQL {
+			ms += s.Ms
+		}
+		return []float64{ms * 1000 / float64(f.Backlog)}
+	})
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "The relay's statements (a pgx tracer on its pool; first run), per 1,000 events: statements, round trips (a pgx.Batch is one), and the relay's wall time waiting on them, ms. The replication stream is not on the pool and is not counted.\n\n")
 	fmt.Fprintf(w, "| relay | statement | statements / 1k events | round trips / 1k events | wait ms / 1k events |\n|---|---|---:|---:|---:|\n")

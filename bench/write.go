@@ -160,6 +160,7 @@ type writePhase struct {
 	delay    time.Duration // RelayConfig.BatchDelay
 	rescan   time.Duration // RelayConfig.RescanInterval
 	notify   time.Duration // NotifierConfig.Interval
+	writers  int           // writers (0: --writers)
 }
 
 // writerDB is the writers' pool on schema, and a database/sql handle on it.
@@ -439,6 +440,9 @@ func (h *harness) writePhaseInto(ctx context.Context, f *writeFigure, p writePha
 	defer db.Close()
 
 	w := writers{n: h.opt.Writers}
+	if p.writers > 0 {
+		w.n = p.writers
+	}
 	switch {
 	case p.business && p.app:
 		w.create = func(ctx context.Context, o Order) error { return appCreateBusiness(ctx, pool, o) }

@@ -35,6 +35,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -131,7 +132,10 @@ func run(args []string, stdin io.Reader, stdout io.Writer) error {
 	}
 	defer pool.Close()
 
-	logger := watermill.NewSlogLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	// Warnings and errors only, and none once the bench stopped the
+	// forwarder (its subscriber logs the cancelled poll as an error).
+	var stopped atomic.Bool
+	logger := watermill.NewSlogLogger(slog.New(quietAfter{slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}), &stopped}))
 	db := wsql.BeginnerFromPgx(pool)
 	sub, err := wsql.NewSubscriber(db, wsql.SubscriberConfig{
 		ConsumerGroup:  "forwarder",
@@ -206,6 +210,7 @@ func run(args []string, stdin io.Reader, stdout io.Writer) error {
 		// bench checks that no row is left past it.
 		caughtUp(ctx, pool, 10*time.Second)
 	}
+	stopped.Store(true)
 	if err := fwd.Close(); err != nil && res.Err == "" {
 		res.Err = err.Error()
 	}
@@ -239,6 +244,24 @@ func caughtUp(ctx context.Context, pool *pgxpool.Pool, d time.Duration) {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+}
+
+// quietAfter drops every record once stopped is set.
+type quietAfter struct {
+	slog.Handler
+	stopped *atomic.Bool
+}
+
+func (q quietAfter) Enabled(ctx context.Context, l slog.Level) bool {
+	return !q.stopped.Load() && q.Handler.Enabled(ctx, l)
+}
+
+func (q quietAfter) WithAttrs(as []slog.Attr) slog.Handler {
+	return quietAfter{q.Handler.WithAttrs(as), q.stopped}
+}
+
+func (q quietAfter) WithGroup(name string) slog.Handler {
+	return quietAfter{q.Handler.WithGroup(name), q.stopped}
 }
 
 // parseStop reads the bench's "stop N".
