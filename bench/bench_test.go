@@ -117,7 +117,7 @@ func TestQuick(t *testing.T) {
 			md := out.String()
 			t.Log("\n" + md)
 			wants := []string{fig.want, "✅ 1/1 runs"}
-			if fig.name != "brokers" { // figure 5 has no target
+			if fig.name != "brokers" && fig.name != "cpu" { // figures 5 and 10 have no target
 				wants = append(wants, "### Targets")
 			}
 			for _, want := range wants {
