@@ -16,6 +16,7 @@
 //	go run ./bench --only write,wal,walsize  # the WAL source beside the table source
 //	go run ./bench --quick --only wal --wal-tx 1,100 --wal-profile /tmp/walprof  # where the WAL source's time goes
 //	go run ./bench --quick --only cpu        # CPU per event of every mode at 2,000 orders/s
+//	go run ./bench phases DIR/*.pprof        # a relay profile's CPU by phase
 package main
 
 import (
@@ -41,6 +42,9 @@ func main() {
 	}
 	if len(os.Args) > 1 && os.Args[1] == burnCommand {
 		os.Exit(burnMain())
+	}
+	if len(os.Args) > 1 && os.Args[1] == phasesCommand {
+		os.Exit(phasesMain(os.Args[2:], os.Stdout))
 	}
 	if len(os.Args) > 1 && os.Args[1] == "chart" {
 		os.Exit(chartMain(os.Args[2:], os.Stderr))

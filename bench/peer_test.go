@@ -90,13 +90,20 @@ Type: cpu
              github.com/pgoutbox/outbox/internal/engine.(*walSource).dropCancelled
              github.com/pgoutbox/outbox/internal/engine.(*walSource).batch
 -----------+-------------------------------------------------------
+      40ms   internal/runtime/syscall/linux.EpollWait
+             runtime.netpoll
+             runtime.findRunnable
+             runtime.schedule
+             runtime.park_m
+             runtime.mcall
+-----------+-------------------------------------------------------
 `
 	got, err := parseTraces(strings.NewReader(traces))
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]time.Duration{phaseRecord: 20 * time.Millisecond, phaseDecode: 10 * time.Millisecond,
-		phaseRuntime: 30 * time.Millisecond, phaseCancel: 1500 * time.Millisecond}
+		phaseGC: 30 * time.Millisecond, phaseCancel: 1500 * time.Millisecond, phaseSched: 40 * time.Millisecond}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("phases %v, want %v", got, want)
 	}

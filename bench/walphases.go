@@ -44,13 +44,15 @@ const (
 	phaseWMRoute   = "watermill: router and handler (message.Router, forwarder.forwardMessage)"
 	phaseEngine    = "engine, other"
 	phasePgx       = "pgx, other (pool, connection)"
-	phaseRuntime   = "Go runtime: GC, scheduler (no phase on the stack)"
+	phaseSched     = "Go scheduler: finding work, netpoll/epoll_wait, goroutine wake-ups (runtime.findRunnable, park)"
+	phaseGC        = "Go runtime: background GC (gcBgMarkWorker, sweep, scavenge)"
+	phaseRuntime   = "Go runtime, other (no phase on the stack)"
 	phaseOther     = "other"
 	phaseTotalName = "total (profile)"
 )
 
 var phaseOrder = []string{phaseDecode, phaseRead, phaseStatus, phaseGather, phaseCancel, phaseVisible, phasePublish, phaseSettle, phaseRecord,
-	phaseClaim, phaseTableRec, phaseWMQuery, phaseWMRoute, phaseEngine, phasePgx, phaseRuntime, phaseOther}
+	phaseClaim, phaseTableRec, phaseWMQuery, phaseWMRoute, phaseEngine, phasePgx, phaseSched, phaseGC, phaseRuntime, phaseOther}
 
 var phaseRules = func() []phaseRule {
 	rule := func(phase, re string) phaseRule { return phaseRule{phase, regexp.MustCompile(re)} }
@@ -73,6 +75,11 @@ var phaseRules = func() []phaseRule {
 	}
 }()
 
+var (
+	schedRe = regexp.MustCompile(`^runtime\.(findRunnable|schedule|park_m|mcall|netpoll|stopm|startm|wakep|notesleep)$`)
+	gcRe    = regexp.MustCompile(`^runtime\.(gcBgMarkWorker|gcDrain.*|bgsweep|bgscavenge|gcMarkDone|gcStart)$`)
+)
+
 // phaseOf is the phase of a stack, innermost frame first: the innermost
 // frame of a named phase, else of the engine or pgx at large (a pgx read
 // under the deleter is the deleter's).
@@ -84,6 +91,14 @@ func phaseOf(stack []string) string {
 					return r.phase
 				}
 			}
+		}
+	}
+	for _, fn := range stack {
+		switch {
+		case schedRe.MatchString(fn):
+			return phaseSched
+		case gcRe.MatchString(fn):
+			return phaseGC
 		}
 	}
 	if len(stack) > 0 && strings.HasPrefix(stack[len(stack)-1], "runtime.") {
@@ -270,3 +285,34 @@ func printBreakdown(w io.Writer, fs []*drainFigure, profileDir string) {
 }
 
 func slicesClone(xs []string) []string { return append([]string(nil), xs...) }
+
+// phasesCommand is `bench phases PROFILE...`: each profile's CPU by phase
+// (the breakdown of figure 6a), for profiles written by --wal-profile or
+// --drain-profile.
+const phasesCommand = "phases"
+
+func phasesMain(args []string, out io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprintln(os.Stderr, "usage: bench phases PROFILE...")
+		return 2
+	}
+	for _, path := range args {
+		phases, err := profilePhases(context.Background(), path)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench phases:", err)
+			return 1
+		}
+		var total time.Duration
+		for _, d := range phases {
+			total += d
+		}
+		fmt.Fprintf(out, "%s: %s of CPU samples\n\n| phase | CPU | share |\n|---|---:|---:|\n", path, total)
+		for _, p := range phaseOrder {
+			if d := phases[p]; d > 0 {
+				fmt.Fprintf(out, "| %s | %s | %.1f%% |\n", p, d, 100*d.Seconds()/total.Seconds())
+			}
+		}
+		fmt.Fprintln(out)
+	}
+	return 0
+}
