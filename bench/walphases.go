@@ -173,7 +173,9 @@ func profilePhases(ctx context.Context, path string) (map[string]time.Duration, 
 // profile, its statements, its sessions' CPU.
 func (h *harness) addBreakdown(ctx context.Context, f *drainFigure, spec relaySpec, res relayResult, n int) {
 	per := func(sec float64) float64 { return sec / float64(n) * 1e6 }
-	f.RelayPGus = append(f.RelayPGus, per(res.BackendCPU))
+	if spec.Design != designWatermill { // the peer reads no session CPU: the cpu figure has its sessions'
+		f.RelayPGus = append(f.RelayPGus, per(res.BackendCPU))
+	}
 	if spec.Walsender != "" {
 		f.WalsenderUS = append(f.WalsenderUS, per(res.WalsenderCPU))
 	}
