@@ -140,10 +140,23 @@ func TestQuick(t *testing.T) {
 				for _, want := range []string{"| WAL source → in-memory, 1 event per transaction | 2k | ", "| WAL source → NATS JetStream, 10 events per transaction | 2k | ",
 					"| table source (polling, defaults) → in-memory, 1 event per transaction | 2k | ", "WAL source → NATS JetStream, 400 ev/s (2 per transaction) | ",
 					"| " + walFloorLabel(1) + " | 2k | ", "| " + walDrainLabel(designWatermill, pubMemory, 10) + " | 2k | ",
-					"### 6a. Where each drain's time goes", "| " + phaseDecode + " | ", "| walsender (CPU) | ", "`DELETE FROM S.\"outbox_events\" WHERE id = ANY(N::uuid[])`"} {
+					"### 6a. Where each drain's time goes", "| " + phaseTotalName + " | ", "| walsender (CPU) | ", "`DELETE FROM S.\"outbox_events\" WHERE id = ANY(N::uuid[])`"} {
 					if !strings.Contains(md, want) {
 						t.Errorf("output lacks %q", want)
 					}
+				}
+				// Both WAL rows of a shape against its floor.
+				walRows := 0
+				for _, line := range strings.Split(md, "\n") {
+					if strings.HasPrefix(line, "| WAL source → ") && strings.Contains(line, "per transaction | 2k |") {
+						walRows++
+						if cells := strings.Split(line, "|"); len(cells) < 8 || strings.TrimSpace(cells[6]) == "–" {
+							t.Errorf("no ratio to the floor: %s", line)
+						}
+					}
+				}
+				if walRows != 4 {
+					t.Errorf("%d WAL drain rows, want 4", walRows)
 				}
 				// Per shape: 5 drains and the floor; 4 latencies.
 				if n := strings.Count(md, "✅ 1/1 runs"); n != 16 {
