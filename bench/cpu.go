@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/pgoutbox/outbox"
 )
@@ -41,6 +42,7 @@ func (h *harness) cpuPhases() []writePhase {
 		// Paced, as the latency figure's writers: enough of them that
 		// slow commits do not throttle the rate.
 		p.writers = h.opt.LatWriters
+		p.trace = true
 		if p.relay == "" || matchesFilter(p.label, h.opt.Filter) {
 			kept = append(kept, p)
 		}
@@ -86,7 +88,8 @@ func (r *results) printCPU(w io.Writer, opt options) {
 	}
 	fmt.Fprintf(w, "### 10. CPU per event: %d writers paced at %s orders/s in all for %s, every mode (relays as processes of their own)\n\n", opt.LatWriters, count(opt.CPURate), opt.WriteWindow)
 	fmt.Fprintf(w, "CPU time (user + system, /proc) over the window per committed order, each delivered once (delivery verified): the writers' PostgreSQL sessions; the relay process; its PostgreSQL sessions; its walsender. WAL bytes per order: pg_current_wal_lsn's advance over the window (server-wide: other work on the server counts too). The writers' own process is not counted (the same in every mode).\n\n")
-	fmt.Fprintf(w, "| mode | orders/s held | writers' PostgreSQL µs/order | relay process µs/event | relay's PostgreSQL sessions µs/event | walsender µs/event | relay side µs/event | all µs/event | WAL bytes/event | delivery verified |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	fmt.Fprintf(w, "pgoutbox's relay processes count their statements (a pgx tracer on their pool, first run): statements and round trips per 1,000 events, the replication stream aside. The peer's are not counted.\n\n")
+	fmt.Fprintf(w, "| mode | orders/s held | writers' PostgreSQL µs/order | relay process µs/event | relay's PostgreSQL sessions µs/event | walsender µs/event | relay side µs/event | all µs/event | WAL bytes/event | relay statements / round trips per 1k events | delivery verified |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, f := range r.cpus {
 		ok := "– (no relay)"
 		relay := "–"
@@ -102,9 +105,34 @@ func (r *results) printCPU(w io.Writer, opt options) {
 				ws = fmt.Sprintf("%.1f", median(f.WalsenderCPU))
 			}
 		}
-		fmt.Fprintf(w, "| %s | %s | %.1f | %s | %s | %s | %s | %.1f | %.0f | %s |\n", f.Label, fmtRate(f.Rate), median(f.WriterPGCPU),
-			proc, sess, ws, relay, all, median(f.WALLSNBytes), ok)
+		stmts := "–"
+		if len(f.SQL) > 0 && f.SQLEvents > 0 {
+			var calls, trips int64
+			for _, s := range f.SQL {
+				calls, trips = calls+s.Calls, trips+s.RoundTrips
+			}
+			k := float64(f.SQLEvents) / 1000
+			stmts = fmt.Sprintf("%.0f / %.0f", float64(calls)/k, float64(trips)/k)
+		}
+		fmt.Fprintf(w, "| %s | %s | %.1f | %s | %s | %s | %s | %.1f | %.0f | %s | %s |\n", f.Label, fmtRate(f.Rate), median(f.WriterPGCPU),
+			proc, sess, ws, relay, all, median(f.WALLSNBytes), stmts, ok)
 	}
+	for _, f := range r.cpus {
+		if len(f.SQL) == 0 || f.SQLEvents == 0 {
+			continue
+		}
+		k := float64(f.SQLEvents) / 1000
+		var top []string
+		for _, s := range f.SQL {
+			if float64(s.RoundTrips)/k >= 10 {
+				top = append(top, fmt.Sprintf("`%s` %.0f", strings.ReplaceAll(s.Key, "|", "\\|"), float64(s.RoundTrips)/k))
+			}
+		}
+		if len(top) > 0 {
+			fmt.Fprintf(w, "\n- %s, round trips per 1k events: %s", f.Label, strings.Join(top, "; "))
+		}
+	}
+	fmt.Fprintln(w)
 	notes(w, r.cpus, func(f *writeFigure) (string, []string) { return f.Label, f.Notes })
 	fmt.Fprintln(w)
 }

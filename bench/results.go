@@ -119,6 +119,10 @@ type writeFigure struct {
 	// The relay's own sessions and its walsender apart (the cpu figure).
 	RelaySessCPU []float64 `json:",omitempty"`
 	WALLSNBytes  []float64 `json:",omitempty"` // per order: pg_current_wal_lsn's advance over the window
+	// The cpu figure: a relay process's statements (first run) over
+	// SQLEvents delivered events.
+	SQL          []sqlStat `json:",omitempty"`
+	SQLEvents    int64     `json:",omitempty"`
 	WalsenderCPU []float64 `json:",omitempty"`
 }
 

@@ -161,6 +161,7 @@ type writePhase struct {
 	rescan   time.Duration // RelayConfig.RescanInterval
 	notify   time.Duration // NotifierConfig.Interval
 	writers  int           // writers (0: --writers)
+	trace    bool          // a relay process counts its statements (sqlTracer), kept in the figure's SQL
 }
 
 // writerDB is the writers' pool on schema, and a database/sql handle on it.
@@ -485,6 +486,7 @@ func (h *harness) writePhaseInto(ctx context.Context, f *writeFigure, p writePha
 		spec.BatchDelay = p.delay
 		spec.Rescan = p.rescan
 		spec.Source = p.source
+		spec.TraceSQL = p.trace && p.design != designWatermill
 		sessions["relay"] = spec.AppName
 		if h.opt.WriteProfile != "" {
 			spec.Profile = filepath.Join(h.opt.WriteProfile, fmt.Sprintf("%03d-relay-process.pprof", h.seq))
@@ -620,6 +622,9 @@ func (h *harness) writePhaseInto(ctx context.Context, f *writeFigure, p writePha
 			return 0, err
 		}
 		res, err := fin(orders)
+		if f.SQL == nil && len(res.SQL) > 0 && orders > 0 {
+			f.SQL, f.SQLEvents = res.SQL, orders
+		}
 		wal := p.source == string(outbox.SourceWAL)
 		ok := err == nil && res.Delivery.OK() && (p.del || wal || orders == rows)
 		if err != nil {
