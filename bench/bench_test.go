@@ -171,6 +171,9 @@ func TestQuick(t *testing.T) {
 				if n := strings.Count(md, "✅ 1/1 runs"); n != 5 {
 					t.Errorf("%d verified rows, want 5", n)
 				}
+				if !strings.Contains(md, "round trips per 1k events: `SELECT (lsn") {
+					t.Error("the WAL source's statements were not counted")
+				}
 				for _, want := range []string{"| watermill: no forwarder | ", "| " + watermillName + " → counting publisher | ", "| pgoutbox, WAL source: relay process (--source wal) | "} {
 					if !strings.Contains(md, want) {
 						t.Errorf("output lacks %q", want)
