@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -83,6 +84,7 @@ func TestQuick(t *testing.T) {
 		{"brokers", "### 5. Drain per broker"},
 		{"wal", "### 6. WAL source: drain"},
 		{"walsize", "### 8. WAL source: table size"},
+		{"cpu", "### 10. CPU per event"},
 	} {
 		t.Run(fig.name, func(t *testing.T) {
 			t.Parallel()
@@ -94,8 +96,11 @@ func TestQuick(t *testing.T) {
 				Timeout: time.Minute, Only: map[string]bool{fig.name: true}, Log: testLog{t},
 				Prefix:  "bench_" + randHex(4),
 				Brokers: allBrokers, BrokerEvents: 500, RabbitMQURL: rabbitURL(), RedisURL: redisURL(),
-				WALTx: 10, WALRates: []int{200, 400}, WALTxRate: 200, WALLatWindow: 500 * time.Millisecond,
-				WALSizeEvents: 2000, WALSizePoints: 4,
+				WALTx: 10, WALTxs: []int{1, 10}, WALRates: []int{200, 400}, WALTxRate: 200, WALLatWindow: 500 * time.Millisecond,
+				WALSizeEvents: 2000, WALSizePoints: 4, CPURate: 200, Watermill: true,
+			}
+			if fig.name == "wal" {
+				opt.WALProfile = t.TempDir()
 			}
 			var bl *brokerLeftovers
 			if fig.name == "brokers" {
@@ -112,7 +117,7 @@ func TestQuick(t *testing.T) {
 			md := out.String()
 			t.Log("\n" + md)
 			wants := []string{fig.want, "✅ 1/1 runs"}
-			if fig.name != "brokers" { // figure 5 has no target
+			if fig.name != "brokers" && fig.name != "cpu" { // figures 5 and 10 have no target
 				wants = append(wants, "### Targets")
 			}
 			for _, want := range wants {
@@ -132,14 +137,51 @@ func TestQuick(t *testing.T) {
 					t.Error("no WAL source write phase")
 				}
 			case "wal":
-				for _, want := range []string{"| WAL source → in-memory | 2k | ", "| WAL source → NATS JetStream | 2k | ",
-					"| table source (polling, defaults) → in-memory | 2k | ", "WAL source → NATS JetStream, 400 ev/s (2 per transaction) | "} {
+				for _, want := range []string{"| WAL source → in-memory, 1 event per transaction | 2k | ", "| WAL source → NATS JetStream, 10 events per transaction | 2k | ",
+					"| table source (polling, defaults) → in-memory, 1 event per transaction | 2k | ", "WAL source → NATS JetStream, 400 ev/s (2 per transaction) | ",
+					"| " + walFloorLabel(1) + " | 2k | ", "| " + walDrainLabel(designWatermill, pubMemory, 10) + " | 2k | ",
+					"### 6a. Where each drain's time goes", "| " + phaseTotalName + " | ", "| walsender (CPU) | ", "`DELETE FROM S.\"outbox_events\" WHERE id = ANY(N::uuid[])`"} {
 					if !strings.Contains(md, want) {
 						t.Errorf("output lacks %q", want)
 					}
 				}
-				if n := strings.Count(md, "✅ 1/1 runs"); n != 8 {
-					t.Errorf("%d verified rows, want 8 (4 drains, 4 latencies)", n)
+				// Both WAL rows of a shape against its floor.
+				walRows := 0
+				for _, line := range strings.Split(md, "\n") {
+					if strings.HasPrefix(line, "| WAL source → ") && strings.Contains(line, "per transaction | 2k |") {
+						walRows++
+						if cells := strings.Split(line, "|"); len(cells) < 8 || strings.TrimSpace(cells[6]) == "–" {
+							t.Errorf("no ratio to the floor: %s", line)
+						}
+					}
+				}
+				if walRows != 4 {
+					t.Errorf("%d WAL drain rows, want 4", walRows)
+				}
+				// Per shape: 5 drains and the floor; 4 latencies.
+				if n := strings.Count(md, "✅ 1/1 runs"); n != 16 {
+					t.Errorf("%d verified rows, want 16 (2 shapes of 5 drains and a floor, 4 latencies)", n)
+				}
+				profiles, _ := filepath.Glob(filepath.Join(opt.WALProfile, "*.pprof"))
+				if len(profiles) != 10 {
+					t.Errorf("--wal-profile wrote %d profiles, want 10: %v", len(profiles), profiles)
+				}
+			case "cpu":
+				// The relays: the table source thrice, the WAL source, watermill.
+				if n := strings.Count(md, "✅ 1/1 runs"); n != 5 {
+					t.Errorf("%d verified rows, want 5", n)
+				}
+				if !strings.Contains(md, "round trips per 1k events: `SELECT (lsn") {
+					t.Error("the WAL source's statements were not counted")
+				}
+				for _, want := range []string{"| watermill: no forwarder | ", "| " + watermillName + " → counting publisher | ", "| pgoutbox, WAL source: relay process (--source wal) | "} {
+					if !strings.Contains(md, want) {
+						t.Errorf("output lacks %q", want)
+					}
+				}
+			case "latency":
+				if !strings.Contains(md, "| "+watermillName+" → counting publisher | ") {
+					t.Error("no watermill latency row")
 				}
 			case "walsize":
 				for _, want := range []string{"\n| 0 (empty) | ", "\n| 500 | ", "\n| 1k | ", "\n| 1500 | ", "\n| 2k | ", "delivery: ✅ 1/1 runs"} {
@@ -150,6 +192,9 @@ func TestQuick(t *testing.T) {
 			}
 			if fig.name == "drain" && !strings.Contains(md, "baseline → NATS JetStream") {
 				t.Error("the baseline's relay did not run")
+			}
+			if fig.name == "drain" && !strings.Contains(md, "| "+watermillName+" → counting publisher | 2k | ") {
+				t.Error("the watermill peer did not drain")
 			}
 			if fig.name == "growth" && !strings.Contains(md, "EXPLAIN (ANALYZE, BUFFERS)") {
 				t.Error("no EXPLAIN of the claim")

@@ -22,6 +22,25 @@ type drainFigure struct {
 	Dups    []int64
 	OK      []bool
 	Notes   []string
+
+	// The WAL figure's drains: the backlog's events per transaction, its
+	// transactions/s, and the ratio to the server decode floor of the
+	// same shape, same run (Floor: this row is that floor; its CPUus is
+	// the decoding backend's).
+	PerTx      int       `json:",omitempty"`
+	Floor      bool      `json:",omitempty"`
+	TxRate     []float64 `json:",omitempty"`
+	FloorRatio []float64 `json:",omitempty"`
+
+	// --wal-profile: where the relay's time went. Phases: its CPU profile
+	// by phase, µs per event; SQL: its statements (first run); RelayPGus
+	// and WalsenderUS: its PostgreSQL sessions' and its walsender's CPU,
+	// µs per event; Profile: the profile file.
+	Phases      map[string][]float64 `json:",omitempty"`
+	SQL         []sqlStat            `json:",omitempty"`
+	RelayPGus   []float64            `json:",omitempty"`
+	WalsenderUS []float64            `json:",omitempty"`
+	Profile     string               `json:",omitempty"`
 }
 
 // rawSQLFloor is the cost of the database work alone: conc connections each
@@ -155,7 +174,7 @@ func (h *harness) drainOnce(ctx context.Context, spec relaySpec, schema string, 
 	if !t0.IsZero() {
 		elapsed = time.Unix(0, res.DoneAt).Sub(t0)
 	}
-	if pending, err := h.pendingCount(ctx, schema); err != nil {
+	if pending, err := h.pendingAfter(ctx, spec.Design, schema); err != nil {
 		return res, 0, err
 	} else if pending != 0 {
 		return res, 0, fmt.Errorf("%d rows still unprocessed after the relay confirmed every event", pending)
@@ -230,6 +249,9 @@ func (h *harness) drainRun(ctx context.Context, r *results) error {
 			variant{label: "pgoutbox → NATS JetStream (BatchSize 100, the baseline's)", design: designOurs, pub: pubNATS, n: n, batch: 100},
 			variant{label: "pgoutbox → NATS JetStream (Workers 4)", design: designOurs, pub: pubNATS, n: n, workers: 4})
 	}
+	if h.opt.Watermill {
+		vs = append(vs, variant{label: watermillName + " → counting publisher", design: designWatermill, pub: pubMemory, n: n})
+	}
 	if n > 100_000 {
 		vs = append(vs, variant{label: "pgoutbox → in-memory (defaults), RSS at a smaller backlog", design: designOurs, pub: pubMemory, n: 100_000})
 	}
@@ -240,7 +262,16 @@ func (h *harness) drainRun(ctx context.Context, r *results) error {
 		spec := h.spec(v.design, "", v.pub)
 		spec.BatchSize, spec.Workers, spec.Delete, spec.AsyncCommit = v.batch, v.workers, v.del, v.async
 		var fillAfter func() error
-		if v.design == designOurs {
+		if v.design == designWatermill {
+			s, err = h.setupWatermill(ctx, "drain")
+			if err == nil {
+				h.logf("drain: filling %d events", v.n)
+				err = h.fillWatermill(ctx, s, 0, v.n, v.n) // one transaction, as fillOurs
+			}
+			if err == nil {
+				spec, err = h.watermillSpec(ctx, s)
+			}
+		} else if v.design == designOurs {
 			s, err = h.setupOurs(ctx, "drain")
 			if err == nil {
 				h.logf("drain: filling %d events", v.n)

@@ -65,11 +65,15 @@ type options struct {
 	WriteProfile string // write: CPU profile of every phase into this directory
 	PinRelay     bool   // write: writers on the first CPU, each relay process and its sessions on the others
 	DrainProfile string // drain, wal: CPU profile of every drain's relay process into this directory
+	CPURate      int    // cpu: writers paced at this many orders/s in all
+	Watermill    bool   // the watermill peer beside pgoutbox (drain, latency, wal, cpu)
 
 	// The WAL source's figures (wal, walsize).
-	WALTx         int   // events per transaction of their backlogs
-	WALRates      []int // latency rates, events/s
-	WALTxRate     int   // latency: most writer transactions per second (higher rates put several events in each)
+	WALTx         int    // events per transaction of the size figure's stream: the largest of WALTxs
+	WALTxs        []int  // events per transaction of the WAL drains' backlogs, one drain of each shape
+	WALProfile    string // wal: CPU profile, statements and sessions' CPU of every WAL drain's relay, into this directory
+	WALRates      []int  // latency rates, events/s
+	WALTxRate     int    // latency: most writer transactions per second (higher rates put several events in each)
 	WALLatWindow  time.Duration
 	WALSizeEvents int // events streamed in the size figure
 	WALSizePoints int // chunks (size samples) among them
@@ -87,7 +91,7 @@ type options struct {
 // want reports whether a figure runs: every figure but the WAL source's own
 // (wal, walsize) when --only is not given, which run only when named.
 func (o *options) want(s string) bool {
-	if s == "wal" || s == "walsize" {
+	if s == "wal" || s == "walsize" || s == "cpu" {
 		return o.Only[s]
 	}
 	return len(o.Only) == 0 || o.Only[s]
@@ -115,6 +119,10 @@ type harness struct {
 	lastWaits    []string  // the last drain's wait sample (--sample-waits)
 	noCheckpoint bool      // CHECKPOINT was refused once
 	loads        []float64 // 1-minute load average at every progress line
+
+	peerExe, peerTmp string // the watermill peer's executable, built on first use, and its directory
+	peerErr          error
+	floors           []string // server decode floor slots, dropped even with --keep
 }
 
 func newHarness(ctx context.Context, opt options) (*harness, error) {
@@ -145,7 +153,7 @@ func newHarness(ctx context.Context, opt options) (*harness, error) {
 			return nil, err
 		}
 	}
-	if opt.want("write") || opt.want("wal") || opt.want("walsize") {
+	if opt.want("write") || opt.want("wal") || opt.want("walsize") || opt.want("cpu") {
 		// The WAL source's phases need wal_level=logical, a role that may
 		// replicate and a free slot; without them the rest still runs and
 		// the output says why those phases did not.
@@ -207,6 +215,12 @@ func (h *harness) close() {
 	// now on: these go whatever happened, --keep included.
 	for _, s := range slices.Clone(h.repl) {
 		h.dropReplication(ctx, s)
+	}
+	for _, f := range slices.Clone(h.floors) {
+		h.dropFloor(ctx, f)
+	}
+	if h.peerTmp != "" {
+		_ = os.RemoveAll(h.peerTmp)
 	}
 	if !h.opt.Keep {
 		for _, s := range h.schemas {

@@ -30,14 +30,22 @@ type resultsFile struct {
 	WALSize     *walSizeFigure `json:"wal_size,omitempty"`
 	WALPartSize *walSizeFigure `json:"wal_partitioned_size,omitempty"`
 	WALSkipped  string         `json:"wal_skipped,omitempty"`
+	CPURate     int            `json:"cpu_rate,omitempty"`
+	CPU         []*writeFigure `json:"cpu,omitempty"`
 }
 
 func (r *results) file(m machine, opt options, cmdline string, started time.Time, wall time.Duration) resultsFile {
+	cpuRate := 0
+	if len(r.cpus) > 0 {
+		cpuRate = opt.CPURate
+	}
 	return resultsFile{
+		CPURate: cpuRate,
 		Command: cmdline, Date: started.UTC(), Wall: wall.Round(time.Second).String(), Machine: m,
 		Runs: opt.Runs, Quick: opt.Quick, Loads: r.loads, Writers: opt.Writers, Rate: opt.Rate,
 		Drains: r.drains, Writes: r.writes, Lats: r.lats, Growths: r.growths, Brokers: r.brokers,
 		WALDrains: r.walDrains, WALLats: r.walLats, WALSize: r.walSize, WALPartSize: r.walPartSize, WALSkipped: r.walSkipped,
+		CPU: r.cpus,
 	}
 }
 

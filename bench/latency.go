@@ -18,6 +18,14 @@ func (h *harness) latencyRun(ctx context.Context, r *results) error {
 		{label: "pgoutbox → NATS JetStream (relay process, LISTEN + Notifier)", design: designOurs, pub: pubNATS},
 		{label: "baseline → NATS JetStream (trigger + LISTEN)", design: designBaseline, pub: pubNATS},
 	}
+	if h.opt.Watermill {
+		// The peer publishes to a counting publisher in its process:
+		// beside it, pgoutbox to the in-memory one.
+		vs = append(vs, latVariant{label: watermillName + " → counting publisher", design: designWatermill, pub: pubMemory})
+		if !h.opt.LatMemory {
+			vs = append(vs, latVariant{label: "pgoutbox → in-memory (relay process, LISTEN + Notifier)", design: designOurs, pub: pubMemory})
+		}
+	}
 	if h.opt.LatMemory {
 		vs = append(vs,
 			latVariant{label: "pgoutbox → in-memory (relay process, LISTEN + Notifier)", design: designOurs, pub: pubMemory},
@@ -51,6 +59,8 @@ func (h *harness) latencyOnce(ctx context.Context, f *latFigure, v latVariant) e
 	var s string
 	var err error
 	switch {
+	case v.design == designWatermill:
+		s, err = h.setupWatermill(ctx, "latency")
 	case wal:
 		s, err = h.setupWAL(ctx, "latency")
 	case v.design == designOurs:
@@ -72,7 +82,12 @@ func (h *harness) latencyOnce(ctx context.Context, f *latFigure, v latVariant) e
 	defer db.Close()
 
 	spec := h.spec(v.design, s, v.pub)
-	spec.Listen = !wal
+	if v.design == designWatermill {
+		if spec, err = h.watermillSpec(ctx, s); err != nil {
+			return err
+		}
+	}
+	spec.Listen = !wal && v.design != designWatermill
 	spec.Source = v.source
 	spec.BatchDelay = v.delay
 	spec.Timed = true
@@ -127,6 +142,12 @@ func (h *harness) latencyOnce(ctx context.Context, f *latFigure, v latVariant) e
 			defer n.Close()
 			w.after = n.Notify
 		}
+	} else if v.design == designWatermill {
+		if v.perTx > 1 {
+			child.kill()
+			return fmt.Errorf("the watermill writers write one order per transaction")
+		}
+		w.create = func(ctx context.Context, o Order) error { return appWatermillOrder(ctx, pool, o) }
 	} else {
 		if v.perTx > 1 {
 			child.kill()

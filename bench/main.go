@@ -14,6 +14,9 @@
 //	go run ./bench --only brokers --brokers kafka,redis --broker-events 50000
 //	go run ./bench --json out.json && go run ./bench chart out.json docs/bench
 //	go run ./bench --only write,wal,walsize  # the WAL source beside the table source
+//	go run ./bench --quick --only wal --wal-tx 1,100 --wal-profile /tmp/walprof  # where the WAL source's time goes
+//	go run ./bench --quick --only cpu        # CPU per event of every mode at 2,000 orders/s
+//	go run ./bench phases DIR/*.pprof        # a relay profile's CPU by phase
 package main
 
 import (
@@ -39,6 +42,9 @@ func main() {
 	}
 	if len(os.Args) > 1 && os.Args[1] == burnCommand {
 		os.Exit(burnMain())
+	}
+	if len(os.Args) > 1 && os.Args[1] == phasesCommand {
+		os.Exit(phasesMain(os.Args[2:], os.Stdout))
 	}
 	if len(os.Args) > 1 && os.Args[1] == "chart" {
 		os.Exit(chartMain(os.Args[2:], os.Stderr))
@@ -83,8 +89,8 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 		redisDef = "redis://127.0.0.1:6379/0"
 	}
 	var (
-		opt                     options
-		only, brokers, walRates string
+		opt                            options
+		only, brokers, walRates, walTx string
 	)
 	fs.StringVar(&opt.DatabaseURL, "database-url", def, "PostgreSQL URL (default $DATABASE_URL)")
 	fs.StringVar(&opt.NatsURL, "nats-url", natsDef, "NATS URL (default $NATS_URL)")
@@ -93,7 +99,7 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 	fs.IntVar(&opt.Events, "events", 0, "drain backlog (default 1M, --quick 100k)")
 	fs.IntVar(&opt.BaselineCap, "baseline-events", 0, "the baseline's drain backlog (default min(events, 30k), --quick 5k: its relay is 3-6x slower)")
 	fs.BoolVar(&opt.Extra, "extra", false, "also pgoutbox configured otherwise: BatchSize 100 (the baseline's), DeleteOnPublish, Workers 4, relay sessions with synchronous_commit=off, Notifier Interval 20ms, polling only; the WAL source with BatchDelay off (write, wal)")
-	fs.StringVar(&only, "only", "", "comma-separated subset of drain,write,latency,growth,brokers,wal,walsize (default: all but wal and walsize)")
+	fs.StringVar(&only, "only", "", "comma-separated subset of drain,write,latency,growth,brokers,wal,walsize,cpu (default: all but wal, walsize and cpu)")
 	fs.StringVar(&brokers, "brokers", strings.Join(allBrokers, ","), "brokers: the drains besides the in-memory reference, a subset of "+strings.Join(allBrokers, ","))
 	fs.IntVar(&opt.BrokerEvents, "broker-events", 0, "brokers: backlog of each drain (default min(events, 100k), --quick min(events, 20k))")
 	fs.StringVar(&opt.RabbitMQURL, "rabbitmq-url", rabbitDef, "brokers: RabbitMQ AMQP URL (default $RABBITMQ_URL)")
@@ -122,7 +128,10 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 	fs.BoolVar(&opt.PinRelay, "pin-relay", false, "write: the writers (this process, their sessions) on the first CPU, each relay process, its sessions and its walsender on the others: the relay's cost to the writers when it has cores of its own (Linux, PostgreSQL on this machine, root or CAP_SYS_NICE; phases with the relay in the writers' process are left out, and a control phase keeps the relay's CPUs busy with a loop that touches no database)")
 	fs.StringVar(&opt.WriteProfile, "write-profile", "", "write: write a CPU profile of the harness process (writers, and the relay when in process) per phase into this directory")
 	fs.StringVar(&opt.DrainProfile, "drain-profile", "", "drain, wal: write a CPU profile of each drain's relay process into this directory")
-	fs.IntVar(&opt.WALTx, "wal-tx", 100, "wal, walsize: events per transaction of the backlogs")
+	fs.StringVar(&walTx, "wal-tx", "1,100", "wal: events per transaction of the drains' backlogs, comma-separated (a drain of each shape); walsize: the largest")
+	fs.StringVar(&opt.WALProfile, "wal-profile", "", "wal: write a CPU profile of each WAL drain's relay into this directory, count and time its statements, read its sessions' and walsender's CPU, and print where its time went")
+	fs.IntVar(&opt.CPURate, "cpu-rate", 2000, "cpu: writers paced at this many orders/s in all, a rate every mode holds")
+	fs.BoolVar(&opt.Watermill, "watermill", true, "drain, latency, wal, cpu: also Watermill's SQL forwarder (bench/peers/watermill, built with the go command on first use)")
 	fs.StringVar(&walRates, "wal-rates", "1000,10000", "wal: latency rates, events/s, comma-separated")
 	fs.IntVar(&opt.WALTxRate, "wal-tx-rate", 1000, "wal: latency writers commit at most this many transactions/s; a higher rate puts several events in each")
 	fs.DurationVar(&opt.WALLatWindow, "wal-latency-window", 0, "wal: latency window per phase (default 20s, --quick 5s)")
@@ -171,14 +180,30 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 		}
 		opt.WALRates = append(opt.WALRates, n)
 	}
+	for _, x := range strings.Split(walTx, ",") {
+		if x = strings.TrimSpace(x); x == "" {
+			continue
+		}
+		n, err := strconv.Atoi(x)
+		if err != nil || n < 1 {
+			return opt, fmt.Errorf("--wal-tx: %q is not a positive number of events", x)
+		}
+		if !slices.Contains(opt.WALTxs, n) {
+			opt.WALTxs = append(opt.WALTxs, n)
+		}
+	}
+	if len(opt.WALTxs) == 0 {
+		return opt, errors.New("--wal-tx: give at least one number of events per transaction")
+	}
+	opt.WALTx = slices.Max(opt.WALTxs)
 	opt.Only = map[string]bool{}
 	for _, s := range strings.Split(only, ",") {
 		switch s = strings.TrimSpace(s); s {
 		case "":
-		case "drain", "write", "latency", "growth", "brokers", "wal", "walsize":
+		case "drain", "write", "latency", "growth", "brokers", "wal", "walsize", "cpu":
 			opt.Only[s] = true
 		default:
-			return opt, fmt.Errorf("--only: unknown figure %q (want drain, write, latency, growth, brokers, wal, walsize)", s)
+			return opt, fmt.Errorf("--only: unknown figure %q (want drain, write, latency, growth, brokers, wal, walsize, cpu)", s)
 		}
 	}
 	for _, s := range strings.Split(brokers, ",") {
@@ -195,8 +220,10 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 		return opt, errors.New("--events, --baseline-events, --growth-rows, --growth-batch, --broker-events must be positive")
 	case opt.Writers < 1 || opt.LatWriters < 1 || opt.Rate < 1 || opt.Workers < 1 || opt.ClaimSamples < 1:
 		return opt, errors.New("--writers, --rate, --workers, --claim-samples must be positive")
-	case opt.WALTx < 1 || opt.WALTxRate < 1 || opt.WALSizePoints < 1 || opt.WALSizeEvents < opt.WALSizePoints:
-		return opt, errors.New("--wal-tx, --wal-tx-rate, --wal-size-points must be positive, --wal-size-events at least --wal-size-points")
+	case opt.WALTxRate < 1 || opt.WALSizePoints < 1 || opt.WALSizeEvents < opt.WALSizePoints:
+		return opt, errors.New("--wal-tx-rate, --wal-size-points must be positive, --wal-size-events at least --wal-size-points")
+	case opt.CPURate < 1:
+		return opt, errors.New("--cpu-rate must be positive")
 	}
 	opt.Log = errOut
 	return opt, nil
@@ -241,7 +268,7 @@ func (h *harness) measure(ctx context.Context) (*results, error) {
 		}
 	}
 	runs := h.opt.Runs
-	if !slices.ContainsFunc([]string{"drain", "brokers", "write", "latency", "growth", "wal"}, h.opt.want) {
+	if !slices.ContainsFunc([]string{"drain", "brokers", "write", "latency", "growth", "wal", "cpu"}, h.opt.want) {
 		runs = 0 // walsize alone: it runs once
 	}
 	for i := range runs {
@@ -275,6 +302,11 @@ func (h *harness) measure(ctx context.Context) (*results, error) {
 		if h.opt.want("wal") {
 			if err := h.walRun(ctx, r); err != nil {
 				return nil, fmt.Errorf("wal: %w", err)
+			}
+		}
+		if h.opt.want("cpu") {
+			if err := h.cpuRun(ctx, r); err != nil {
+				return nil, fmt.Errorf("cpu: %w", err)
 			}
 		}
 	}

@@ -25,6 +25,7 @@ type writeProbe struct {
 	walRecs int64
 	walFPI  int64
 	walB    float64
+	lsn     string // pg_current_wal_lsn at the start
 	scans   int64
 	start   time.Time
 	waits   *waitSampler
@@ -38,6 +39,7 @@ type writeProbe struct {
 // probeResult is a write phase's cost per committed order.
 type probeResult struct {
 	WALBytes, WALRecs, FPI float64 // per committed order
+	WALLSNBytes            float64 // per committed order: pg_current_wal_lsn's advance (exact, server-wide)
 	ClaimsPS, PerClaim     float64 // claims/s; committed orders per claim
 	Waits                  []string
 	BackendCPU             map[string]float64 // role → its PostgreSQL sessions' CPU µs per order
@@ -59,6 +61,7 @@ func (h *harness) probeStart(ctx context.Context, schema, label string, sessions
 		}
 	}
 	p.walRecs, p.walFPI, p.walB = h.walStats(ctx)
+	_ = h.pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&p.lsn)
 	p.scans = h.pendingScans(ctx, schema)
 	if h.opt.WriteWaits {
 		p.waits = h.sampleSessions(ctx, sessions)
@@ -91,6 +94,13 @@ func (p *writeProbe) stop(ctx context.Context, committed int64) probeResult {
 		r.Waits = p.waits.stop()
 	}
 	recs, fpi, b := p.h.walStats(ctx)
+	var lsnBytes float64
+	if p.lsn != "" {
+		_ = p.h.pool.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::float8`, p.lsn).Scan(&lsnBytes)
+	}
+	if committed > 0 {
+		r.WALLSNBytes = lsnBytes / float64(committed)
+	}
 	r.BackendCPU = map[string]float64{}
 	for role, pids := range p.h.backends(ctx, p.apps) {
 		for _, pid := range pids {

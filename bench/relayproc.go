@@ -71,6 +71,18 @@ type relaySpec struct {
 	AppName      string        `json:"app_name"`
 	Timeout      time.Duration `json:"timeout"`
 	Profile      string        `json:"profile,omitempty"` // write a CPU profile of the relay, from go to stop, to this file
+	// TraceSQL: count the relay's statements and round trips and time
+	// them (a pgx tracer on its pool), and read the CPU its PostgreSQL
+	// sessions and Walsender (an application_name) used from go to done.
+	TraceSQL  bool   `json:"trace_sql,omitempty"`
+	Walsender string `json:"walsender,omitempty"`
+
+	// The watermill peer (Design designWatermill): its executable, its
+	// poll interval (0: peers/watermill's PollDefault), and Init: create
+	// its tables and exit after "ready".
+	Exe  string        `json:"-"`
+	Poll time.Duration `json:"poll,omitempty"`
+	Init bool          `json:"init,omitempty"`
 }
 
 const (
@@ -101,6 +113,12 @@ type relayResult struct {
 	Times    []int64       `json:"times,omitempty"`
 	Handed   []int64       `json:"handed,omitempty"` // timed: when each event reached the publisher
 	Err      string        `json:"err,omitempty"`
+
+	// TraceSQL: the relay's statements, and its sessions' and its
+	// walsender's CPU seconds from go to done.
+	SQL          []sqlStat `json:"sql,omitempty"`
+	BackendCPU   float64   `json:"backend_cpu_s,omitempty"`
+	WalsenderCPU float64   `json:"walsender_cpu_s,omitempty"`
 }
 
 // runningRelay is a relay started in this process.
@@ -161,9 +179,17 @@ func startRelay(ctx context.Context, spec relaySpec, pool *pgxpool.Pool, pub out
 // unqualified SQL needs it) and application_name set, so the harness can see
 // the relay's sessions in pg_stat_activity.
 func newPool(ctx context.Context, url, schema, appName string, maxConns int32, params ...string) (*pgxpool.Pool, error) {
+	return newTracedPool(ctx, url, schema, appName, maxConns, nil, params...)
+}
+
+// newTracedPool is newPool with t (if not nil) tracing every statement.
+func newTracedPool(ctx context.Context, url, schema, appName string, maxConns int32, t *sqlTracer, params ...string) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("database url: %w", err)
+	}
+	if t != nil {
+		cfg.ConnConfig.Tracer = t
 	}
 	if schema != "" {
 		cfg.ConnConfig.RuntimeParams["search_path"] = schema
@@ -324,7 +350,11 @@ func runChild(args []string, stdin io.Reader, stdout io.Writer) error {
 	}
 	ctx := context.Background()
 	// pgxpool's default size is max(4, CPUs): room for more workers.
-	pool, err := newPool(ctx, spec.DatabaseURL, spec.Schema, spec.AppName, int32(max(spec.Workers+2, 4)), spec.params()...)
+	var tracer *sqlTracer
+	if spec.TraceSQL {
+		tracer = newSQLTracer(spec.Schema)
+	}
+	pool, err := newTracedPool(ctx, spec.DatabaseURL, spec.Schema, spec.AppName, int32(max(spec.Workers+2, 4)), tracer, spec.params()...)
 	if err != nil {
 		return err
 	}
@@ -376,6 +406,14 @@ func runChild(args []string, stdin io.Reader, stdout io.Writer) error {
 		}
 	}
 	fmt.Fprintln(stdout, "running")
+	var cpu0 map[string]map[int]float64
+	roles := map[string]string{"relay": spec.AppName}
+	if spec.Walsender != "" {
+		roles["walsender"] = spec.Walsender
+	}
+	if spec.TraceSQL {
+		cpu0 = sessionCPU(ctx, pool, roles)
+	}
 
 	expect := int64(spec.Expect)
 	if expect == 0 { // serve mode
@@ -400,6 +438,11 @@ func runChild(args []string, stdin io.Reader, stdout io.Writer) error {
 	} else {
 		res.Elapsed = doneAt.Sub(start)
 		res.DoneAt = doneAt.UnixNano()
+	}
+	if spec.TraceSQL {
+		used := cpuUsed(cpu0, sessionCPU(ctx, pool, roles))
+		res.BackendCPU, res.WalsenderCPU = used["relay"], used["walsender"]
+		res.SQL = tracer.stats()
 	}
 	// Let the batch in flight commit its marks before stopping: the
 	// baseline relay would otherwise roll back a batch it has published (at
@@ -464,15 +507,23 @@ type relayChild struct {
 
 // spawnRelay starts a child relay process and waits until it is ready.
 func spawnRelay(ctx context.Context, spec relaySpec) (*relayChild, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
 	b, err := json.Marshal(spec)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.CommandContext(ctx, exe, childCommand, string(b))
+	var cmd *exec.Cmd
+	if spec.Design == designWatermill {
+		if spec.Exe == "" {
+			return nil, errors.New("the watermill peer was not built")
+		}
+		cmd = exec.CommandContext(ctx, spec.Exe, string(b))
+	} else {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		cmd = exec.CommandContext(ctx, exe, childCommand, string(b))
+	}
 	cmd.Stderr = os.Stderr
 	// Under the race detector (go test -race) a process sleeps 1 s at exit
 	// by default; the harness waits for every child's exit.
@@ -530,9 +581,9 @@ func (c *relayChild) finish(n int64) (relayResult, error) {
 		c.kill()
 		return res, fmt.Errorf("relay child: reading result: %w", err)
 	}
-	if err := json.Unmarshal(line, &res); err != nil {
+	if res, err = parseResult(line); err != nil {
 		c.kill()
-		return res, fmt.Errorf("relay child: result %.200q: %w", line, err)
+		return res, err
 	}
 	c.stdin.Close()
 	if err := c.cmd.Wait(); err != nil {
@@ -543,6 +594,18 @@ func (c *relayChild) finish(n int64) (relayResult, error) {
 	// peak RSS at exec time into the child's ru_maxrss.
 	if res.Err != "" {
 		return res, errors.New(res.Err)
+	}
+	return res, nil
+}
+
+// parseResult reads a child's (or the peer's) last line: its result.
+func parseResult(line []byte) (relayResult, error) {
+	var res relayResult
+	if err := json.Unmarshal(line, &res); err != nil {
+		return res, fmt.Errorf("relay child: result %.200q: %w", line, err)
+	}
+	if res.Delivery.Expected < 0 || res.Delivery.Distinct < 0 || res.Delivery.Total < res.Delivery.Distinct {
+		return res, fmt.Errorf("relay child: result %.200q: delivery counts do not add up", line)
 	}
 	return res, nil
 }

@@ -23,6 +23,7 @@ type results struct {
 	walSize     *walSizeFigure
 	walPartSize *walSizeFigure // the same on a partitioned table
 	walSkipped  string         // why the WAL source was not measured
+	cpus        []*writeFigure // the cpu figure: every mode at --cpu-rate
 
 	loads     []float64           // load averages seen during the run
 	waits     map[string][]string // drain label → wait shares (--sample-waits)
@@ -115,6 +116,14 @@ type writeFigure struct {
 	// A relay process's own CPU, µs per order (none when it runs in the
 	// writers' process).
 	RelayProcCPU []float64 `json:",omitempty"`
+	// The relay's own sessions and its walsender apart (the cpu figure).
+	RelaySessCPU []float64 `json:",omitempty"`
+	WALLSNBytes  []float64 `json:",omitempty"` // per order: pg_current_wal_lsn's advance over the window
+	// The cpu figure: a relay process's statements (first run) over
+	// SQLEvents delivered events.
+	SQL          []sqlStat `json:",omitempty"`
+	SQLEvents    int64     `json:",omitempty"`
+	WalsenderCPU []float64 `json:",omitempty"`
 }
 
 func (f *writeFigure) addProbe(p probeResult) {
@@ -132,6 +141,9 @@ func (f *writeFigure) addProbe(p probeResult) {
 	if p.RelayProcCPU > 0 {
 		f.RelayProcCPU = append(f.RelayProcCPU, p.RelayProcCPU)
 	}
+	f.RelaySessCPU = append(f.RelaySessCPU, p.BackendCPU["relay"])
+	f.WALLSNBytes = append(f.WALLSNBytes, p.WALLSNBytes)
+	f.WalsenderCPU = append(f.WalsenderCPU, p.BackendCPU["walsender"])
 }
 
 func (r *results) write(label string) *writeFigure {
@@ -383,6 +395,7 @@ func (r *results) print(w io.Writer, m machine, opt options, cmdline string, sta
 		fmt.Fprintln(w)
 	}
 	r.printWAL(w, opt)
+	r.printCPU(w, opt)
 }
 
 func maxOf(xs []float64) float64 {

@@ -116,8 +116,8 @@ func (r *results) printTargets(w io.Writer, opt options) {
 	for _, pub := range []string{pubMemory, pubNATS} {
 		want := map[string]float64{pubMemory: 150_000, pubNATS: 80_000}[pub]
 		for _, f := range r.walDrains {
-			if f.Label == walDrainLabel(string(outbox.SourceWAL), pub) {
-				ts = append(ts, target{fmt.Sprintf("WAL source: drain of a %s backlog already in the WAL → %s", count(f.Backlog), brokerLabelShort(pub)),
+			if f.Label == walDrainLabel(string(outbox.SourceWAL), pub, f.PerTx) {
+				ts = append(ts, target{fmt.Sprintf("WAL source: drain of a %s backlog already in the WAL (%s) → %s", count(f.Backlog), perTxName(f.PerTx), brokerLabelShort(pub)),
 					"≥ " + humanRate(want) + " ev/s", strings.TrimSpace(fmtRate(f.Rate)), yes(median(f.Rate) >= want && allOK(f.OK))})
 			}
 		}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -68,27 +70,39 @@ END
 $fill$`, (n+perTx-1)/perTx-1, table, v7ID, eventValuesSQL, from, perTx, from, perTx, last)
 }
 
-// walRun measures the WAL figure once: the drain of a backlog already in
-// the WAL next to the table source's drain of the same backlog, then the
-// latency of both sources at every --wal-rates rate.
+// walRun measures the WAL figure once: for every --wal-tx shape, the drain
+// of a backlog already in the WAL next to the table source's drain of the
+// same backlog, the server's own decode rate of it (the floor) and
+// Watermill's forwarder draining it; then the latency of both sources at
+// every --wal-rates rate.
 func (h *harness) walRun(ctx context.Context, r *results) error {
 	if h.walErr != nil {
 		return nil // said once, in the output
 	}
 	n := h.opt.Events
-	for _, pub := range []string{pubMemory, pubNATS} {
-		var tableRate float64
-		for _, src := range []string{string(outbox.SourceTable), string(outbox.SourceWAL)} {
-			label := walDrainLabel(src, pub)
-			if !matchesFilter(label, h.opt.Filter) {
-				continue
+	for _, perTx := range h.opt.WALTxs {
+		var floor float64
+		for _, pub := range []string{pubMemory, pubNATS} {
+			var tableRate float64
+			srcs := []string{string(outbox.SourceTable), string(outbox.SourceWAL)}
+			if pub == pubMemory && h.opt.Watermill {
+				srcs = append(srcs, designWatermill)
 			}
-			rate, err := h.walDrainOnce(ctx, r, label, src, pub, n, tableRate)
-			if err != nil {
-				return fmt.Errorf("%s: %w", label, err)
-			}
-			if src == string(outbox.SourceTable) {
-				tableRate = rate
+			for _, src := range srcs {
+				label := walDrainLabel(src, pub, perTx)
+				if !matchesFilter(label, h.opt.Filter) {
+					continue
+				}
+				rate, fl, err := h.walDrainOnce(ctx, r, label, src, pub, n, perTx, tableRate, floor)
+				if err != nil {
+					return fmt.Errorf("%s: %w", label, err)
+				}
+				if src == string(outbox.SourceTable) {
+					tableRate = rate
+				}
+				if fl > 0 {
+					floor = fl
+				}
 			}
 		}
 	}
@@ -135,8 +149,26 @@ func sourceName(src string) string {
 	return "table source (polling, defaults)"
 }
 
-func walDrainLabel(src, pub string) string {
-	return sourceName(src) + " → " + brokerLabelShort(pub)
+// walDrainLabel names a WAL figure drain by its relay (a source, or the
+// watermill peer), publisher and backlog shape.
+func walDrainLabel(src, pub string, perTx int) string {
+	name := sourceName(src)
+	if src == designWatermill {
+		name = watermillName
+	}
+	return name + " → " + brokerLabelShort(pub) + ", " + perTxName(perTx)
+}
+
+func perTxName(perTx int) string {
+	if perTx == 1 {
+		return "1 event per transaction"
+	}
+	return fmt.Sprintf("%d events per transaction", perTx)
+}
+
+// walFloorLabel names the server decode floor of a shape.
+func walFloorLabel(perTx int) string {
+	return "server decode floor: pg_logical_slot_peek_binary_changes of a copy of the slot, " + perTxName(perTx)
 }
 
 func walLatLabel(src string, rate, perTx int) string {
@@ -154,48 +186,114 @@ func brokerLabelShort(pub string) string {
 	return "in-memory"
 }
 
-// walDrainOnce fills n events in transactions of --wal-tx (for the WAL
+// walDrainOnce fills n events in transactions of perTx (for the WAL
 // source, after creating the slot: the backlog is in the WAL, and no relay
-// reads it yet), then drains them with a relay process of the source.
-func (h *harness) walDrainOnce(ctx context.Context, r *results, label, src, pub string, n int, tableRate float64) (float64, error) {
+// reads it yet), then drains them with a relay process of the source (or
+// the watermill peer). For the WAL source to in-memory it first times the
+// server's own decoding of that backlog on a copy of the slot made before
+// the fill, and returns that floor's events/s; each WAL row's FloorRatio is
+// to the floor of its shape.
+func (h *harness) walDrainOnce(ctx context.Context, r *results, label, src, pub string, n, perTx int, tableRate, floor float64) (rate, measuredFloor float64, err error) {
 	var s string
-	var err error
-	if src == string(outbox.SourceWAL) {
+	wal := src == string(outbox.SourceWAL)
+	switch {
+	case wal:
 		s, err = h.setupWAL(ctx, "waldrain")
-	} else {
+	case src == designWatermill:
+		s, err = h.setupWatermill(ctx, "waldrain")
+	default:
 		s, err = h.setupOurs(ctx, "waldrain")
 	}
 	if s != "" {
 		defer h.release(ctx, s)
 	}
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	h.logf("wal: filling %d events, %d per transaction (%s)", n, h.opt.WALTx, label)
-	if err := h.fillTx(ctx, s, 0, n, h.opt.WALTx, true); err != nil {
-		return 0, err
+	floorSlot := ""
+	if wal && pub == pubMemory {
+		if floorSlot, err = h.copySlot(ctx, s); err != nil {
+			return 0, 0, err
+		}
+		defer h.dropFloor(ctx, floorSlot)
 	}
-	spec := h.spec(designOurs, s, pub)
-	spec.Source = src
+	h.logf("wal: filling %d events, %d per transaction (%s)", n, perTx, label)
+	if src == designWatermill {
+		err = h.fillWatermill(ctx, s, 0, n, perTx)
+	} else {
+		err = h.fillTx(ctx, s, 0, n, perTx, true)
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	if floorSlot != "" {
+		fl, err := h.decodeFloor(ctx, s, floorSlot, n)
+		if err != nil {
+			return 0, 0, fmt.Errorf("server decode floor: %w", err)
+		}
+		h.dropFloor(ctx, floorSlot)
+		ff := r.walDrain(walFloorLabel(perTx), n)
+		ff.PerTx, ff.Floor = perTx, true
+		ff.Rate = append(ff.Rate, fl.rate)
+		ff.TxRate = append(ff.TxRate, fl.rate/float64(perTx))
+		ff.FloorRatio = append(ff.FloorRatio, 1)
+		ff.CPUus = append(ff.CPUus, fl.cpuUS)
+		ff.OK = append(ff.OK, fl.inserts == int64(n))
+		if fl.inserts != int64(n) {
+			ff.Notes = append(ff.Notes, fmt.Sprintf("decoded %d inserts, want %d", fl.inserts, n))
+		}
+		h.logf("wal: %s: %.0f ev/s, %.0f tx/s, %d messages in %s, backend CPU %.1f µs/event",
+			walFloorLabel(perTx), fl.rate, fl.rate/float64(perTx), fl.messages, fl.elapsed.Round(time.Millisecond), fl.cpuUS)
+		floor, measuredFloor = fl.rate, fl.rate
+	}
+	var spec relaySpec
+	if src == designWatermill {
+		if spec, err = h.watermillSpec(ctx, s); err != nil {
+			return 0, 0, err
+		}
+	} else {
+		spec = h.spec(designOurs, s, pub)
+		spec.Source = src
+	}
+	if wal {
+		spec.Walsender = h.walsenderApp(s)
+	}
+	if h.opt.WALProfile != "" {
+		spec.TraceSQL = true
+		spec.Profile = filepath.Join(h.opt.WALProfile, profileName(label)+".pprof")
+	}
 	h.logf("wal: %s, %d events", label, n)
 	res, rate, err := h.drainOnce(ctx, spec, s, n, nil)
 	f := r.walDrain(label, n)
+	f.PerTx = perTx
 	note := ""
 	if err != nil {
 		note = err.Error()
 		h.logf("wal: %s: FAILED: %v", label, err)
 	}
 	ratio := 1.0
-	if src == string(outbox.SourceWAL) {
+	if src != string(outbox.SourceTable) {
 		ratio = 0
 		if tableRate > 0 {
 			ratio = rate / tableRate
 		}
 	}
 	f.add(rate, ratio, res, err == nil && res.Delivery.OK(), note)
+	f.TxRate = append(f.TxRate, rate/float64(perTx))
+	if floor > 0 {
+		f.FloorRatio = append(f.FloorRatio, rate/floor)
+	}
+	if h.opt.WALProfile != "" && err == nil {
+		h.addBreakdown(ctx, f, spec, res, n)
+	}
 	h.logf("wal: %s: %.0f ev/s (%.2f of the table source), peak RSS %.1f MB, delivered %d/%d, dups %d",
 		label, rate, ratio, float64(res.MaxRSSKB)/1024, res.Delivery.Distinct, n, res.Delivery.Dups())
-	return rate, nil
+	return rate, measuredFloor, nil
+}
+
+// profileName is a label as a file name.
+func profileName(label string) string {
+	return strings.Trim(regexp.MustCompile(`[^a-zA-Z0-9]+`).ReplaceAllString(label, "-"), "-")
 }
 
 // walSizeFigure is the WAL source's table size and relay RSS while it
@@ -532,14 +630,20 @@ func (r *results) printWAL(w io.Writer, opt options) {
 		return
 	}
 	if len(r.walDrains) > 0 {
-		fmt.Fprintf(w, "### 6. WAL source: drain of a backlog already in the WAL (%d events per transaction, committed while the slot existed and no relay ran), beside the table source draining the same backlog\n\n", opt.WALTx)
-		fmt.Fprintf(w, "| relay → publisher | backlog | events/s | / table source (same publisher, same run) | relay peak RSS | relay CPU µs/event | delivery verified |\n|---|---:|---:|---:|---:|---:|---|\n")
+		fmt.Fprintf(w, "### 6. WAL source: drain of a backlog already in the WAL (committed while the slot existed and no relay ran), beside the table source and Watermill's forwarder draining the same backlog, and the server's own decoding of it\n\n")
+		fmt.Fprintf(w, "Each shape's floor is the server decoding that backlog itself: `pg_logical_slot_peek_binary_changes` with pgoutput and the relay's publication, on a copy of the relay's slot made before the fill, timed before the relay runs (its CPU column is that backend's). The WAL rows' last ratio is to it.\n\n")
+		fmt.Fprintf(w, "| relay → publisher, backlog shape | backlog | events/s | transactions/s | / table source (same publisher, shape, run) | / server decode floor (same shape, run) | relay peak RSS | relay CPU µs/event | delivery verified |\n|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
 		for _, f := range r.walDrains {
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", f.Label, count(f.Backlog), fmtRate(f.Rate),
-				fmtRatio(f.Ratio), fmtMB(f.RSSMB), fmtUS(f.CPUus), fmtOK(f.OK, f.Dups))
+			ratio, floor := fmtRatio(f.Ratio), fmtRatio(f.FloorRatio)
+			if f.Floor {
+				ratio, floor = "", "1"
+			}
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", f.Label, count(f.Backlog), fmtRate(f.Rate), fmtRate(f.TxRate),
+				ratio, floor, fmtMB(f.RSSMB), fmtUS(f.CPUus), fmtOK(f.OK, f.Dups))
 		}
 		notes(w, r.walDrains, func(f *drainFigure) (string, []string) { return f.Label, f.Notes })
 		fmt.Fprintln(w)
+		printBreakdown(w, r.walDrains, opt.WALProfile)
 	}
 	if len(r.walLats) > 0 {
 		fmt.Fprintf(w, "### 7. WAL source: latency, %d writers paced for %s, commit return → NATS JetStream PubAck\n\n", opt.LatWriters, opt.WALLatWindow)

@@ -86,7 +86,7 @@ func TestWALFlags(t *testing.T) {
 	if opt.want("wal") || opt.want("walsize") || !opt.want("write") || !opt.want("drain") {
 		t.Errorf("the full run must include every figure but wal and walsize: %v", opt.Only)
 	}
-	if !reflect.DeepEqual(opt.WALRates, []int{1000, 10000}) || opt.WALTx != 100 || opt.WALSizeEvents != 10_000_000 || opt.WALLatWindow != 20*time.Second {
+	if !reflect.DeepEqual(opt.WALRates, []int{1000, 10000}) || !reflect.DeepEqual(opt.WALTxs, []int{1, 100}) || opt.WALTx != 100 || opt.WALSizeEvents != 10_000_000 || opt.WALLatWindow != 20*time.Second {
 		t.Errorf("defaults: rates %v, tx %d, size events %d, window %s", opt.WALRates, opt.WALTx, opt.WALSizeEvents, opt.WALLatWindow)
 	}
 	opt, err = parseFlags([]string{"--only", "wal,walsize", "--wal-rates", "500, 2000", "--quick"}, io.Discard)
@@ -181,7 +181,9 @@ func TestWALResultsRoundTrip(t *testing.T) {
 	r := &results{}
 	w := r.write(walWriteLabel)
 	w.Rate, w.Ratio, w.VsBusiness, w.Check, w.OK = []float64{3000}, []float64{0.98}, []float64{0.62}, true, []bool{true}
-	r.walDrain(walDrainLabel(string(outbox.SourceWAL), pubMemory), 1000).add(120_000, 0.7, relayResult{MaxRSSKB: 30 << 10}, true, "")
+	wd := r.walDrain(walDrainLabel(string(outbox.SourceWAL), pubMemory, 100), 1000)
+	wd.PerTx = 100
+	wd.add(120_000, 0.7, relayResult{MaxRSSKB: 30 << 10}, true, "")
 	l := r.walLat(walLatLabel(string(outbox.SourceWAL), 10000, 10))
 	l.P50, l.P99, l.Achieved, l.OK = []float64{1.5}, []float64{4.5}, []float64{9900}, []bool{true}
 	r.walSize = &walSizeFigure{Events: 10, EmptyIndexes: 1 << 10, PeakRSSKB: 1 << 10, OK: true,
@@ -205,13 +207,13 @@ func TestWALResultsRoundTrip(t *testing.T) {
 	md := out.String()
 	for _, want := range []string{
 		"| " + walWriteLabel + " | 3.00k | 0.98 | 0.62 | ✅ 1/1 runs, 0 dup |",
-		"### 6. WAL source: drain", "| WAL source → in-memory | 1k | 120.0k | 0.70 | 30 MB |",
+		"### 6. WAL source: drain", "| WAL source → in-memory, 100 events per transaction | 1k | 120.0k | – | 0.70 | – | 30 MB |",
 		"### 7. WAL source: latency", "WAL source → NATS JetStream, 10k ev/s (10 per transaction)",
 		"### 8. WAL source: table size",
 		"| WAL source: writers' throughput with the relay / the same writers, business row only (no outbox) | ≥ 0.90 | 0.62 | ❌ no |",
 		"| WAL source: writers' throughput with the relay / the same writers and table, no relay | ≥ 0.97 | 0.98 | ✅ yes |",
 		"| WAL source: commit → broker latency, 10k ev/s (10 per transaction) | p99 ≤ 5 ms |",
-		"drain of a 1k backlog already in the WAL → in-memory | ≥ 150.0k ev/s | 120.0k | ❌ no |",
+		"drain of a 1k backlog already in the WAL (100 events per transaction) → in-memory | ≥ 150.0k ev/s | 120.0k | ❌ no |",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("output lacks %q:\n%s", want, md)

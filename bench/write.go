@@ -160,6 +160,8 @@ type writePhase struct {
 	delay    time.Duration // RelayConfig.BatchDelay
 	rescan   time.Duration // RelayConfig.RescanInterval
 	notify   time.Duration // NotifierConfig.Interval
+	writers  int           // writers (0: --writers)
+	trace    bool          // a relay process counts its statements (sqlTracer), kept in the figure's SQL
 }
 
 // writerDB is the writers' pool on schema, and a database/sql handle on it.
@@ -402,9 +404,17 @@ func chainRatios(rates []float64) (ratios, vsBusiness []float64, baseVsBusiness 
 }
 
 func (h *harness) writePhase(ctx context.Context, r *results, p writePhase) (float64, error) {
+	return h.writePhaseInto(ctx, r.write(p.label), p, h.opt.WriteRate)
+}
+
+// writePhaseInto measures p once into f, the writers paced at rate orders/s
+// in all (0: full speed).
+func (h *harness) writePhaseInto(ctx context.Context, f *writeFigure, p writePhase, rate int) (float64, error) {
 	var s string
 	var err error
 	switch {
+	case p.design == designWatermill:
+		s, err = h.setupWatermill(ctx, "write")
 	case p.business:
 		s, err = h.setupBusiness(ctx, "write")
 	case p.source == string(outbox.SourceWAL):
@@ -431,11 +441,16 @@ func (h *harness) writePhase(ctx context.Context, r *results, p writePhase) (flo
 	defer db.Close()
 
 	w := writers{n: h.opt.Writers}
+	if p.writers > 0 {
+		w.n = p.writers
+	}
 	switch {
 	case p.business && p.app:
 		w.create = func(ctx context.Context, o Order) error { return appCreateBusiness(ctx, pool, o) }
 	case p.business:
 		w.create = func(ctx context.Context, o Order) error { return sqlCreateBusiness(ctx, db, o) }
+	case p.design == designWatermill:
+		w.create = func(ctx context.Context, o Order) error { return appWatermillOrder(ctx, pool, o) }
 	case p.design == designOurs:
 		ow, err := outbox.NewWriter(outbox.WriterConfig{Schema: s})
 		if err != nil {
@@ -453,7 +468,6 @@ func (h *harness) writePhase(ctx context.Context, r *results, p writePhase) (flo
 		w.create = func(ctx context.Context, o Order) error { return baselineCreateOrder(ctx, db, o) }
 	}
 
-	f := r.write(p.label)
 	sessions := map[string]string{"writers": h.prefix + "_writers"}
 	var fin func(committed int64) (relayResult, error)
 	var killRelay func() // a relay process, on an error before the writers ran
@@ -461,12 +475,18 @@ func (h *harness) writePhase(ctx context.Context, r *results, p writePhase) (flo
 	switch p.relay {
 	case "child":
 		spec := h.spec(p.design, s, pubMemory)
+		if p.design == designWatermill {
+			if spec, err = h.watermillSpec(ctx, s); err != nil {
+				return 0, err
+			}
+		}
 		spec.Listen = p.wakeup == "notify"
 		spec.AsyncCommit = p.async
 		spec.Delete = p.del
 		spec.BatchDelay = p.delay
 		spec.Rescan = p.rescan
 		spec.Source = p.source
+		spec.TraceSQL = p.trace && p.design != designWatermill
 		sessions["relay"] = spec.AppName
 		if h.opt.WriteProfile != "" {
 			spec.Profile = filepath.Join(h.opt.WriteProfile, fmt.Sprintf("%03d-relay-process.pprof", h.seq))
@@ -566,8 +586,8 @@ func (h *harness) writePhase(ctx context.Context, r *results, p writePhase) (flo
 	h.logf("write: %s, %d writers for %s", p.label, w.n, h.opt.WriteWindow)
 	probe := h.probeStart(ctx, s, p.label, sessions, relayPID)
 	var st writeStats
-	if h.opt.WriteRate > 0 {
-		st = w.paced(ctx, h.opt.WriteRate, h.opt.WriteWindow)
+	if rate > 0 {
+		st = w.paced(ctx, rate, h.opt.WriteWindow)
 	} else {
 		st = w.fullSpeed(ctx, h.opt.WriteWindow)
 	}
@@ -577,8 +597,8 @@ func (h *harness) writePhase(ctx context.Context, r *results, p writePhase) (flo
 		}
 	}
 	pr := probe.stop(ctx, st.Committed)
-	rate := float64(st.Committed) / st.Elapsed.Seconds()
-	f.Rate = append(f.Rate, rate)
+	achieved := float64(st.Committed) / st.Elapsed.Seconds()
+	f.Rate = append(f.Rate, achieved)
 	f.addProbe(pr)
 	if st.Failed > 0 {
 		f.Notes = append(f.Notes, fmt.Sprintf("%d CreateOrder calls failed, first: %v", st.Failed, st.FirstErr))
@@ -593,11 +613,18 @@ func (h *harness) writePhase(ctx context.Context, r *results, p writePhase) (flo
 		if err != nil {
 			return 0, err
 		}
-		rows, err := h.rowCount(ctx, s, "outbox_events")
+		table := "outbox_events"
+		if p.design == designWatermill {
+			table = watermillTable
+		}
+		rows, err := h.rowCount(ctx, s, table)
 		if err != nil {
 			return 0, err
 		}
 		res, err := fin(orders)
+		if f.SQL == nil && len(res.SQL) > 0 && orders > 0 {
+			f.SQL, f.SQLEvents = res.SQL, orders
+		}
 		wal := p.source == string(outbox.SourceWAL)
 		ok := err == nil && res.Delivery.OK() && (p.del || wal || orders == rows)
 		if err != nil {
@@ -620,7 +647,7 @@ func (h *harness) writePhase(ctx context.Context, r *results, p writePhase) (flo
 	}
 	// The relay's PostgreSQL CPU counts its walsender, as the table does.
 	h.logf("write: %s: %.0f orders/s; per order %.0f B WAL, %.1f records, %.3f FPI, CPU µs: writers' PostgreSQL %.0f, relay's PostgreSQL %.0f, relay process %.0f; %.0f claims/s, %.1f orders/claim%s; waits %v",
-		p.label, rate, pr.WALBytes, pr.WALRecs, pr.FPI, pr.BackendCPU["writers"], pr.BackendCPU["relay"]+pr.BackendCPU["walsender"], pr.RelayProcCPU,
+		p.label, achieved, pr.WALBytes, pr.WALRecs, pr.FPI, pr.BackendCPU["writers"], pr.BackendCPU["relay"]+pr.BackendCPU["walsender"], pr.RelayProcCPU,
 		pr.ClaimsPS, pr.PerClaim, msg, pr.Waits)
-	return rate, nil
+	return achieved, nil
 }
