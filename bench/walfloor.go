@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/pgoutbox/outbox/internal/ident"
@@ -86,5 +89,67 @@ func (h *harness) decodeFloor(ctx context.Context, schema, slot string, n int) (
 		fr.cpuUS = (cpu1 - cpu0) / float64(n) * 1e6
 	}
 	fr.rate = float64(n) / fr.elapsed.Seconds()
+	return fr, nil
+}
+
+// The streaming floor: the same backlog streamed by a walsender to
+// pg_recvlogical, PostgreSQL's own client, which writes what it receives
+// to /dev/null and confirms only at the end. No relay can stream faster
+// than the walsender sends: this is the WAL source's ceiling, where the
+// decode floor above is the server's decoding alone. It runs on a second
+// copy of the slot, before the relay drains.
+
+// streamFloor streams slot to pg_recvlogical until the server's WAL
+// position as of now, timing it, with the walsender's CPU per event.
+func (h *harness) streamFloor(ctx context.Context, schema, slot string, n int) (floorResult, error) {
+	var fr floorResult
+	names, err := ident.New(schema, "")
+	if err != nil {
+		return fr, err
+	}
+	pub := wal.NamesFor(names, h.pool.Config().ConnConfig.Database).Publication
+	var end string
+	if err := h.pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&end); err != nil {
+		return fr, err
+	}
+	app := "pgoutbox-bench-stream-floor"
+	cmd := exec.CommandContext(ctx, "pg_recvlogical", "--dbname", h.opt.DatabaseURL, "--slot", slot, "--start",
+		"--endpos", end, "--no-loop", "--file", "/dev/null", "--status-interval", "10", "--fsync-interval", "0",
+		"-o", "proto_version=1", "-o", "publication_names="+pub)
+	cmd.Env = append(os.Environ(), "PGAPPNAME="+app)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return fr, fmt.Errorf("pg_recvlogical (Debian package postgresql-client): %w", err)
+	}
+	// The walsender's CPU, read until pg_recvlogical exits: by its pid,
+	// once it shows.
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	pid, cpu := 0, -1.0
+	for waiting := true; waiting; {
+		select {
+		case err := <-done:
+			if err != nil {
+				return fr, fmt.Errorf("pg_recvlogical: %w: %s", err, strings.TrimSpace(stderr.String()))
+			}
+			waiting = false
+		case <-tick.C:
+			if pid == 0 {
+				_ = h.pool.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND backend_type = 'walsender'`, app).Scan(&pid)
+			}
+			if c := procCPU(pid); pid != 0 && c >= 0 {
+				cpu = c
+			}
+		}
+	}
+	fr.elapsed = time.Since(start)
+	fr.rate = float64(n) / fr.elapsed.Seconds()
+	if cpu >= 0 {
+		fr.cpuUS = cpu / float64(n) * 1e6
+	}
 	return fr, nil
 }

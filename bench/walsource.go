@@ -171,6 +171,11 @@ func walFloorLabel(perTx int) string {
 	return "server decode floor: pg_logical_slot_peek_binary_changes of a copy of the slot, " + perTxName(perTx)
 }
 
+// walStreamFloorLabel names the server streaming floor of a shape.
+func walStreamFloorLabel(perTx int) string {
+	return "server streaming floor: a walsender streaming a copy of the slot to pg_recvlogical, " + perTxName(perTx)
+}
+
 func walLatLabel(src string, rate, perTx int) string {
 	name := "WAL source"
 	if src != string(outbox.SourceWAL) {
@@ -210,12 +215,16 @@ func (h *harness) walDrainOnce(ctx context.Context, r *results, label, src, pub 
 	if err != nil {
 		return 0, 0, err
 	}
-	floorSlot := ""
+	floorSlot, streamSlot := "", ""
 	if wal && pub == pubMemory {
 		if floorSlot, err = h.copySlot(ctx, s); err != nil {
 			return 0, 0, err
 		}
 		defer h.dropFloor(ctx, floorSlot)
+		if streamSlot, err = h.copySlot(ctx, s); err != nil {
+			return 0, 0, err
+		}
+		defer h.dropFloor(ctx, streamSlot)
 	}
 	h.logf("wal: filling %d events, %d per transaction (%s)", n, perTx, label)
 	if src == designWatermill {
@@ -245,6 +254,20 @@ func (h *harness) walDrainOnce(ctx context.Context, r *results, label, src, pub 
 		h.logf("wal: %s: %.0f ev/s, %.0f tx/s, %d messages in %s, backend CPU %.1f µs/event",
 			walFloorLabel(perTx), fl.rate, fl.rate/float64(perTx), fl.messages, fl.elapsed.Round(time.Millisecond), fl.cpuUS)
 		floor, measuredFloor = fl.rate, fl.rate
+
+		sf, err := h.streamFloor(ctx, s, streamSlot, n)
+		if err != nil {
+			return 0, 0, fmt.Errorf("server streaming floor: %w", err)
+		}
+		h.dropFloor(ctx, streamSlot)
+		sr := r.walDrain(walStreamFloorLabel(perTx), n)
+		sr.PerTx = perTx
+		sr.Rate = append(sr.Rate, sf.rate)
+		sr.TxRate = append(sr.TxRate, sf.rate/float64(perTx))
+		sr.FloorRatio = append(sr.FloorRatio, sf.rate/floor)
+		sr.CPUus = append(sr.CPUus, sf.cpuUS)
+		h.logf("wal: %s: %.0f ev/s in %s, walsender CPU %.1f µs/event",
+			walStreamFloorLabel(perTx), sf.rate, sf.elapsed.Round(time.Millisecond), sf.cpuUS)
 	}
 	var spec relaySpec
 	if src == designWatermill {
@@ -631,7 +654,7 @@ func (r *results) printWAL(w io.Writer, opt options) {
 	}
 	if len(r.walDrains) > 0 {
 		fmt.Fprintf(w, "### 6. WAL source: drain of a backlog already in the WAL (committed while the slot existed and no relay ran), beside the table source and Watermill's forwarder draining the same backlog, and the server's own decoding of it\n\n")
-		fmt.Fprintf(w, "Each shape's floor is the server decoding that backlog itself: `pg_logical_slot_peek_binary_changes` with pgoutput and the relay's publication, on a copy of the relay's slot made before the fill, timed before the relay runs (its CPU column is that backend's). The WAL rows' last ratio is to it.\n\n")
+		fmt.Fprintf(w, "Each shape's floor is the server decoding that backlog itself: `pg_logical_slot_peek_binary_changes` with pgoutput and the relay's publication, on a copy of the relay's slot made before the fill, timed before the relay runs (its CPU column is that backend's). The WAL rows' last ratio is to it. The streaming floor is a walsender streaming a second such copy to pg_recvlogical, PostgreSQL's own client, which discards what it receives: no relay streams faster (its CPU column is the walsender's).\n\n")
 		fmt.Fprintf(w, "| relay → publisher, backlog shape | backlog | events/s | transactions/s | / table source (same publisher, shape, run) | / server decode floor (same shape, run) | relay peak RSS | relay CPU µs/event | delivery verified |\n|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
 		for _, f := range r.walDrains {
 			ratio, floor := fmtRatio(f.Ratio), fmtRatio(f.FloorRatio)
