@@ -106,7 +106,7 @@ func NewAdmin(pool *pgxpool.Pool, cfg AdminConfig) (*Admin, error) {
 	}
 	n, err := ident.New(cfg.Schema, cfg.Table)
 	if err != nil {
-		return nil, configErr("AdminConfig", err)
+		return nil, ident.ConfigErr("AdminConfig", err)
 	}
 	timeout := cmp.Or(cfg.StatementTimeout, defaultAdminTimeout(pool.Config()))
 	if cfg.StuckAfter < 0 {
@@ -131,7 +131,7 @@ func (a *Admin) deleting(ctx context.Context) (*store.AdminQueries, *store.Repla
 	m := a.migrated9.Load()
 	rq, err := store.NewReplay(a.names, m)
 	if err != nil {
-		return nil, nil, configErr("AdminConfig", err)
+		return nil, nil, ident.ConfigErr("AdminConfig", err)
 	}
 	return store.NewAdmin(a.names, m), rq, nil
 }
@@ -223,7 +223,7 @@ func unstorable(err error) bool {
 
 func (a *Admin) wrap(op string, err error) error {
 	if engine.IsUndefined(err) {
-		if ferr := foreignTable(context.Background(), a.pool, a.names); ferr != nil {
+		if ferr := store.ForeignTable(context.Background(), a.pool, a.names); ferr != nil {
 			return ferr
 		}
 		return fmt.Errorf("outbox: %s: table %s: %w (run `outbox migrate`): %v", op, a.names.QTable, ErrNotMigrated, err)

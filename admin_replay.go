@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/pgoutbox/outbox/internal/ident"
 	"github.com/pgoutbox/outbox/internal/store"
 )
 
@@ -171,7 +172,7 @@ func (sel *ReplaySelector) args() []any {
 func (a *Admin) replayQueries() (*store.ReplayQueries, error) {
 	rq, err := store.NewReplay(a.names, false)
 	if err != nil {
-		return nil, configErr("AdminConfig", err)
+		return nil, ident.ConfigErr("AdminConfig", err)
 	}
 	return rq, nil
 }
