@@ -10,13 +10,6 @@ import (
 	"github.com/pgoutbox/outbox"
 )
 
-func (e *env) execSQL(sql string, args ...any) {
-	e.t.Helper()
-	if _, err := e.pool.Exec(ctx(e.t), sql, args...); err != nil {
-		e.t.Fatalf("%s: %v", sql, err)
-	}
-}
-
 func TestAdminPublishedPerMinute(t *testing.T) {
 	e := setup(t)
 	ids := e.writeBatch(6)

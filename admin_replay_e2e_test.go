@@ -3,7 +3,6 @@ package outbox_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,97 +11,11 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/nats-io/nats.go/jetstream"
-	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/inbox"
-	"github.com/pgoutbox/outbox/inbox/natsinbox"
-	"github.com/pgoutbox/outbox/inbox/redisinbox"
-	"github.com/pgoutbox/outbox/internal/testdb"
-	"github.com/pgoutbox/outbox/internal/testnats"
-	outboxnats "github.com/pgoutbox/outbox/nats"
-	outboxredis "github.com/pgoutbox/outbox/redis"
+	"github.com/pgoutbox/outbox/internal/testbroker"
 )
-
-// replayBroker is a broker under the end-to-end replay test: a publisher and
-// a way to read back, in broker order, everything published.
-type replayBroker struct {
-	pub  outbox.Publisher
-	read func(t *testing.T, n int) []inbox.Message
-}
-
-func natsReplayBroker(t *testing.T) replayBroker {
-	nc := testnats.Conn(t)
-	stream, prefix := testnats.Stream(t, nc)
-	pub, err := outboxnats.New(nc, outboxnats.Config{Subject: prefix + ".events"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return replayBroker{pub: pub, read: func(t *testing.T, n int) []inbox.Message {
-		cons, err := stream.OrderedConsumer(ctx(t), jetstream.OrderedConsumerConfig{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []inbox.Message
-		for len(out) < n {
-			batch, err := cons.Fetch(n-len(out), jetstream.FetchMaxWait(5*time.Second))
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := 0
-			for msg := range batch.Messages() {
-				m, err := natsinbox.ToMessage(msg)
-				if err != nil {
-					t.Fatal(err)
-				}
-				out, got = append(out, m), got+1
-			}
-			if got == 0 {
-				t.Fatalf("NATS stream holds %d messages, want %d", len(out), n)
-			}
-		}
-		return out
-	}}
-}
-
-func redisReplayBroker(t *testing.T) replayBroker {
-	opts, err := goredis.ParseURL(redisURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := goredis.NewClient(opts)
-	t.Cleanup(func() { c.Close() })
-	key := testdb.NewSchemaName("pgoutbox:test:replay")
-	t.Cleanup(func() { c.Del(context.Background(), key) })
-	pub, err := outboxredis.New(c, outboxredis.Config{Stream: key})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return replayBroker{pub: pub, read: func(t *testing.T, n int) []inbox.Message {
-		xs, err := c.XRange(ctx(t), key, "-", "+").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(xs) != n {
-			t.Fatalf("Redis stream holds %d entries, want %d", len(xs), n)
-		}
-		out := make([]inbox.Message, len(xs))
-		for i, x := range xs {
-			if out[i], err = redisinbox.ToMessage(x); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return out
-	}}
-}
-
-func redisURL() string {
-	if u := os.Getenv("REDIS_URL"); u != "" {
-		return u
-	}
-	return "redis://127.0.0.1:6379/0"
-}
 
 // TestReplayEndToEndOrdered replays every delivered event while writers keep
 // writing and an ordered relay keeps publishing, paced and in small batches,
@@ -116,11 +29,11 @@ func TestReplayEndToEndOrdered(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		mode   outbox.ReplayMode
-		broker func(*testing.T) replayBroker
+		broker func(*testing.T) testbroker.Broker
 	}{
-		{"nats/new-id", outbox.ReplayNewID, natsReplayBroker},
-		{"redis/same-id", outbox.ReplaySameID, redisReplayBroker},
-		{"redis/new-id", outbox.ReplayNewID, redisReplayBroker},
+		{"nats/new-id", outbox.ReplayNewID, testbroker.NATS},
+		{"redis/same-id", outbox.ReplaySameID, testbroker.Redis},
+		{"redis/new-id", outbox.ReplayNewID, testbroker.Redis},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := setup(t)
@@ -130,9 +43,9 @@ func TestReplayEndToEndOrdered(t *testing.T) {
 	}
 }
 
-func testReplayEndToEnd(t *testing.T, e *env, b replayBroker, mode outbox.ReplayMode) {
+func testReplayEndToEnd(t *testing.T, e *env, b testbroker.Broker, mode outbox.ReplayMode) {
 	const aggs = 6
-	r := e.relay(b.pub, outbox.RelayConfig{Ordered: true, PollInterval: 5 * time.Millisecond, Workers: 2})
+	r := e.relay(b.Pub, outbox.RelayConfig{Ordered: true, PollInterval: 5 * time.Millisecond, Workers: 2})
 	stop := e.run(r)
 
 	// Writers: each aggregate's events numbered 1, 2, ... in its payload.
@@ -181,7 +94,7 @@ func testReplayEndToEnd(t *testing.T, e *env, b replayBroker, mode outbox.Replay
 	stop()
 
 	total := int(written.Load()) + int(res.Queued)
-	msgs := b.read(t, total)
+	msgs := b.Read(t, total)
 	byAgg := map[string][]inbox.Message{}
 	for _, m := range msgs {
 		byAgg[m.AggregateID] = append(byAgg[m.AggregateID], m)
@@ -263,16 +176,5 @@ func testReplayEndToEnd(t *testing.T, e *env, b replayBroker, mode outbox.Replay
 	}
 	if oldRan != wantOld || freshRan != copies {
 		t.Errorf("handlers ran %d times for the existing consumer (want %d) and %d for the new one (want %d)", oldRan, wantOld, freshRan, copies)
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(45 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 45s")
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -9,30 +9,10 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/memory"
 )
-
-// writeAgg commits events n..n+count-1 of aggregate agg in one transaction.
-func (e *env) writeAgg(agg string, from, count int) []uuid.UUID {
-	e.t.Helper()
-	evs := make([]outbox.Event, count)
-	for i := range evs {
-		evs[i] = event(agg, from+i)
-	}
-	var ids []uuid.UUID
-	err := pgx.BeginFunc(ctx(e.t), e.pool, func(tx pgx.Tx) error {
-		var err error
-		ids, err = e.writer.Write(ctx(e.t), tx, evs...)
-		return err
-	})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return ids
-}
 
 // TestOrderedFailureParksSuccessors: in ordered mode a failing event parks
 // the later events of its aggregate (held, not dead letters, out of the

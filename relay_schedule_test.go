@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/testbroker"
 	"github.com/pgoutbox/outbox/memory"
 )
 
@@ -326,11 +327,11 @@ func TestScheduledWriteOnOldTable(t *testing.T) {
 // Redis stream, an event scheduled 1.5s ahead reaches the broker after the
 // unscheduled event written after it, and never before its time.
 func TestScheduledEndToEnd(t *testing.T) {
-	for name, broker := range map[string]func(*testing.T) replayBroker{"nats": natsReplayBroker, "redis": redisReplayBroker} {
+	for name, broker := range map[string]func(*testing.T) testbroker.Broker{"nats": testbroker.NATS, "redis": testbroker.Redis} {
 		t.Run(name, func(t *testing.T) {
 			e := setup(t)
 			b := broker(t)
-			r := e.relay(b.pub, outbox.RelayConfig{Workers: 1, PollInterval: 20 * time.Millisecond})
+			r := e.relay(b.Pub, outbox.RelayConfig{Workers: 1, PollInterval: 20 * time.Millisecond})
 			stop := e.run(r)
 			defer stop()
 			due := time.Now().Add(1500 * time.Millisecond)
@@ -350,7 +351,7 @@ func TestScheduledEndToEnd(t *testing.T) {
 			if processed.Before(due) {
 				t.Errorf("scheduled event marked published %v before its time", due.Sub(processed))
 			}
-			msgs := b.read(t, 2)
+			msgs := b.Read(t, 2)
 			if len(msgs) != 2 || msgs[0].ID != now[0] || msgs[1].ID != sched[0] {
 				t.Errorf("stream holds %+v, want the unscheduled event then the scheduled one", msgs)
 			}
