@@ -28,8 +28,8 @@ var (
 	ErrNotMigrated = errors.New("outbox table not migrated")
 	// ErrNotOutboxTable is returned when a table of the outbox table's name
 	// exists but is some other table (it lacks the outbox's columns):
-	// Migrate refuses it before changing anything, and the relay and Admin
-	// report it instead of ErrNotMigrated, since migrating cannot help. Name
+	// Migrate refuses it before changing anything, and the relay and package
+	// admin report it instead of ErrNotMigrated, since migrating cannot help. Name
 	// the outbox table otherwise (MigrateConfig.Table), or rename the other.
 	ErrNotOutboxTable = store.ErrNotOutboxTable
 	// ErrTableSetUpForWAL is returned, with ErrNotMigrated, by a relay with
@@ -173,7 +173,7 @@ func RequestedDelay(err error) (time.Duration, bool) {
 }
 
 // ConfigError is a configuration a constructor rejected (NewRelay,
-// NewWriter, NewAdmin, NewNotifier, Migrate and its siblings; the
+// NewWriter, NewNotifier, Migrate and its siblings; admin.New, the
 // publishers, the inbox and the console return it too). Read it with
 // errors.As to point at what set the field, as the outbox command does with
 // its flags. It is defined in package outboxtype, which the publishers and

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/admin"
 	"github.com/pgoutbox/outbox/internal/testdb"
 	"github.com/pgoutbox/outbox/internal/testenv"
 )
@@ -30,6 +31,7 @@ var (
 	event   = testenv.Event
 	gauge   = testenv.Gauge
 	waitFor = testenv.WaitFor
+	aggIDs  = testenv.AggIDs
 )
 
 func setup(t *testing.T) *env {
@@ -58,6 +60,11 @@ func (e *env) shared() *testenv.Env {
 func (e *env) relay(pub outbox.Publisher, cfg outbox.RelayConfig) *outbox.Relay {
 	e.t.Helper()
 	return e.shared().Relay(pub, cfg)
+}
+
+func (e *env) admin() *admin.Admin {
+	e.t.Helper()
+	return e.shared().Admin()
 }
 
 // run starts r in the background; the returned func stops it and waits.

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/admin"
 	"github.com/pgoutbox/outbox/memory"
 )
 
@@ -44,7 +45,7 @@ func TestOrderedFailureParksSuccessors(t *testing.T) {
 	if err != nil || st.Held != 4 || st.DeadLetters != 0 || st.Pending != 1 {
 		t.Fatalf("status = %+v, %v; want 4 held, 0 dead letters, 1 pending (X1)", st, err)
 	}
-	if dl, err := e.admin().DeadLetters(ctx(t), outbox.DeadLetterFilter{}); err != nil || len(dl) != 0 {
+	if dl, err := e.admin().DeadLetters(ctx(t), admin.DeadLetterFilter{}); err != nil || len(dl) != 0 {
 		t.Fatalf("dead letters = %v, %v; held events are not dead letters", dl, err)
 	}
 
@@ -59,7 +60,7 @@ func TestOrderedFailureParksSuccessors(t *testing.T) {
 	}
 
 	failing.Store(false)
-	if _, err := e.admin().Retry(ctx(t), outbox.RetrySelector{IDs: xs[:1]}); err != nil {
+	if _, err := e.admin().Retry(ctx(t), admin.RetrySelector{IDs: xs[:1]}); err != nil {
 		t.Fatal(err)
 	}
 	if err := pub.WaitDistinct(ctx(t), 7); err != nil {

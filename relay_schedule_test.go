@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/admin"
 	"github.com/pgoutbox/outbox/internal/testbroker"
 	"github.com/pgoutbox/outbox/memory"
 )
@@ -235,7 +236,7 @@ func TestCancelScheduledEvent(t *testing.T) {
 	if _, ok := st.get(later[0]); ok {
 		t.Fatal("the later event went out while the scheduled one was waiting")
 	}
-	a, err := outbox.NewAdmin(e.pool, outbox.AdminConfig{Schema: e.schema})
+	a, err := admin.New(e.pool, admin.Config{Schema: e.schema})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,7 +366,7 @@ func TestStatusCountsScheduled(t *testing.T) {
 	e := setup(t)
 	first := time.Now().Add(time.Hour).Truncate(time.Microsecond)
 	e.writeEvents(scheduledAt("a", 1, first.Add(time.Hour)), scheduledAt("b", 1, first), event("c", 1))
-	a, err := outbox.NewAdmin(e.pool, outbox.AdminConfig{Schema: e.schema})
+	a, err := admin.New(e.pool, admin.Config{Schema: e.schema})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,12 +1,13 @@
 // Package testenv is the test setup that the root package's tests and
 // package admin's share: a schema of the test's own on the real PostgreSQL
 // (testdb), with the outbox table migrated and a Writer, and the helpers
-// that write events, run a relay and read the table back. It is for tests
+// that write events, run a relay or an Admin, and read the table back. It is for tests
 // only; no package an application builds imports it.
 package testenv
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/admin"
 	"github.com/pgoutbox/outbox/internal/testdb"
 )
 
@@ -70,6 +72,16 @@ func (e *Env) Relay(pub outbox.Publisher, cfg outbox.RelayConfig) *outbox.Relay 
 	return r
 }
 
+// Admin returns an Admin on e's table.
+func (e *Env) Admin() *admin.Admin {
+	e.T.Helper()
+	a, err := admin.New(e.Pool, admin.Config{Schema: e.Schema})
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	return a
+}
+
 // Run starts r in the background; the returned func stops it and waits,
 // and runs when the test ends if the test did not call it.
 func (e *Env) Run(r *outbox.Relay) (stop func()) {
@@ -103,6 +115,18 @@ func Event(aggID string, i int) outbox.Event {
 		AggregateType: "order", AggregateID: aggID, EventType: "order.created",
 		Payload: []byte(fmt.Sprintf(`{"order_id":%q,"n":%d}`, aggID, i)),
 	}
+}
+
+// AggIDs names each message by its aggregate and its number in Event's
+// payload ("X1", "X2"), for asserting an order.
+func AggIDs(ms []outbox.Message) []string {
+	var out []string
+	for _, m := range ms {
+		var p struct{ N int }
+		_ = json.Unmarshal(m.Payload, &p)
+		out = append(out, fmt.Sprintf("%s%d", m.AggregateID, p.N))
+	}
+	return out
 }
 
 // Write commits n events, each in its own transaction, and returns their ids.

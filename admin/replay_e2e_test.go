@@ -1,4 +1,4 @@
-package outbox_test
+package admin_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/admin"
 	"github.com/pgoutbox/outbox/inbox"
 	"github.com/pgoutbox/outbox/internal/testbroker"
 )
@@ -28,12 +29,12 @@ import (
 func TestReplayEndToEndOrdered(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		mode   outbox.ReplayMode
+		mode   admin.ReplayMode
 		broker func(*testing.T) testbroker.Broker
 	}{
-		{"nats/new-id", outbox.ReplayNewID, testbroker.NATS},
-		{"redis/same-id", outbox.ReplaySameID, testbroker.Redis},
-		{"redis/new-id", outbox.ReplayNewID, testbroker.Redis},
+		{"nats/new-id", admin.ReplayNewID, testbroker.NATS},
+		{"redis/same-id", admin.ReplaySameID, testbroker.Redis},
+		{"redis/new-id", admin.ReplayNewID, testbroker.Redis},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := setup(t)
@@ -43,10 +44,10 @@ func TestReplayEndToEndOrdered(t *testing.T) {
 	}
 }
 
-func testReplayEndToEnd(t *testing.T, e *env, b testbroker.Broker, mode outbox.ReplayMode) {
+func testReplayEndToEnd(t *testing.T, e *env, b testbroker.Broker, mode admin.ReplayMode) {
 	const aggs = 6
-	r := e.relay(b.Pub, outbox.RelayConfig{Ordered: true, PollInterval: 5 * time.Millisecond, Workers: 2})
-	stop := e.run(r)
+	r := e.Relay(b.Pub, outbox.RelayConfig{Ordered: true, PollInterval: 5 * time.Millisecond, Workers: 2})
+	stop := e.Run(r)
 
 	// Writers: each aggregate's events numbered 1, 2, ... in its payload.
 	var (
@@ -64,8 +65,8 @@ func testReplayEndToEnd(t *testing.T, e *env, b testbroker.Broker, mode outbox.R
 			}
 			a := i % aggs
 			next[a]++
-			err := pgx.BeginFunc(ctx(t), e.pool, func(tx pgx.Tx) error {
-				_, err := e.writer.Write(ctx(t), tx, event(fmt.Sprintf("agg-%d", a), next[a]))
+			err := pgx.BeginFunc(ctx(t), e.Pool, func(tx pgx.Tx) error {
+				_, err := e.Writer.Write(ctx(t), tx, event(fmt.Sprintf("agg-%d", a), next[a]))
 				return err
 			})
 			if err != nil {
@@ -76,11 +77,11 @@ func testReplayEndToEnd(t *testing.T, e *env, b testbroker.Broker, mode outbox.R
 			time.Sleep(time.Millisecond)
 		}
 	})
-	waitFor(t, func() bool { return written.Load() >= 120 && e.count("processed_at IS NOT NULL") >= 100 })
+	waitFor(t, func() bool { return written.Load() >= 120 && e.Count("processed_at IS NOT NULL") >= 100 })
 
 	// Small batches (whole aggregates), paced: the replay runs for a while
 	// and live events keep arriving between its batches.
-	res, err := e.admin().Replay(ctx(t), outbox.ReplaySelector{AggregateType: "order", Mode: mode, Rate: 300, BatchSize: 10})
+	res, err := e.Admin().Replay(ctx(t), admin.ReplaySelector{AggregateType: "order", Mode: mode, Rate: 300, BatchSize: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +91,7 @@ func testReplayEndToEnd(t *testing.T, e *env, b testbroker.Broker, mode outbox.R
 	time.Sleep(50 * time.Millisecond) // live events after the replay too
 	close(stopW)
 	writerWG.Wait()
-	waitFor(t, func() bool { return e.count("processed_at IS NULL") == 0 })
+	waitFor(t, func() bool { return e.Count("processed_at IS NULL") == 0 })
 	stop()
 
 	total := int(written.Load()) + int(res.Queued)
@@ -138,25 +139,25 @@ func testReplayEndToEnd(t *testing.T, e *env, b testbroker.Broker, mode outbox.R
 	}
 
 	// The consumers' view.
-	if _, err := inbox.Migrate(ctx(t), e.pool, inbox.MigrateConfig{Schema: e.schema}); err != nil {
+	if _, err := inbox.Migrate(ctx(t), e.Pool, inbox.MigrateConfig{Schema: e.Schema}); err != nil {
 		t.Fatal(err)
 	}
-	old, err := inbox.New(e.pool, inbox.Config{Consumer: "old", Schema: e.schema})
+	old, err := inbox.New(e.Pool, inbox.Config{Consumer: "old", Schema: e.Schema})
 	if err != nil {
 		t.Fatal(err)
 	}
-	fresh, err := inbox.New(e.pool, inbox.Config{Consumer: "fresh", Schema: e.schema})
+	fresh, err := inbox.New(e.Pool, inbox.Config{Consumer: "fresh", Schema: e.Schema})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var oldRan, freshRan int
 	for _, m := range msgs {
-		if mode == outbox.ReplayNewID && m.IsReplay() {
+		if mode == admin.ReplayNewID && m.IsReplay() {
 			if n, ok := original[m.ReplayOf]; !ok || n != payloadN(t, m.Payload) {
 				t.Errorf("copy %s: ReplayOf %s is not the original of event %d", m.ID, m.ReplayOf, payloadN(t, m.Payload))
 			}
 		}
-		if mode == outbox.ReplaySameID && m.IsReplay() {
+		if mode == admin.ReplaySameID && m.IsReplay() {
 			if _, ok := original[m.ID]; !ok {
 				t.Errorf("same-id copy %s does not carry an original id", m.ID)
 			}
@@ -171,7 +172,7 @@ func testReplayEndToEnd(t *testing.T, e *env, b testbroker.Broker, mode outbox.R
 		}
 	}
 	wantOld := int(written.Load())
-	if mode == outbox.ReplayNewID {
+	if mode == admin.ReplayNewID {
 		wantOld += copies // fresh ids: processed again, on purpose
 	}
 	if oldRan != wantOld || freshRan != copies {
