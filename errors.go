@@ -29,8 +29,9 @@ var (
 	// ErrNotOutboxTable is returned when a table of the outbox table's name
 	// exists but is some other table (it lacks the outbox's columns):
 	// Migrate refuses it before changing anything, and the relay and package
-	// admin report it instead of ErrNotMigrated, since migrating cannot help. Name
-	// the outbox table otherwise (MigrateConfig.Table), or rename the other.
+	// admin report it instead of ErrNotMigrated, since migrating cannot
+	// help. Name the outbox table otherwise (MigrateConfig.Table), or rename
+	// the other.
 	ErrNotOutboxTable = store.ErrNotOutboxTable
 	// ErrTableSetUpForWAL is returned, with ErrNotMigrated, by a relay with
 	// the table source on a table set up for the WAL source: SetupReplication

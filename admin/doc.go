@@ -40,13 +40,13 @@
 // # Dead letters
 //
 // A dead letter is an event the relay stopped trying
-// (outbox.RelayConfig.MaxAttempts reached, or an outbox.Permanent error). DeadLetters lists them; DeadLetterGroups
-// counts them per event type and normalised error, and a group's Selector
-// selects exactly its members for DeadLetterGroupMembers, Retry and Discard.
-// Retry re-queues (the relay publishes them again at once); Discard deletes
-// them for good, releasing the events an ordered relay held behind them.
-// Both take DryRun. Cancel deletes events not yet published, whatever their
-// state.
+// (outbox.RelayConfig.MaxAttempts reached, or an outbox.Permanent error).
+// DeadLetters lists them; DeadLetterGroups counts them per event type and
+// normalised error, and a group's Selector selects exactly its members for
+// DeadLetterGroupMembers, Retry and Discard. Retry re-queues them (the relay
+// publishes them again at once); Discard deletes them for good, releasing
+// the events an ordered relay held behind them. Both take DryRun. Cancel
+// deletes events not yet published, whatever their state.
 //
 // # History
 //

@@ -586,8 +586,8 @@ func TestReplayCancelWhileQueuing(t *testing.T) {
 }
 
 // TestAdminReplayStatementDeadline: Replay (dry run and real), ReplayList,
-// ReplayCancel, ReplayTotals, Cancel and Archive (per batch) on a connection that stopped
-// answering return within admin.Config.StatementTimeout with a
+// ReplayCancel, ReplayTotals, Cancel and Archive (per batch) on a connection
+// that stopped answering return within admin.Config.StatementTimeout with a
 // *StatementTimeoutError, like the other Admin calls.
 func TestAdminReplayStatementDeadline(t *testing.T) {
 	e := setup(t)

@@ -1,8 +1,8 @@
 // Package testenv is the test setup that the root package's tests and
 // package admin's share: a schema of the test's own on the real PostgreSQL
 // (testdb), with the outbox table migrated and a Writer, and the helpers
-// that write events, run a relay or an Admin, and read the table back. It is for tests
-// only; no package an application builds imports it.
+// that write events, run a relay or an Admin, and read the table back. It
+// is for tests only; no package an application builds imports it.
 package testenv
 
 import (
