@@ -88,11 +88,6 @@ func (e *env) writeAgg(agg string, from, count int) []uuid.UUID {
 	return e.shared().WriteAgg(agg, from, count)
 }
 
-func (e *env) writeTyped(eventType string, n int) {
-	e.t.Helper()
-	e.shared().WriteTyped(eventType, n)
-}
-
 func (e *env) count(where string) int {
 	e.t.Helper()
 	return e.shared().Count(where)
