@@ -230,7 +230,7 @@ func (a *Admin) wrap(op string, err error) error {
 		}
 		return fmt.Errorf("outbox: %s: table %s: %w (run `outbox migrate`): %v", op, a.names.QTable, outbox.ErrNotMigrated, err)
 	}
-	return fmt.Errorf("outbox: %s: %w", op, explainPrivilege(a.pool, a.names, job(a.names, op), err))
+	return fmt.Errorf("outbox: %s: %w", op, explainPrivilege(a.pool, a.names, jobOf(a.names, op), err))
 }
 
 // TypeStatus is the state of one event type.

@@ -16,9 +16,9 @@ import (
 // must not hang.
 const explainTimeout = 10 * time.Second
 
-// job is what the Admin operation op needs, to name the GRANT missing
+// jobOf is what the Admin operation op needs, to name the GRANT missing
 // when it fails with insufficient_privilege.
-func job(n ident.Names, op string) store.Job {
+func jobOf(n ident.Names, op string) store.Job {
 	switch {
 	case op == "retry", op == "discard":
 		return store.ActionsJob(n)
