@@ -28,12 +28,12 @@ const DefaultTCPKeepAlive = 10 * time.Second
 // connection. Without it a statement on a connection to a server that
 // vanished (a host powered off, a network partition, a NAT entry dropped)
 // waits for the kernel to give up, about 15 minutes, and the relay's worker
-// or your Admin call waits with it. userTimeout 0 means
+// or your admin.Admin call waits with it. userTimeout 0 means
 // DefaultTCPUserTimeout; a negative userTimeout leaves the user timeout alone
 // and only sets keepalive.
 //
 // Apply it to the pgxpool.Config (or pgx.ConnConfig) you give the relay and
-// Admin: SetTCPTimeouts(&poolCfg.ConnConfig.Config, 0). It wraps cfg's
+// admin.New: SetTCPTimeouts(&poolCfg.ConnConfig.Config, 0). It wraps cfg's
 // DialFunc, so call it after setting your own; connect_timeout still bounds
 // connecting. On systems other than Linux only keepalive is set. A statement
 // deadline (a context) is still needed against a peer that acknowledges but

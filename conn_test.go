@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"runtime"
-	"strconv"
 	"testing"
 	"time"
 
@@ -75,13 +74,13 @@ func TestSetTCPTimeouts(t *testing.T) {
 // connection in time.
 func TestSetTCPTimeoutsKeepsConnectTimeout(t *testing.T) {
 	t.Parallel()
-	px := tcpproxy.Start(t, pgHostPort(t))
+	px := tcpproxy.Start(t, testdb.HostPort(t))
 	px.Partition()
 	cfg, err := pgxpool.ParseConfig(testdb.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
-	viaProxy(t, cfg, px.Addr())
+	testdb.ViaProxy(t, cfg, px.Addr())
 	cfg.ConnConfig.ConnectTimeout = time.Second
 	outbox.SetTCPTimeouts(&cfg.ConnConfig.Config, 0)
 	start := time.Now()
@@ -94,30 +93,4 @@ func TestSetTCPTimeoutsKeepsConnectTimeout(t *testing.T) {
 	if err == nil || time.Since(start) > 5*time.Second {
 		t.Fatalf("ping through a partition: err=%v after %s, want an error within 5s", err, time.Since(start))
 	}
-}
-
-func pgHostPort(t *testing.T) string {
-	t.Helper()
-	cfg, err := pgxpool.ParseConfig(testdb.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port)))
-}
-
-// viaProxy points cfg at addr (a tcpproxy in front of the test database).
-func viaProxy(t *testing.T, cfg *pgxpool.Config, addr string) {
-	t.Helper()
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.Host = host
-	p, err := strconv.ParseUint(port, 10, 16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.Port = uint16(p)
-	cfg.ConnConfig.Fallbacks = nil
-	cfg.ConnConfig.TLSConfig = nil
 }

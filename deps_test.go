@@ -71,3 +71,34 @@ func TestCloudEventsSDKOnlyInTests(t *testing.T) {
 		t.Error("publishertest does not link the CloudEvents SDK: the check above would miss one")
 	}
 }
+
+// TestConsumersDoNotLinkAdmin: the operator's API lives in package admin,
+// which imports the root; the root, outboxtype and the consumer side (the
+// inbox and its adapters) never link it, so an application that writes,
+// relays or consumes builds none of it. The outbox command is listed too,
+// to show the check sees admin where it is.
+func TestConsumersDoNotLinkAdmin(t *testing.T) {
+	t.Parallel()
+	const mod = "github.com/pgoutbox/outbox"
+	linksAdmin := func(pkg string) bool {
+		t.Helper()
+		out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", pkg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
+		}
+		for _, p := range strings.Fields(string(out)) {
+			if p == mod+"/admin" {
+				return true
+			}
+		}
+		return false
+	}
+	for _, pkg := range []string{mod, mod + "/outboxtype", mod + "/inbox/..."} {
+		if linksAdmin(pkg) {
+			t.Errorf("%s links %s/admin", pkg, mod)
+		}
+	}
+	if !linksAdmin(mod + "/cmd/outbox") {
+		t.Errorf("cmd/outbox does not link %s/admin: the check above would miss it", mod)
+	}
+}

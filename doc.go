@@ -77,11 +77,12 @@
 // RelayConfig.MaxAttempts (default 10), or at once for an error wrapped with
 // Permanent, it becomes a dead letter (dead_at set, visible in the
 // outbox_dead_letters view) and is never claimed again until an operator
-// re-queues it (Admin.Retry, `outbox retry`). A broker outage is not a message
-// failure: errors wrapped with Unavailable, connection errors, and a batch
-// where nothing was confirmed before PublishTimeout make the relay back off as
-// a whole without counting attempts, so an outage of any length drains with
-// zero dead letters once the broker is back.
+// re-queues it (package admin's Admin.Retry, `outbox retry`). A broker
+// outage is not a message failure: errors wrapped with Unavailable,
+// connection errors, and a batch where nothing was confirmed before
+// PublishTimeout make the relay back off as a whole without counting
+// attempts, so an outage of any length drains with zero dead letters once
+// the broker is back.
 //
 // # Guarantees
 //
@@ -108,8 +109,9 @@
 // outbox_batch_duration_seconds, plus outbox_dead_letters,
 // outbox_publish_lag_seconds and others. Logs are slog,
 // with event_id, event_type, aggregate_id and attempt on every line about an
-// event; payloads are never logged. Admin reads status and dead letters,
-// re-queues and cleans up. Migrations are embedded, numbered, applied under an
+// event; payloads are never logged. Package admin reads status and dead
+// letters, re-queues, replays and cleans up, for the outbox command and the
+// console. Migrations are embedded, numbered, applied under an
 // advisory lock (Migrate), and exported as plain SQL (MigrationSQL, and the
 // migrations/ folder) for teams with their own migration tool.
 package outbox

@@ -4,13 +4,12 @@ import (
 	"context"
 	"errors"
 	"net"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/pgoutbox/outbox/internal/dberr"
 	"github.com/pgoutbox/outbox/internal/engine"
-	"github.com/pgoutbox/outbox/internal/ident"
+	"github.com/pgoutbox/outbox/internal/store"
 	"github.com/pgoutbox/outbox/outboxtype"
 )
 
@@ -29,10 +28,11 @@ var (
 	ErrNotMigrated = errors.New("outbox table not migrated")
 	// ErrNotOutboxTable is returned when a table of the outbox table's name
 	// exists but is some other table (it lacks the outbox's columns):
-	// Migrate refuses it before changing anything, and the relay and Admin
-	// report it instead of ErrNotMigrated, since migrating cannot help. Name
-	// the outbox table otherwise (MigrateConfig.Table), or rename the other.
-	ErrNotOutboxTable = errors.New("not an outbox table")
+	// Migrate refuses it before changing anything, and the relay and package
+	// admin report it instead of ErrNotMigrated, since migrating cannot
+	// help. Name the outbox table otherwise (MigrateConfig.Table), or rename
+	// the other.
+	ErrNotOutboxTable = store.ErrNotOutboxTable
 	// ErrTableSetUpForWAL is returned, with ErrNotMigrated, by a relay with
 	// the table source on a table set up for the WAL source: SetupReplication
 	// (`outbox migrate --source wal`) dropped the indexes only a table
@@ -174,20 +174,9 @@ func RequestedDelay(err error) (time.Duration, bool) {
 }
 
 // ConfigError is a configuration a constructor rejected (NewRelay,
-// NewWriter, NewAdmin, NewNotifier, Migrate and its siblings; the
+// NewWriter, NewNotifier, Migrate and its siblings; admin.New, the
 // publishers, the inbox and the console return it too). Read it with
 // errors.As to point at what set the field, as the outbox command does with
 // its flags. It is defined in package outboxtype, which the publishers and
 // the inbox share with this package.
 type ConfigError = outboxtype.ConfigError
-
-// configErr returns err, from validating config's Schema or Table, as a
-// *ConfigError naming the field.
-func configErr(config string, err error) error {
-	var fe *ident.FieldError
-	if !errors.As(err, &fe) {
-		return &ConfigError{Config: config, Field: "Table", Err: err}
-	}
-	field := strings.ToUpper(fe.Field[:1]) + fe.Field[1:]
-	return &ConfigError{Config: config, Field: field, Err: errors.New(fe.Reason)}
-}

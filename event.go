@@ -259,7 +259,8 @@ func newID() (uuid.UUID, error) {
 	return id, nil
 }
 
-// Record is an outbox row as stored, returned by the admin functions.
+// Record is an outbox row as stored, returned by package admin's listings
+// (Admin.DeadLetters, Admin.Events).
 type Record struct {
 	ID            uuid.UUID
 	Seq           int64

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pgoutbox/outbox/internal/ident"
 	"github.com/pgoutbox/outbox/internal/migrate"
+	"github.com/pgoutbox/outbox/internal/store"
 	"github.com/pgoutbox/outbox/internal/wal"
 )
 
@@ -46,9 +47,9 @@ type MigrationInfo struct {
 func Migrate(ctx context.Context, pool *pgxpool.Pool, cfg MigrateConfig) ([]MigrationInfo, error) {
 	n, err := ident.New(cfg.Schema, cfg.Table)
 	if err != nil {
-		return nil, configErr("MigrateConfig", err)
+		return nil, ident.ConfigErr("MigrateConfig", err)
 	}
-	if err := foreignTable(ctx, pool, n); err != nil {
+	if err := store.ForeignTable(ctx, pool, n); err != nil {
 		return nil, err
 	}
 	ms, err := migrate.Up(ctx, pool, n, cfg.Partitioned)
@@ -66,7 +67,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, cfg MigrateConfig) ([]Migr
 func MigrationStatus(ctx context.Context, pool *pgxpool.Pool, cfg MigrateConfig) ([]MigrationInfo, error) {
 	n, err := ident.New(cfg.Schema, cfg.Table)
 	if err != nil {
-		return nil, configErr("MigrateConfig", err)
+		return nil, ident.ConfigErr("MigrateConfig", err)
 	}
 	st, err := migrate.Status(ctx, pool, n)
 	if err != nil {
@@ -88,7 +89,7 @@ func MigrationStatus(ctx context.Context, pool *pgxpool.Pool, cfg MigrateConfig)
 func MigrationSQL(cfg MigrateConfig) (string, error) {
 	n, err := ident.New(cfg.Schema, cfg.Table)
 	if err != nil {
-		return "", configErr("MigrateConfig", err)
+		return "", ident.ConfigErr("MigrateConfig", err)
 	}
 	return migrate.ScriptFor(n, cfg.Partitioned)
 }
@@ -97,11 +98,11 @@ func MigrationSQL(cfg MigrateConfig) (string, error) {
 func Migrations(cfg MigrateConfig) ([]MigrationInfo, error) {
 	n, err := ident.New(cfg.Schema, cfg.Table)
 	if err != nil {
-		return nil, configErr("MigrateConfig", err)
+		return nil, ident.ConfigErr("MigrateConfig", err)
 	}
 	ms, err := migrate.AllFor(n, cfg.Partitioned)
 	if err != nil {
-		return nil, configErr("MigrateConfig", err)
+		return nil, ident.ConfigErr("MigrateConfig", err)
 	}
 	out := make([]MigrationInfo, len(ms))
 	for i, m := range ms {
@@ -124,7 +125,7 @@ var ErrReplicationPrerequisite = wal.ErrPrerequisite
 func ReplicationSQL(cfg MigrateConfig) (string, error) {
 	n, err := ident.New(cfg.Schema, cfg.Table)
 	if err != nil {
-		return "", configErr("MigrateConfig", err)
+		return "", ident.ConfigErr("MigrateConfig", err)
 	}
 	return wal.NamesFor(n, "").Script(), nil
 }
@@ -137,7 +138,7 @@ func ReplicationSQL(cfg MigrateConfig) (string, error) {
 func CheckReplication(ctx context.Context, pool *pgxpool.Pool, cfg MigrateConfig) error {
 	in, err := ident.New(cfg.Schema, cfg.Table)
 	if err != nil {
-		return configErr("MigrateConfig", err)
+		return ident.ConfigErr("MigrateConfig", err)
 	}
 	n, err := wal.Resolve(ctx, pool, in)
 	if err == nil {
@@ -170,7 +171,7 @@ type ReplicationInfo struct {
 func SetupReplication(ctx context.Context, pool *pgxpool.Pool, cfg MigrateConfig) (ReplicationInfo, error) {
 	in, err := ident.New(cfg.Schema, cfg.Table)
 	if err != nil {
-		return ReplicationInfo{}, configErr("MigrateConfig", err)
+		return ReplicationInfo{}, ident.ConfigErr("MigrateConfig", err)
 	}
 	n, err := wal.Resolve(ctx, pool, in)
 	if err != nil {
@@ -204,7 +205,7 @@ func SetupReplication(ctx context.Context, pool *pgxpool.Pool, cfg MigrateConfig
 func DropReplication(ctx context.Context, pool *pgxpool.Pool, cfg MigrateConfig) error {
 	in, err := ident.New(cfg.Schema, cfg.Table)
 	if err != nil {
-		return configErr("MigrateConfig", err)
+		return ident.ConfigErr("MigrateConfig", err)
 	}
 	n, err := wal.Resolve(ctx, pool, in)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/admin"
 	"github.com/pgoutbox/outbox/internal/testdb"
 	"github.com/pgoutbox/outbox/memory"
 )
@@ -228,7 +229,7 @@ func TestHostileIdentifiers(t *testing.T) {
 	if res, err := r.ProcessBatch(ctx(t)); err != nil || res.Published != 1 {
 		t.Fatalf("batch = %+v, %v", res, err)
 	}
-	a, err := outbox.NewAdmin(pool, outbox.AdminConfig{Schema: schema, Table: table})
+	a, err := admin.New(pool, admin.Config{Schema: schema, Table: table})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -510,7 +511,7 @@ func TestMigrateRefusesForeignTable(t *testing.T) {
 	if err := r.Run(ctx(t)); !errors.Is(err, outbox.ErrNotOutboxTable) {
 		t.Errorf("Relay.Run on a foreign table: %v, want ErrNotOutboxTable", err)
 	}
-	a, err := outbox.NewAdmin(e.pool, outbox.AdminConfig{Schema: e.schema})
+	a, err := admin.New(e.pool, admin.Config{Schema: e.schema})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -89,7 +89,7 @@ func NewNotifier(pool *pgxpool.Pool, cfg NotifierConfig) (*Notifier, error) {
 	}
 	n, err := ident.New(cfg.Schema, cfg.Table)
 	if err != nil {
-		return nil, configErr("NotifierConfig", err)
+		return nil, ident.ConfigErr("NotifierConfig", err)
 	}
 	cfg.Interval = cmp.Or(cfg.Interval, DefaultNotifyInterval)
 	cfg.MaxInterval = cmp.Or(cfg.MaxInterval, max(DefaultNotifyMaxInterval, cfg.Interval))

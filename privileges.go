@@ -2,12 +2,8 @@ package outbox
 
 import (
 	"context"
-	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/pgoutbox/outbox/internal/ident"
 	"github.com/pgoutbox/outbox/internal/store"
 )
 
@@ -38,33 +34,4 @@ func (r *Relay) checkPrivileges(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, privilegeCheckTimeout)
 	defer cancel()
 	return store.Check(ctx, r.pool, r.names, r.privilegeJob())
-}
-
-// adminJob is what the Admin operation op needs, to name the GRANT missing
-// when it fails with insufficient_privilege.
-func adminJob(n ident.Names, op string) store.Job {
-	switch {
-	case op == "retry", op == "discard":
-		return store.ActionsJob(n)
-	case op == "cancel":
-		return store.CancelJob(n)
-	case op == "cleanup":
-		return store.CleanupJob(n)
-	case strings.HasPrefix(op, "replay"):
-		return store.ReplayJob(n)
-	case strings.HasPrefix(op, "archive"):
-		return store.ArchiveJob(n)
-	}
-	return store.ReadJob(n)
-}
-
-// explainPrivilege is err with the missing GRANT named, when err is
-// insufficient_privilege and the check finds which; else err.
-func explainPrivilege(pool *pgxpool.Pool, n ident.Names, job store.Job, err error) error {
-	if !store.IsInsufficientPrivilege(err) {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), privilegeCheckTimeout)
-	defer cancel()
-	return store.Explain(ctx, pool, n, job, err)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/admin"
 	"github.com/pgoutbox/outbox/internal/testdb"
 	"github.com/pgoutbox/outbox/internal/testkit"
 	"github.com/pgoutbox/outbox/memory"
@@ -125,11 +126,11 @@ func TestRelayPrivileges(t *testing.T) {
 	stop()
 
 	// Admin names the GRANT too: the console and the commands show it.
-	adm, err := outbox.NewAdmin(pool, outbox.AdminConfig{Schema: e.schema})
+	adm, err := admin.New(pool, admin.Config{Schema: e.schema})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = adm.Discard(ctx(t), outbox.DiscardSelector{All: true})
+	_, err = adm.Discard(ctx(t), admin.DiscardSelector{All: true})
 	wantPrivilege(t, "Discard without DELETE", err, grant("DELETE", table, role))
 }
 

@@ -24,6 +24,22 @@ const (
 	HeaderCreatedAt     = outboxtype.HeaderCreatedAt // RFC 3339 with nanoseconds
 )
 
+// Headers set on the copies a replay queues (package admin's Admin.Replay,
+// `outbox replay`), besides the event's own headers. They reach consumers
+// as message headers, as every row header does (inbox.Message exposes them
+// as ReplayOf and ReplayID).
+const (
+	// HeaderReplayOf is the id of the event a new-id replay copied; absent
+	// on a same-id replay (the message id is the original id).
+	HeaderReplayOf = outboxtype.HeaderReplayOf
+	// HeaderReplayID is the replay that queued the message, in both modes.
+	HeaderReplayID = outboxtype.HeaderReplayID
+	// HeaderOriginalCreatedAt is when the original event was written (RFC
+	// 3339, microseconds): a copy's own created_at is when the replay queued
+	// it.
+	HeaderOriginalCreatedAt = outboxtype.HeaderOriginalCreatedAt
+)
+
 // Envelope is how the relay frames each event on the wire
 // (RelayConfig.Envelope, Message.Envelope): the outbox's own format or a
 // CloudEvent 1.0 in binary or structured content mode. docs/CLOUDEVENTS.md

@@ -420,7 +420,7 @@ func (cfg RelayConfig) Validate() error {
 func (cfg RelayConfig) engineConfig() (engine.Config, error) {
 	n, err := ident.New(cfg.Schema, cfg.Table)
 	if err != nil {
-		return engine.Config{}, configErr("RelayConfig", err)
+		return engine.Config{}, ident.ConfigErr("RelayConfig", err)
 	}
 	c := cfg.withDefaults()
 	if err := c.validate(cfg); err != nil {
@@ -575,7 +575,7 @@ func (r *Relay) CheckSchema(ctx context.Context) error {
 	case errors.Is(err, engine.ErrWALTable):
 		return fmt.Errorf("outbox: table %s: %w: it is %w; relay it with Source: SourceWAL (outbox relay --source wal), or set it up for the table source again with `outbox migrate drop-wal` or outbox.DropReplication", r.names.QTable, ErrNotMigrated, err)
 	case engine.IsUndefined(err), errors.Is(err, engine.ErrMissingIndex):
-		if ferr := foreignTable(ctx, r.pool, r.names); ferr != nil {
+		if ferr := store.ForeignTable(ctx, r.pool, r.names); ferr != nil {
 			return ferr
 		}
 		return fmt.Errorf("outbox: table %s: %w (run `outbox migrate` or outbox.Migrate): %v", r.names.QTable, ErrNotMigrated, err)

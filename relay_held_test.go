@@ -9,31 +9,12 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/admin"
 	"github.com/pgoutbox/outbox/internal/testkit"
 	"github.com/pgoutbox/outbox/memory"
 )
-
-// writeAgg commits events n..n+count-1 of aggregate agg in one transaction.
-func (e *env) writeAgg(agg string, from, count int) []uuid.UUID {
-	e.t.Helper()
-	evs := make([]outbox.Event, count)
-	for i := range evs {
-		evs[i] = event(agg, from+i)
-	}
-	var ids []uuid.UUID
-	err := pgx.BeginFunc(ctx(e.t), e.pool, func(tx pgx.Tx) error {
-		var err error
-		ids, err = e.writer.Write(ctx(e.t), tx, evs...)
-		return err
-	})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return ids
-}
 
 // TestOrderedFailureParksSuccessors: in ordered mode a failing event parks
 // the later events of its aggregate (held, not dead letters, out of the
@@ -65,7 +46,7 @@ func TestOrderedFailureParksSuccessors(t *testing.T) {
 	if err != nil || st.Held != 4 || st.DeadLetters != 0 || st.Pending != 1 {
 		t.Fatalf("status = %+v, %v; want 4 held, 0 dead letters, 1 pending (X1)", st, err)
 	}
-	if dl, err := e.admin().DeadLetters(ctx(t), outbox.DeadLetterFilter{}); err != nil || len(dl) != 0 {
+	if dl, err := e.admin().DeadLetters(ctx(t), admin.DeadLetterFilter{}); err != nil || len(dl) != 0 {
 		t.Fatalf("dead letters = %v, %v; held events are not dead letters", dl, err)
 	}
 
@@ -76,7 +57,7 @@ func TestOrderedFailureParksSuccessors(t *testing.T) {
 	})
 
 	failing.Store(false)
-	if _, err := e.admin().Retry(ctx(t), outbox.RetrySelector{IDs: xs[:1]}); err != nil {
+	if _, err := e.admin().Retry(ctx(t), admin.RetrySelector{IDs: xs[:1]}); err != nil {
 		t.Fatal(err)
 	}
 	if err := pub.WaitDistinct(ctx(t), 7); err != nil {

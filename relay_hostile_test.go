@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/admin"
 	"github.com/pgoutbox/outbox/internal/testkit"
 	"github.com/pgoutbox/outbox/internal/wal"
 	"github.com/pgoutbox/outbox/memory"
@@ -229,7 +230,7 @@ func TestHostileRows(t *testing.T) {
 				}
 			}
 			// The operator's views keep answering.
-			a, err := outbox.NewAdmin(e.pool, outbox.AdminConfig{Schema: e.schema})
+			a, err := admin.New(e.pool, admin.Config{Schema: e.schema})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -240,7 +241,7 @@ func TestHostileRows(t *testing.T) {
 			if st.Scheduled != 1 {
 				t.Errorf("Status: %d scheduled, want 1 (deliver_at infinity)", st.Scheduled)
 			}
-			if _, err := a.DeadLetters(c, outbox.DeadLetterFilter{}); err != nil {
+			if _, err := a.DeadLetters(c, admin.DeadLetterFilter{}); err != nil {
 				t.Errorf("DeadLetters: %v", err)
 			}
 			if _, err := a.DeadLetterGroups(c, false); err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/admin"
 	"github.com/pgoutbox/outbox/internal/testdb"
 	"github.com/pgoutbox/outbox/internal/testkit"
 	"github.com/pgoutbox/outbox/memory"
@@ -121,7 +122,7 @@ func TestOrderedDeadLetterHoldsSuccessors(t *testing.T) {
 		t.Errorf("status blocked aggregates = %+v, %v; want 1", st, err)
 	}
 	reject.Store(false)
-	if _, err := e.admin().Retry(ctx(t), outbox.RetrySelector{All: true}); err != nil {
+	if _, err := e.admin().Retry(ctx(t), admin.RetrySelector{All: true}); err != nil {
 		t.Fatal(err)
 	}
 	if err := pub.WaitDistinct(ctx(t), 3); err != nil {
@@ -132,16 +133,6 @@ func TestOrderedDeadLetterHoldsSuccessors(t *testing.T) {
 	if ms[1].ID.String() != ids[0] || ms[2].ID.String() != ids[1] {
 		t.Errorf("after retry, order = %v, want X1 before X2", aggIDs(ms))
 	}
-}
-
-func aggIDs(ms []outbox.Message) []string {
-	var out []string
-	for _, m := range ms {
-		var p struct{ N int }
-		_ = json.Unmarshal(m.Payload, &p)
-		out = append(out, fmt.Sprintf("%s%d", m.AggregateID, p.N))
-	}
-	return out
 }
 
 // TestLateCommitIsNotSkipped: a transaction holding a lower seq commits after

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/admin"
 	"github.com/pgoutbox/outbox/internal/testdb"
 	"github.com/pgoutbox/outbox/memory"
 )
@@ -503,7 +504,7 @@ func TestPgBouncerAdmin(t *testing.T) {
 		if _, err := b.pool.Exec(ctx(t), `UPDATE outbox_events SET processed_at = now() WHERE id = $1`, ids[3]); err != nil {
 			t.Fatal(err)
 		}
-		a, err := outbox.NewAdmin(b.bouncerPool(mode), outbox.AdminConfig{Schema: b.schema})
+		a, err := admin.New(b.bouncerPool(mode), admin.Config{Schema: b.schema})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -515,7 +516,7 @@ func TestPgBouncerAdmin(t *testing.T) {
 		}
 		_, err = a.Status(c)
 		fail("Status", err)
-		_, err = a.DeadLetters(c, outbox.DeadLetterFilter{})
+		_, err = a.DeadLetters(c, admin.DeadLetterFilter{})
 		fail("DeadLetters", err)
 		evs, err := a.Events(c, ids...)
 		fail("Events", err)
@@ -524,14 +525,14 @@ func TestPgBouncerAdmin(t *testing.T) {
 		}
 		_, err = a.Unprocessed(c, ids)
 		fail("Unprocessed", err)
-		n, err := a.Retry(c, outbox.RetrySelector{IDs: ids[:1]})
+		n, err := a.Retry(c, admin.RetrySelector{IDs: ids[:1]})
 		fail("Retry", err)
 		if err == nil && n != 1 {
 			t.Errorf("Retry (%s): %d re-queued, want 1", mode, n)
 		}
 		_, err = a.Cancel(c, ids[1])
 		fail("Cancel", err)
-		rep, err := a.Replay(c, outbox.ReplaySelector{Mode: outbox.ReplayNewID, IDs: ids[3:]})
+		rep, err := a.Replay(c, admin.ReplaySelector{Mode: admin.ReplayNewID, IDs: ids[3:]})
 		fail("Replay", err)
 		_, err = a.ReplayList(c, 10)
 		fail("ReplayList", err)

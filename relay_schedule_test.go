@@ -13,6 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/admin"
+	"github.com/pgoutbox/outbox/internal/testbroker"
 	"github.com/pgoutbox/outbox/internal/testkit"
 	"github.com/pgoutbox/outbox/memory"
 )
@@ -230,7 +232,7 @@ func TestCancelScheduledEvent(t *testing.T) {
 	if _, ok := st.get(later[0]); ok {
 		t.Fatal("the later event went out while the scheduled one was waiting")
 	}
-	a, err := outbox.NewAdmin(e.pool, outbox.AdminConfig{Schema: e.schema})
+	a, err := admin.New(e.pool, admin.Config{Schema: e.schema})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,11 +320,11 @@ func TestScheduledWriteOnOldTable(t *testing.T) {
 // Redis stream, an event scheduled 1.5s ahead reaches the broker after the
 // unscheduled event written after it, and never before its time.
 func TestScheduledEndToEnd(t *testing.T) {
-	for name, broker := range map[string]func(*testing.T) replayBroker{"nats": natsReplayBroker, "redis": redisReplayBroker} {
+	for name, broker := range map[string]func(*testing.T) testbroker.Broker{"nats": testbroker.NATS, "redis": testbroker.Redis} {
 		t.Run(name, func(t *testing.T) {
 			e := setup(t)
 			b := broker(t)
-			r := e.relay(b.pub, outbox.RelayConfig{Workers: 1, PollInterval: 20 * time.Millisecond})
+			r := e.relay(b.Pub, outbox.RelayConfig{Workers: 1, PollInterval: 20 * time.Millisecond})
 			stop := e.run(r)
 			defer stop()
 			due := time.Now().Add(1500 * time.Millisecond)
@@ -341,7 +343,7 @@ func TestScheduledEndToEnd(t *testing.T) {
 			if processed.Before(due) {
 				t.Errorf("scheduled event marked published %v before its time", due.Sub(processed))
 			}
-			msgs := b.read(t, 2)
+			msgs := b.Read(t, 2)
 			if len(msgs) != 2 || msgs[0].ID != now[0] || msgs[1].ID != sched[0] {
 				t.Errorf("stream holds %+v, want the unscheduled event then the scheduled one", msgs)
 			}
@@ -355,7 +357,7 @@ func TestStatusCountsScheduled(t *testing.T) {
 	e := setup(t)
 	first := time.Now().Add(time.Hour).Truncate(time.Microsecond)
 	e.writeEvents(scheduledAt("a", 1, first.Add(time.Hour)), scheduledAt("b", 1, first), event("c", 1))
-	a, err := outbox.NewAdmin(e.pool, outbox.AdminConfig{Schema: e.schema})
+	a, err := admin.New(e.pool, admin.Config{Schema: e.schema})
 	if err != nil {
 		t.Fatal(err)
 	}

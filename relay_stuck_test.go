@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/admin"
 	"github.com/pgoutbox/outbox/internal/testkit"
 )
 
@@ -91,11 +92,11 @@ func TestStuckDetector(t *testing.T) {
 }
 
 // TestStatusWaiting: Status reports events due for longer than
-// AdminConfig.StuckAfter, with what the database shows can hold the
+// admin.Config.StuckAfter, with what the database shows can hold the
 // relays: here a transaction holding the xmin horizon.
 func TestStatusWaiting(t *testing.T) {
 	e := setup(t)
-	a, err := outbox.NewAdmin(e.pool, outbox.AdminConfig{Schema: e.schema, StuckAfter: 300 * time.Millisecond})
+	a, err := admin.New(e.pool, admin.Config{Schema: e.schema, StuckAfter: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

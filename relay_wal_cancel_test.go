@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/admin"
 	"github.com/pgoutbox/outbox/internal/testdb"
 	"github.com/pgoutbox/outbox/internal/testkit"
 	"github.com/pgoutbox/outbox/memory"
@@ -47,7 +48,7 @@ func TestWALSourceCancel(t *testing.T) {
 	if err := r.Ready(ctx(t)); err == nil || !strings.Contains(err.Error(), "broker down (test)") {
 		t.Errorf("Ready = %v, want the publisher's reason", err)
 	}
-	a, err := outbox.NewAdmin(e.pool, outbox.AdminConfig{Schema: e.schema})
+	a, err := admin.New(e.pool, admin.Config{Schema: e.schema})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,11 +113,11 @@ func TestWALSourceDiscardedDeadLetterStaysDiscarded(t *testing.T) {
 	}
 	e.waitQuery(15*time.Second, "the dead letter", `SELECT count(*) = 1 FROM outbox_events WHERE dead_at IS NOT NULL`)
 	stop()
-	a, err := outbox.NewAdmin(e.pool, outbox.AdminConfig{Schema: e.schema})
+	a, err := admin.New(e.pool, admin.Config{Schema: e.schema})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d, err := a.Discard(ctx(t), outbox.DiscardSelector{IDs: ids[:1]}); err != nil || d.Discarded != 1 {
+	if d, err := a.Discard(ctx(t), admin.DiscardSelector{IDs: ids[:1]}); err != nil || d.Discarded != 1 {
 		t.Fatalf("Discard = %+v, %v", d, err)
 	}
 	// Rewind: the saved copy replaces the slot, as if the relay's
@@ -167,7 +168,7 @@ func TestCancelBeforeMigration9(t *testing.T) {
 	if e.writer, err = outbox.NewWriter(outbox.WriterConfig{Schema: schema}); err != nil {
 		t.Fatal(err)
 	}
-	a, err := outbox.NewAdmin(pool, outbox.AdminConfig{Schema: schema})
+	a, err := admin.New(pool, admin.Config{Schema: schema})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +179,7 @@ func TestCancelBeforeMigration9(t *testing.T) {
 	if _, err := outbox.Migrate(ctx(t), pool, outbox.MigrateConfig{Schema: schema}); err != nil {
 		t.Fatal(err)
 	}
-	a, err = outbox.NewAdmin(pool, outbox.AdminConfig{Schema: schema})
+	a, err = admin.New(pool, admin.Config{Schema: schema})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/admin"
 	"github.com/pgoutbox/outbox/internal/testdb"
 	"github.com/pgoutbox/outbox/internal/testkit"
 	"github.com/pgoutbox/outbox/memory"
@@ -307,15 +308,15 @@ func TestReplayOnPartitionedTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := e.admin()
-	res, err := a.Replay(ctx(t), outbox.ReplaySelector{IDs: ids[:2], Mode: outbox.ReplaySameID})
+	res, err := a.Replay(ctx(t), admin.ReplaySelector{IDs: ids[:2], Mode: admin.ReplaySameID})
 	if err != nil || res.Queued != 2 {
 		t.Fatalf("same-id replay = %+v, %v; want 2 queued", res, err)
 	}
-	dup, err := a.Replay(ctx(t), outbox.ReplaySelector{IDs: ids[:2], Mode: outbox.ReplaySameID})
+	dup, err := a.Replay(ctx(t), admin.ReplaySelector{IDs: ids[:2], Mode: admin.ReplaySameID})
 	if err != nil || dup.Queued != 0 || dup.Skipped != 2 {
 		t.Errorf("second same-id replay = %+v, %v; want 2 skipped", dup, err)
 	}
-	fresh, err := a.Replay(ctx(t), outbox.ReplaySelector{IDs: ids[2:], Mode: outbox.ReplayNewID})
+	fresh, err := a.Replay(ctx(t), admin.ReplaySelector{IDs: ids[2:], Mode: admin.ReplayNewID})
 	if err != nil || fresh.Queued != 1 {
 		t.Errorf("new-id replay = %+v, %v; want 1 queued", fresh, err)
 	}

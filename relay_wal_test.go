@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/admin"
 	"github.com/pgoutbox/outbox/internal/ident"
 	"github.com/pgoutbox/outbox/internal/testdb"
 	"github.com/pgoutbox/outbox/internal/testkit"
@@ -234,11 +235,11 @@ func TestWALSourceFailureGoesToTable(t *testing.T) {
 		return fmt.Sprintf("%d rows in the table", e.rows("true"))
 	}), 30*time.Second, "only the dead letter left in the table", func() bool { return e.rows("true") == 1 })
 	failing.Store(uuid.Nil)
-	admin, err := outbox.NewAdmin(e.pool, outbox.AdminConfig{Schema: e.schema})
+	a, err := admin.New(e.pool, admin.Config{Schema: e.schema})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, err := admin.Retry(c, outbox.RetrySelector{IDs: []uuid.UUID{id}}); err != nil || n != 1 {
+	if n, err := a.Retry(c, admin.RetrySelector{IDs: []uuid.UUID{id}}); err != nil || n != 1 {
 		t.Fatalf("Retry: %d, %v", n, err)
 	}
 	if err := mem.WaitFor(c, func(ms []outbox.Message) bool {

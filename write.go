@@ -74,7 +74,7 @@ const maxEventsPerStatement = maxParamsPerStatement / colsPerEvent
 func NewWriter(cfg WriterConfig) (*Writer, error) {
 	n, err := ident.New(cfg.Schema, cfg.Table)
 	if err != nil {
-		return nil, configErr("WriterConfig", err)
+		return nil, ident.ConfigErr("WriterConfig", err)
 	}
 	return &Writer{names: n, maxPayload: cmp.Or(cfg.MaxPayloadBytes, DefaultMaxPayloadBytes)}, nil
 }

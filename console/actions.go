@@ -9,7 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/admin"
 )
 
 // target is what an action applies to: one event (scope "one", ID) or a
@@ -31,19 +31,19 @@ type target struct {
 func (t target) group() bool { return t.Scope == "group" }
 
 // selector is t as the Admin selector, or an error to show.
-func (t target) selector(dryRun bool) (outbox.RetrySelector, error) {
+func (t target) selector(dryRun bool) (admin.RetrySelector, error) {
 	switch {
 	case t.Action != "retry" && t.Action != "discard":
-		return outbox.RetrySelector{}, fmt.Errorf("unknown action %q", t.Action)
+		return admin.RetrySelector{}, fmt.Errorf("unknown action %q", t.Action)
 	case t.Scope != "one" && t.Scope != "group":
-		return outbox.RetrySelector{}, fmt.Errorf("unknown scope %q (want one or group)", t.Scope)
+		return admin.RetrySelector{}, fmt.Errorf("unknown scope %q (want one or group)", t.Scope)
 	}
 	if !t.group() {
 		id, err := uuid.Parse(t.ID)
 		if err != nil {
-			return outbox.RetrySelector{}, fmt.Errorf("not an event id: %q", t.ID)
+			return admin.RetrySelector{}, fmt.Errorf("not an event id: %q", t.ID)
 		}
-		return outbox.RetrySelector{IDs: []uuid.UUID{id}, DryRun: dryRun}, nil
+		return admin.RetrySelector{IDs: []uuid.UUID{id}, DryRun: dryRun}, nil
 	}
 	return groupSelector(t.EventType, t.Error, t.ErrorSet, dryRun), nil
 }
@@ -51,8 +51,8 @@ func (t target) selector(dryRun bool) (outbox.RetrySelector, error) {
 // groupSelector selects the dead letters of eventType ("" for any) and, when
 // errorSet, of the error group errorGroup ("" being the group without an
 // error).
-func groupSelector(eventType, errorGroup string, errorSet, dryRun bool) outbox.RetrySelector {
-	return outbox.RetrySelector{EventType: eventType, ErrorGroup: errorGroup, NoError: errorSet && errorGroup == "",
+func groupSelector(eventType, errorGroup string, errorSet, dryRun bool) admin.RetrySelector {
+	return admin.RetrySelector{EventType: eventType, ErrorGroup: errorGroup, NoError: errorSet && errorGroup == "",
 		All: eventType == "" && !errorSet, DryRun: dryRun}
 }
 
@@ -98,8 +98,8 @@ func (c *Console) confirm(w http.ResponseWriter, r *http.Request) {
 	if t.Action == "retry" {
 		d.Count, err = c.admin.Retry(ctx, sel)
 	} else {
-		var res outbox.DiscardResult
-		res, err = c.admin.Discard(ctx, outbox.DiscardSelector(sel))
+		var res admin.DiscardResult
+		res, err = c.admin.Discard(ctx, admin.DiscardSelector(sel))
 		d.Count = res.Discarded
 	}
 	if err != nil {
@@ -117,7 +117,7 @@ func (c *Console) confirm(w http.ResponseWriter, r *http.Request) {
 	c.render(w, r, http.StatusOK, "confirm", c.newPage(r, "Confirm", "dead", d))
 }
 
-// action runs a confirmed retry or discard through outbox.Admin, logs it and
+// action runs a confirmed retry or discard through admin.Admin, logs it and
 // redirects to a page that shows the count.
 func (c *Console) action(w http.ResponseWriter, r *http.Request) {
 	who := c.who(r)
@@ -153,8 +153,8 @@ func (c *Console) action(w http.ResponseWriter, r *http.Request) {
 	if action == "retry" {
 		n, err = c.admin.Retry(ctx, sel)
 	} else {
-		var res outbox.DiscardResult
-		res, err = c.admin.Discard(ctx, outbox.DiscardSelector(sel))
+		var res admin.DiscardResult
+		res, err = c.admin.Discard(ctx, admin.DiscardSelector(sel))
 		n, released = res.Discarded, res.Released
 		next.Set("released", strconv.FormatInt(released, 10))
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/admin"
 	"github.com/pgoutbox/outbox/console"
 	"github.com/pgoutbox/outbox/internal/testdb"
 )
@@ -77,11 +78,11 @@ func BenchmarkConsolePages(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	admin, err := outbox.NewAdmin(pool, outbox.AdminConfig{Schema: schema})
+	adm, err := admin.New(pool, admin.Config{Schema: schema})
 	if err != nil {
 		b.Fatal(err)
 	}
-	groups, err := admin.DeadLetterGroups(ctx, false)
+	groups, err := adm.DeadLetterGroups(ctx, false)
 	if err != nil || len(groups) == 0 {
 		b.Fatalf("groups: %v %v", groups, err)
 	}

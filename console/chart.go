@@ -3,7 +3,7 @@ package console
 import (
 	"fmt"
 
-	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/admin"
 )
 
 // chart is the overview's bar chart of events published per minute, drawn
@@ -34,7 +34,7 @@ const (
 	chartH = 140
 )
 
-func newChart(counts []outbox.MinuteCount) chart {
+func newChart(counts []admin.MinuteCount) chart {
 	c := chart{W: chartW, H: chartH, VW: chartW + 72, VH: chartH + 30}
 	for _, m := range counts {
 		c.Max = max(c.Max, m.Count)

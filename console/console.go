@@ -1,7 +1,7 @@
 // Package console is pgoutbox's operator console: a few server-rendered pages
 // over the outbox table for what operators would rather look at than read
 // (is the relay keeping up, what is stuck and why) and the dead-letter
-// actions of outbox.Admin, behind a token.
+// actions of admin.Admin, behind a token.
 //
 // A Console is an http.Handler. `outbox console` serves one on its own and
 // `outbox relay --console` mounts one on the relay's HTTP server; an
@@ -45,6 +45,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/admin"
 )
 
 // Defaults of Config.
@@ -62,7 +63,7 @@ const (
 
 // Config configures a Console. Zero values mean the documented defaults.
 type Config struct {
-	// Schema and Table name the outbox table, as in outbox.AdminConfig.
+	// Schema and Table name the outbox table, as in admin.Config.
 	Schema string
 	Table  string
 	// Tokens maps each token's name, which the audit log records, to its
@@ -106,7 +107,7 @@ type RelayState struct {
 
 // Console is the console's http.Handler.
 type Console struct {
-	admin   *outbox.Admin
+	admin   *admin.Admin
 	cfg     Config
 	log     *slog.Logger
 	handler http.Handler
@@ -160,7 +161,7 @@ func ParseTokens(s string) (map[string]string, error) {
 // New validates cfg and returns a console on pool's outbox table. It does not
 // touch the database.
 func New(pool *pgxpool.Pool, cfg Config) (*Console, error) {
-	admin, err := outbox.NewAdmin(pool, outbox.AdminConfig{Schema: cfg.Schema, Table: cfg.Table})
+	adm, err := admin.New(pool, admin.Config{Schema: cfg.Schema, Table: cfg.Table})
 	if ce := (*outbox.ConfigError)(nil); errors.As(err, &ce) {
 		return nil, bad(ce.Field, "%w", ce.Err) // Schema or Table: this Config's fields
 	} else if err != nil {
@@ -185,7 +186,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Console, error) {
 	case cfg.QueryTimeout < 0:
 		return nil, bad("QueryTimeout", "%s must not be negative", cfg.QueryTimeout)
 	}
-	c := &Console{admin: admin, cfg: cfg, log: cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)),
+	c := &Console{admin: adm, cfg: cfg, log: cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)),
 		sessions: map[string]*session{}, throttle: newThrottle(time.Now)}
 	for name, secret := range cfg.Tokens {
 		c.tokens = append(c.tokens, namedToken{name: name, digest: digest(secret)})

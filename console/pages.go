@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/admin"
 )
 
 // page is what every template receives.
@@ -89,9 +90,9 @@ func (c *Console) notFound(w http.ResponseWriter, r *http.Request) {
 const chartMinutes = 60
 
 type overviewData struct {
-	Status  *outbox.Status
+	Status  *admin.Status
 	Chart   chart
-	Blocked []outbox.BlockedAggregate
+	Blocked []admin.BlockedAggregate
 	Relay   *relayView
 }
 
@@ -109,7 +110,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 		d                       overviewData
 		wg                      sync.WaitGroup
 		errStatus, errMin, errB error
-		perMin                  []outbox.MinuteCount
+		perMin                  []admin.MinuteCount
 	)
 	wg.Add(3)
 	go func() { defer wg.Done(); d.Status, errStatus = c.admin.Status(ctx) }()
@@ -135,7 +136,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 const blockedLimit = 20
 
 type deadLettersData struct {
-	Groups      []outbox.DeadLetterGroup
+	Groups      []admin.DeadLetterGroup
 	ByErrorOnly bool
 	Total       int64
 }
@@ -168,7 +169,7 @@ type groupData struct {
 	// letters without an error); else every error of EventType.
 	ErrorSet bool
 	Count    int64
-	Members  []outbox.EventInfo
+	Members  []admin.EventInfo
 	Limit    int
 }
 
@@ -192,7 +193,7 @@ func (c *Console) deadLetterGroup(w http.ResponseWriter, r *http.Request) {
 }
 
 type eventData struct {
-	E            outbox.EventInfo
+	E            admin.EventInfo
 	Headers      []kv
 	Payload      string // set only when shown
 	PayloadState string // shown, hidden, login, click
@@ -240,7 +241,7 @@ const timelineLimit = 200
 type timelineData struct {
 	AggregateType string
 	AggregateID   string
-	Events        []outbox.EventInfo
+	Events        []admin.EventInfo
 	Limit         int
 	Window        int
 	// Blocker is the earliest failed event (dead letter or waiting for its
@@ -248,20 +249,20 @@ type timelineData struct {
 	// parks them behind it (held_by). An unordered relay holds nothing
 	// back, so a failed event alone is no blocker. Behind counts the
 	// unprocessed events after it.
-	Blocker *outbox.EventInfo
+	Blocker *admin.EventInfo
 	Behind  int
 }
 
 func (c *Console) timeline(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	d := timelineData{AggregateType: q.Get("type"), AggregateID: q.Get("id"), Limit: timelineLimit, Window: outbox.DefaultTimelineWindow}
+	d := timelineData{AggregateType: q.Get("type"), AggregateID: q.Get("id"), Limit: timelineLimit, Window: admin.DefaultTimelineWindow}
 	if d.AggregateID == "" {
 		c.fail(w, r, http.StatusBadRequest, "an aggregate id is needed (search for one)")
 		return
 	}
 	ctx, cancel := c.ctx(r)
 	defer cancel()
-	evs, err := c.admin.AggregateTimeline(ctx, outbox.TimelineQuery{AggregateType: d.AggregateType, AggregateID: d.AggregateID, Limit: timelineLimit})
+	evs, err := c.admin.AggregateTimeline(ctx, admin.TimelineQuery{AggregateType: d.AggregateType, AggregateID: d.AggregateID, Limit: timelineLimit})
 	if err != nil {
 		c.dbFail(w, r, err)
 		return
@@ -275,11 +276,11 @@ func (c *Console) timeline(w http.ResponseWriter, r *http.Request) {
 	}
 	for i := range evs {
 		e := &evs[i]
-		if d.Blocker == nil && holders[e.ID] && (e.State == outbox.StateDead || e.State == outbox.StateRetrying) {
+		if d.Blocker == nil && holders[e.ID] && (e.State == admin.StateDead || e.State == admin.StateRetrying) {
 			d.Blocker = e
 			continue
 		}
-		if d.Blocker != nil && e.State != outbox.StatePublished {
+		if d.Blocker != nil && e.State != admin.StatePublished {
 			d.Behind++
 		}
 	}

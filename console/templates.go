@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/admin"
 )
 
 //go:embed templates/*.html
@@ -47,12 +47,12 @@ var funcs = template.FuncMap{
 	},
 	"oneline": func(s string) string { return strings.Join(strings.Fields(s), " ") },
 	"short":   func(s string) string { return s[:min(len(s), 8)] },
-	"isDead":  func(s outbox.EventState) bool { return s == outbox.StateDead },
+	"isDead":  func(s admin.EventState) bool { return s == admin.StateDead },
 	// Only a retrying event has a next attempt: a dead letter's
 	// retry_after is left from its last failure.
-	"isRetrying": func(s outbox.EventState) bool { return s == outbox.StateRetrying },
-	"unprocessed": func(s outbox.EventState) bool {
-		return s != outbox.StatePublished
+	"isRetrying": func(s admin.EventState) bool { return s == admin.StateRetrying },
+	"unprocessed": func(s admin.EventState) bool {
+		return s != admin.StatePublished
 	},
 	"f1": func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) },
 }

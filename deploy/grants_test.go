@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/admin"
 	"github.com/pgoutbox/outbox/internal/testdb"
 	"github.com/pgoutbox/outbox/memory"
 )
@@ -133,7 +134,7 @@ func testGrants(t *testing.T, grants string, columns bool) {
 	}
 
 	// The operator's commands, with the relay's role.
-	adm, err := outbox.NewAdmin(relay, outbox.AdminConfig{Schema: schema})
+	adm, err := admin.New(relay, admin.Config{Schema: schema})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,11 +143,11 @@ func testGrants(t *testing.T, grants string, columns bool) {
 	} else if st.DeadLetters != 1 || st.PublishedLastMinute != 3 {
 		t.Fatalf("relay role: Status shows %d dead letters and %d published; want 1 and 3", st.DeadLetters, st.PublishedLastMinute)
 	}
-	if dl, err := adm.DeadLetters(ctx, outbox.DeadLetterFilter{}); err != nil || len(dl) != 1 {
+	if dl, err := adm.DeadLetters(ctx, admin.DeadLetterFilter{}); err != nil || len(dl) != 1 {
 		t.Fatalf("relay role: DeadLetters = %d, %v; want 1", len(dl), err)
 	}
 	pub.FailWith(nil)
-	if n, err := adm.Retry(ctx, outbox.RetrySelector{All: true}); err != nil || n != 1 {
+	if n, err := adm.Retry(ctx, admin.RetrySelector{All: true}); err != nil || n != 1 {
 		t.Fatalf("relay role: Retry = %d, %v; want 1", n, err)
 	}
 	// The re-queued row is below the claims' floor: the next rescan (one

@@ -4,8 +4,8 @@ import "strings"
 
 // ConfigError is a configuration a constructor rejected. Every constructor
 // of this module returns one for a field it refuses: the outbox package's
-// (NewRelay, NewWriter, NewAdmin, NewNotifier, Migrate and its siblings),
-// the publishers', the inbox's and its adapters', the console's. Read it
+// (NewRelay, NewWriter, NewNotifier, Migrate and its siblings), package
+// admin's, the publishers', the inbox's and its adapters', the console's. Read it
 // with errors.As to point at what set the field, as the outbox command does
 // with its flags. Package outbox re-exports it as outbox.ConfigError.
 type ConfigError struct {

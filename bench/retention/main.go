@@ -27,6 +27,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/admin"
 	"github.com/pgoutbox/outbox/internal/ident"
 	"github.com/pgoutbox/outbox/internal/store"
 )
@@ -324,7 +325,7 @@ func (b *bench) run(ctx context.Context, rows, pending, remove, batch, rounds in
 	}
 
 	// Cleanup: the oldest rows, bounded DELETEs; then VACUUM.
-	a, err := outbox.NewAdmin(b.pool, outbox.AdminConfig{Schema: full.schema})
+	a, err := admin.New(b.pool, admin.Config{Schema: full.schema})
 	if err != nil {
 		return err
 	}

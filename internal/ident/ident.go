@@ -4,12 +4,15 @@
 package ident
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"unicode"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/outbox/outboxtype"
 )
 
 // DefaultTable is the outbox table's default name.
@@ -132,4 +135,18 @@ func New(schema, table string) (Names, error) {
 		n.Channel = strings.ToValidUTF8(n.Channel[:MaxLen], "")
 	}
 	return n, nil
+}
+
+// ConfigErr returns err, from validating config's Schema or Table (New,
+// Validate), as the *outboxtype.ConfigError a constructor returns, naming
+// the field as spelled in Go ("Schema", "Table"); config is the struct as
+// its user spells it ("RelayConfig", "admin.Config"). An error that is not
+// a *FieldError is reported against Table.
+func ConfigErr(config string, err error) error {
+	var fe *FieldError
+	if !errors.As(err, &fe) {
+		return &outboxtype.ConfigError{Config: config, Field: "Table", Err: err}
+	}
+	field := strings.ToUpper(fe.Field[:1]) + fe.Field[1:]
+	return &outboxtype.ConfigError{Config: config, Field: field, Err: errors.New(fe.Reason)}
 }

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/admin"
 )
 
 // archiveJSON is archive's --json output.
@@ -37,7 +37,7 @@ archive: drop, truncate or delete from it as your retention policy says.
 168h, or days: 7d.`)
 	d.registerAdmin(o)
 	o.fs.DurationVar(&olderThan, "older-than", 0, "move events published more than this long ago, e.g. 168h (required)")
-	o.fs.IntVar(&batch, "archive-batch", outbox.DefaultArchiveBatch, "rows moved per statement")
+	o.fs.IntVar(&batch, "archive-batch", admin.DefaultArchiveBatch, "rows moved per statement")
 	o.fs.BoolVar(&asJSON, "json", false, "print JSON (and no progress lines)")
 	o.fs.BoolVar(&dryRun, "dry-run", false, "count the events that would be moved, and move nothing")
 	o.flagOnly("older-than", "json", "dry-run")
@@ -50,35 +50,35 @@ archive: drop, truncate or delete from it as your retention policy says.
 		case batch < 1:
 			return o.settingErr("archive-batch", "%d: must be at least 1", batch)
 		}
-		admin, done, err := c.adminFor(ctx, o, &d)
+		adm, done, err := c.adminFor(ctx, o, &d)
 		if err != nil {
 			return err
 		}
 		defer done()
 		if dryRun {
-			n, err := admin.PublishedBefore(ctx, olderThan)
+			n, err := adm.PublishedBefore(ctx, olderThan)
 			if err != nil {
-				return notMigrated(admin.Table(), &d, err)
+				return notMigrated(adm.Table(), &d, err)
 			}
 			if asJSON {
-				return writeJSON(c, archiveJSON{Table: admin.Table(), DryRun: true, WouldMove: n, OlderThanSeconds: olderThan.Seconds()})
+				return writeJSON(c, archiveJSON{Table: adm.Table(), DryRun: true, WouldMove: n, OlderThanSeconds: olderThan.Seconds()})
 			}
-			fmt.Fprintf(c.stdout, "dry run: would archive %d event(s) published more than %s ago from %s; nothing was moved\n", n, olderThan, admin.Table())
+			fmt.Fprintf(c.stdout, "dry run: would archive %d event(s) published more than %s ago from %s; nothing was moved\n", n, olderThan, adm.Table())
 			return nil
 		}
 		start := time.Now()
 		n, err := c.withProgress(asJSON, "archive: moved", func(report func(int64)) (int64, error) {
-			return admin.Archive(ctx, olderThan, batch, report)
+			return adm.Archive(ctx, olderThan, batch, report)
 		})
 		if err != nil {
-			return notMigrated(admin.Table(), &d, fmt.Errorf("%w (moved %d before the failure)", err, n))
+			return notMigrated(adm.Table(), &d, fmt.Errorf("%w (moved %d before the failure)", err, n))
 		}
 		if asJSON {
-			return writeJSON(c, archiveJSON{Table: admin.Table(), Moved: n,
+			return writeJSON(c, archiveJSON{Table: adm.Table(), Moved: n,
 				OlderThanSeconds: olderThan.Seconds(), ElapsedSeconds: time.Since(start).Seconds()})
 		}
 		fmt.Fprintf(c.stdout, "archived %d event(s) published more than %s ago from %s [%s]\n",
-			n, olderThan, admin.Table(), time.Since(start).Round(time.Millisecond))
+			n, olderThan, adm.Table(), time.Since(start).Round(time.Millisecond))
 		return nil
 	}
 }

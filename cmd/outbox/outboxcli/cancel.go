@@ -9,13 +9,13 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/admin"
 )
 
 // cancelJSON is cancel's --json output.
 type cancelJSON struct {
 	Table string `json:"table"`
-	outbox.CancelResult
+	admin.CancelResult
 }
 
 func cancelCommand() (*options, func(context.Context, *cli, *options) error) {
@@ -43,23 +43,23 @@ others.`)
 		if err != nil {
 			return err
 		}
-		admin, done, err := c.adminFor(ctx, o, &d)
+		adm, done, err := c.adminFor(ctx, o, &d)
 		if err != nil {
 			return err
 		}
 		defer done()
 		start := time.Now()
-		res, err := admin.Cancel(ctx, ids...)
+		res, err := adm.Cancel(ctx, ids...)
 		if err != nil {
-			return notMigrated(admin.Table(), &d, err)
+			return notMigrated(adm.Table(), &d, err)
 		}
 		if asJSON {
-			if err := writeJSON(c, cancelJSON{Table: admin.Table(), CancelResult: res}); err != nil {
+			if err := writeJSON(c, cancelJSON{Table: adm.Table(), CancelResult: res}); err != nil {
 				return err
 			}
 		} else {
 			fmt.Fprintf(c.stdout, "cancelled %d event(s) in %s; released %d event(s) they held back [%s]\n",
-				len(res.Cancelled), admin.Table(), res.Released, time.Since(start).Round(time.Millisecond))
+				len(res.Cancelled), adm.Table(), res.Released, time.Since(start).Round(time.Millisecond))
 		}
 		var notDone []string
 		if len(res.Published) > 0 {

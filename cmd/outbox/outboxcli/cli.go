@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/admin"
 )
 
 // Exit codes. They are part of the command's interface: scripts and init
@@ -175,7 +176,7 @@ func (c *cli) exit(err error) int {
 	if errors.Is(err, outbox.ErrPrivilege) && code == ExitFailure {
 		code = ExitUsage // configuration: the line names the GRANT
 	}
-	var ste *outbox.StatementTimeoutError
+	var ste *admin.StatementTimeoutError
 	if errors.As(err, &ste) {
 		// Reworded for the operator, keeping what the command added around
 		// it ("(deleted 1000 before the failure)").

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/admin"
 	"github.com/pgoutbox/outbox/internal/testdb"
 )
 
@@ -152,7 +153,7 @@ func TestStatus(t *testing.T) {
 	wantExit(t, r, ExitOK)
 	var st struct {
 		Table string `json:"table"`
-		outbox.Status
+		admin.Status
 	}
 	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
 		t.Fatalf("status --json: %v\n%s", err, r.stdout)

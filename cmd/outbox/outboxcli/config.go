@@ -14,6 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/admin"
 )
 
 // options is one command's flag set. Flags are settings unless marked
@@ -286,8 +287,8 @@ type dbOptions struct {
 	Schema      string
 	Table       string
 	Config      string
-	// StatementTimeout is AdminConfig.StatementTimeout, for the commands
-	// built on outbox.Admin (registerAdmin); 0 means the library's default.
+	// StatementTimeout is admin.Config.StatementTimeout, for the commands
+	// built on admin.Admin (registerAdmin); 0 means the library's default.
 	StatementTimeout time.Duration
 	timeout          *setting // nil unless registerAdmin
 }
@@ -302,12 +303,12 @@ func (d *dbOptions) register(o *options) {
 }
 
 // registerAdmin is register plus --statement-timeout, for the commands
-// whose statements go through outbox.Admin.
+// whose statements go through admin.Admin.
 func (d *dbOptions) registerAdmin(o *options) {
 	d.register(o)
 	st := bind("StatementTimeout", "statement-timeout", &d.StatementTimeout, 0,
 		"give up on a statement the database has not answered within this long, with exit code 3 "+
-			"(default "+outbox.DefaultAdminStatementTimeout.String()+", or the connection string's statement_timeout plus 5s)").
+			"(default "+admin.DefaultStatementTimeout.String()+", or the connection string's statement_timeout plus 5s)").
 		zeroMeans("0 means the default")
 	st.register(o)
 	d.timeout = &st

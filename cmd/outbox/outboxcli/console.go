@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/admin"
 	"github.com/pgoutbox/outbox/console"
 )
 
@@ -194,14 +195,14 @@ To serve the console from the relay instead, run outbox relay --console.`)
 			return err
 		}
 		defer closePool(pool)
-		admin, err := outbox.NewAdmin(pool, outbox.AdminConfig{Schema: d.Schema, Table: d.Table})
+		adm, err := admin.New(pool, admin.Config{Schema: d.Schema, Table: d.Table})
 		if err != nil {
 			return flagError(err)
 		}
 		// A missing table is reported now, with its exit code, rather than
 		// on every page.
-		if _, err := admin.DeadLetters(ctx, outbox.DeadLetterFilter{Limit: 1}); err != nil {
-			return notMigrated(admin.Table(), &d, err)
+		if _, err := adm.DeadLetters(ctx, admin.DeadLetterFilter{Limit: 1}); err != nil {
+			return notMigrated(adm.Table(), &d, err)
 		}
 		h, err := console.New(pool, cfg)
 		if err != nil {
@@ -218,7 +219,7 @@ To serve the console from the relay instead, run outbox relay --console.`)
 		if len(cfg.Tokens) > 0 && !cfg.ReadOnly {
 			mode = "actions need a token"
 		}
-		fmt.Fprintf(c.stdout, "outbox console for %s on http://%s/ (%s)\n", admin.Table(), ln.Addr(), mode)
+		fmt.Fprintf(c.stdout, "outbox console for %s on http://%s/ (%s)\n", adm.Table(), ln.Addr(), mode)
 		warnIfExposed(log, httpAddr, cfg)
 		select {
 		case err := <-served:

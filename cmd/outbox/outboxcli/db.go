@@ -53,7 +53,7 @@ func tuneConn(cc *pgx.ConnConfig, cmd string) {
 	// A server that vanished (host down, partition) fails the statement in
 	// outbox.DefaultTCPUserTimeout instead of the kernel's ~15 minutes; the
 	// commands' Admin calls have their own deadline on top
-	// (outbox.DefaultAdminStatementTimeout, or the DSN's statement_timeout
+	// (admin.DefaultStatementTimeout, or the DSN's statement_timeout
 	// plus 5s).
 	outbox.SetTCPTimeouts(&cc.Config, 0)
 	if _, ok := cc.RuntimeParams["application_name"]; !ok {

@@ -9,13 +9,13 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/admin"
 )
 
 // discardJSON is dead-letters discard's --json output.
 type discardJSON struct {
 	Table string `json:"table"`
-	outbox.DiscardResult
+	admin.DiscardResult
 	DryRun  bool     `json:"dry_run"`
 	Skipped []string `json:"skipped_ids,omitempty"` // unknown or not dead letters
 }
@@ -54,44 +54,44 @@ named on stderr and the command exits 6 after deleting the others.`)
 		if err != nil {
 			return err
 		}
-		admin, done, err := c.adminFor(ctx, o, &d)
+		adm, done, err := c.adminFor(ctx, o, &d)
 		if err != nil {
 			return err
 		}
 		defer done()
 		if s.All && !s.DryRun && !yes {
-			dry := outbox.DiscardSelector(s)
+			dry := admin.DiscardSelector(s)
 			dry.DryRun = true
-			res, err := admin.Discard(ctx, dry)
+			res, err := adm.Discard(ctx, dry)
 			if err != nil {
-				return notMigrated(admin.Table(), &d, err)
+				return notMigrated(adm.Table(), &d, err)
 			}
-			return usageErr("dead-letters discard --all would delete %d dead letter(s) from %s for good: add --yes to confirm (nothing was deleted)", res.Discarded, admin.Table())
+			return usageErr("dead-letters discard --all would delete %d dead letter(s) from %s for good: add --yes to confirm (nothing was deleted)", res.Discarded, adm.Table())
 		}
-		if err := sel.checkErrorGroup(ctx, admin); err != nil {
-			return notMigrated(admin.Table(), &d, err)
+		if err := sel.checkErrorGroup(ctx, adm); err != nil {
+			return notMigrated(adm.Table(), &d, err)
 		}
 		start := time.Now()
 		var skipped []uuid.UUID
 		if len(s.IDs) > 0 {
-			evs, err := admin.Events(ctx, s.IDs...)
+			evs, err := adm.Events(ctx, s.IDs...)
 			if err != nil {
-				return notMigrated(admin.Table(), &d, err)
+				return notMigrated(adm.Table(), &d, err)
 			}
 			var dead []uuid.UUID
 			for _, e := range evs {
-				if e.State == outbox.StateDead {
+				if e.State == admin.StateDead {
 					dead = append(dead, e.ID)
 				}
 			}
 			skipped = missing(s.IDs, dead)
 		}
-		res, err := admin.Discard(ctx, outbox.DiscardSelector(s))
+		res, err := adm.Discard(ctx, admin.DiscardSelector(s))
 		if err != nil {
-			return notMigrated(admin.Table(), &d, err)
+			return notMigrated(adm.Table(), &d, err)
 		}
 		if sel.asJSON {
-			out := discardJSON{Table: admin.Table(), DiscardResult: res, DryRun: s.DryRun}
+			out := discardJSON{Table: adm.Table(), DiscardResult: res, DryRun: s.DryRun}
 			for _, id := range skipped {
 				out.Skipped = append(out.Skipped, id.String())
 			}
@@ -99,10 +99,10 @@ named on stderr and the command exits 6 after deleting the others.`)
 				return err
 			}
 		} else if s.DryRun {
-			fmt.Fprintf(c.stdout, "dry run: would discard %d dead letter(s) from %s [%s]\n", res.Discarded, admin.Table(), time.Since(start).Round(time.Millisecond))
+			fmt.Fprintf(c.stdout, "dry run: would discard %d dead letter(s) from %s [%s]\n", res.Discarded, adm.Table(), time.Since(start).Round(time.Millisecond))
 		} else {
 			fmt.Fprintf(c.stdout, "discarded %d dead letter(s) from %s; released %d event(s) they held back [%s]\n",
-				res.Discarded, admin.Table(), res.Released, time.Since(start).Round(time.Millisecond))
+				res.Discarded, adm.Table(), res.Released, time.Since(start).Round(time.Millisecond))
 		}
 		if len(skipped) > 0 {
 			return idsNotDone("unknown or not dead letters, not discarded", skipped)
@@ -112,16 +112,16 @@ named on stderr and the command exits 6 after deleting the others.`)
 }
 
 // printDeadLetterGroups prints dead-letters --group-by.
-func printDeadLetterGroups(ctx context.Context, c *cli, admin *outbox.Admin, d *dbOptions, groupBy string, asJSON bool) error {
-	groups, err := admin.DeadLetterGroups(ctx, groupBy == "error")
+func printDeadLetterGroups(ctx context.Context, c *cli, adm *admin.Admin, d *dbOptions, groupBy string, asJSON bool) error {
+	groups, err := adm.DeadLetterGroups(ctx, groupBy == "error")
 	if err != nil {
-		return notMigrated(admin.Table(), d, err)
+		return notMigrated(adm.Table(), d, err)
 	}
 	if asJSON {
 		return writeJSON(c, groups)
 	}
 	if len(groups) == 0 {
-		fmt.Fprintf(c.stdout, "no dead letters in %s\n", admin.Table())
+		fmt.Fprintf(c.stdout, "no dead letters in %s\n", adm.Table())
 		return nil
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)

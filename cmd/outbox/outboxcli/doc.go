@@ -84,10 +84,10 @@
 //	               deleted from by pgoutbox
 //	version        print the version (also --version, -v); --json
 //
-// The commands built on outbox.Admin (status, dead-letters, retry, cancel,
+// The commands built on admin.Admin (status, dead-letters, retry, cancel,
 // replay, cleanup, archive) take --statement-timeout (OUTBOX_STATEMENT_TIMEOUT):
 // a statement the database has not answered within it is abandoned and the
-// command exits 3 at once. Defaults to outbox.DefaultAdminStatementTimeout
+// command exits 3 at once. Defaults to admin.DefaultStatementTimeout
 // (30s), or, when the connection string sets statement_timeout, that plus 5s.
 //
 // `outbox <command> --help` documents every flag with its default and

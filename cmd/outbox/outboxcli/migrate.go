@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/admin"
 	"github.com/pgoutbox/outbox/internal/wal"
 )
 
@@ -98,11 +99,11 @@ func (c *cli) migrate(ctx context.Context, o *options, f *migrateFlags) error {
 		return err
 	}
 	defer pool.Close()
-	admin, err := outbox.NewAdmin(pool, outbox.AdminConfig{Schema: f.d.Schema, Table: f.d.Table})
+	adm, err := admin.New(pool, admin.Config{Schema: f.d.Schema, Table: f.d.Table})
 	if err != nil {
 		return flagError(err)
 	}
-	table := admin.Table()
+	table := adm.Table()
 	switch o.sub {
 	case "status":
 		return migrateStatus(ctx, c, pool, mc, table, f.asJS, f.exitCode)

@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/admin"
 	"github.com/pgoutbox/outbox/internal/testdb"
 )
 
@@ -165,7 +166,7 @@ func TestRetrySelectorsAndExitCode(t *testing.T) {
 	// By error group, as dead-letters --group-by error shows it.
 	r = run(t, vars, "dead-letters", "--group-by", "error", "--json")
 	wantExit(t, r, ExitOK)
-	var groups []outbox.DeadLetterGroup
+	var groups []admin.DeadLetterGroup
 	if err := json.Unmarshal([]byte(r.stdout), &groups); err != nil || len(groups) != 2 {
 		t.Fatalf("dead-letters --group-by error --json: %v: %s", err, r.stdout)
 	}

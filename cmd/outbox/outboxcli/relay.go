@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/admin"
 )
 
 // DefaultDrainTimeout leaves the batch in flight its whole publish timeout,
@@ -365,9 +366,9 @@ func (c *cli) startRelay(ctx context.Context, o *options, s *relaySettings) (_ *
 		return nil, err
 	}
 	// Replays are counted apart, read from the table at each scrape.
-	admin, err := outbox.NewAdmin(pool, outbox.AdminConfig{Schema: s.db.Schema, Table: s.db.Table})
+	adm, err := admin.New(pool, admin.Config{Schema: s.db.Schema, Table: s.db.Table})
 	if err == nil {
-		err = reg.Register(admin.ReplayCollector(s.cfg.MetricLabels))
+		err = reg.Register(adm.ReplayCollector(s.cfg.MetricLabels))
 	}
 	if err != nil {
 		brokerCloser.Close()
@@ -520,7 +521,7 @@ func (s *relaySettings) notMigrated(err error) error {
 	return notMigratedHint(tableName(s.db), &s.db, extra, err)
 }
 
-// tableName is the quoted table name, as outbox.Admin.Table spells it.
+// tableName is the quoted table name, as admin.Admin.Table spells it.
 func tableName(d dbOptions) string {
 	t := d.Table
 	if t == "" {

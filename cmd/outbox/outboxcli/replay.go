@@ -10,13 +10,14 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/admin"
 )
 
 // replayJSON is replay's --json output.
 type replayJSON struct {
 	Table  string `json:"table"`
 	DryRun bool   `json:"dry_run"`
-	outbox.ReplayResult
+	admin.ReplayResult
 	Sample []replaySampleJSON `json:"sample,omitempty"`
 }
 
@@ -84,17 +85,17 @@ func (f *replayFlags) register(o *options) {
 	o.fs.StringVar(&f.until, "until", "", "only events written before this time: RFC 3339, or a duration ago")
 	o.fs.BoolVar(&f.all, "all", false, "replay every delivered event (the filters still apply)")
 	o.fs.BoolVar(&f.dryRun, "dry-run", false, "count and print a sample without changing anything")
-	o.fs.IntVar(&f.sample, "sample", outbox.DefaultReplaySample, "events printed by --dry-run")
+	o.fs.IntVar(&f.sample, "sample", admin.DefaultReplaySample, "events printed by --dry-run")
 	o.fs.Float64Var(&f.rate, "rate", 0, "pace the replay to about this many events per second (0: no pacing)")
-	o.fs.IntVar(&f.batch, "replay-batch", outbox.DefaultReplayBatch, "copies inserted per transaction (whole aggregates)")
+	o.fs.IntVar(&f.batch, "replay-batch", admin.DefaultReplayBatch, "copies inserted per transaction (whole aggregates)")
 	o.fs.BoolVar(&f.asJSON, "json", false, "print JSON (and no progress lines)")
 	o.flagOnly("mode", "type", "aggregate-type", "aggregate-id", "since", "until", "all", "dry-run", "sample", "rate", "json")
 }
 
 // selector checks the flags and the id arguments and returns the selector;
 // durations in --since and --until count back from now.
-func (f *replayFlags) selector(o *options, now time.Time) (outbox.ReplaySelector, error) {
-	s := outbox.ReplaySelector{Mode: outbox.ReplayMode(f.mode), EventType: f.eventType, AggregateType: f.aggType,
+func (f *replayFlags) selector(o *options, now time.Time) (admin.ReplaySelector, error) {
+	s := admin.ReplaySelector{Mode: admin.ReplayMode(f.mode), EventType: f.eventType, AggregateType: f.aggType,
 		AggregateID: f.aggID, All: f.all, DryRun: f.dryRun, Rate: f.rate, BatchSize: f.batch, Sample: f.sample}
 	var err error
 	if s.IDs, err = eventIDs(o); err != nil {
@@ -106,7 +107,7 @@ func (f *replayFlags) selector(o *options, now time.Time) (outbox.ReplaySelector
 	switch {
 	case f.mode == "":
 		return s, usageErr("replay: --mode is required: same-id (consumers that processed an event skip it) or new-id (a fresh id: every consumer processes it again)")
-	case s.Mode != outbox.ReplaySameID && s.Mode != outbox.ReplayNewID:
+	case s.Mode != admin.ReplaySameID && s.Mode != admin.ReplayNewID:
 		return s, usageErr("--mode: %q: want same-id or new-id", f.mode)
 	case f.rate < 0:
 		return s, usageErr("--rate: %g: must not be negative", f.rate)
@@ -126,14 +127,14 @@ func (c *cli) replay(ctx context.Context, o *options, f *replayFlags) error {
 	if err != nil {
 		return err
 	}
-	admin, done, err := c.adminFor(ctx, o, &f.d)
+	adm, done, err := c.adminFor(ctx, o, &f.d)
 	if err != nil {
 		return err
 	}
 	defer done()
-	skipped, err := replayUnselected(ctx, admin, s)
+	skipped, err := replayUnselected(ctx, adm, s)
 	if err != nil {
-		return notMigrated(admin.Table(), &f.d, err)
+		return notMigrated(adm.Table(), &f.d, err)
 	}
 	var p *progress
 	if !f.asJSON && !f.dryRun {
@@ -142,7 +143,7 @@ func (c *cli) replay(ctx context.Context, o *options, f *replayFlags) error {
 			p.update(fmt.Sprintf("replay: queued %d so far [%s]", queued, time.Since(now).Round(time.Millisecond)))
 		}
 	}
-	res, err := admin.Replay(ctx, s)
+	res, err := adm.Replay(ctx, s)
 	if p != nil {
 		p.done()
 	}
@@ -151,9 +152,9 @@ func (c *cli) replay(ctx context.Context, o *options, f *replayFlags) error {
 		if errors.As(err, &ce) {
 			return usageErr("%v", err)
 		}
-		return notMigrated(admin.Table(), &f.d, err)
+		return notMigrated(adm.Table(), &f.d, err)
 	}
-	if err := f.print(c, admin.Table(), res, now); err != nil {
+	if err := f.print(c, adm.Table(), res, now); err != nil {
 		return err
 	}
 	if res.Cancelled && !f.asJSON && !f.dryRun {
@@ -164,13 +165,13 @@ func (c *cli) replay(ctx context.Context, o *options, f *replayFlags) error {
 
 // replayUnselected returns the ids of s that select nothing (unknown, or
 // not delivered yet): they are named and make the exit code 6, as retry's.
-func replayUnselected(ctx context.Context, admin *outbox.Admin, s outbox.ReplaySelector) ([]uuid.UUID, error) {
+func replayUnselected(ctx context.Context, adm *admin.Admin, s admin.ReplaySelector) ([]uuid.UUID, error) {
 	if len(s.IDs) == 0 {
 		return nil, nil
 	}
 	pre := s
 	pre.DryRun, pre.Sample = true, len(s.IDs)
-	found, err := admin.Replay(ctx, pre)
+	found, err := adm.Replay(ctx, pre)
 	if err != nil {
 		return nil, err
 	}
@@ -183,7 +184,7 @@ func replayUnselected(ctx context.Context, admin *outbox.Admin, s outbox.ReplayS
 
 // print writes a replay's result: JSON, a dry run's count and sample, or
 // the replay's id with what it queued since start.
-func (f *replayFlags) print(c *cli, table string, res outbox.ReplayResult, start time.Time) error {
+func (f *replayFlags) print(c *cli, table string, res admin.ReplayResult, start time.Time) error {
 	switch {
 	case f.asJSON:
 		out := replayJSON{Table: table, DryRun: f.dryRun, ReplayResult: res}
@@ -245,20 +246,20 @@ pending), done, cancelled or failed.`)
 		case limit < 1:
 			return usageErr("--limit: %d: must be at least 1", limit)
 		}
-		admin, done, err := c.adminFor(ctx, o, &d)
+		adm, done, err := c.adminFor(ctx, o, &d)
 		if err != nil {
 			return err
 		}
 		defer done()
-		list, err := admin.ReplayList(ctx, limit)
+		list, err := adm.ReplayList(ctx, limit)
 		if err != nil {
-			return notMigrated(admin.Table(), &d, err)
+			return notMigrated(adm.Table(), &d, err)
 		}
 		if asJSON {
 			return writeJSON(c, list)
 		}
 		if len(list) == 0 {
-			fmt.Fprintf(c.stdout, "no replays of %s\n", admin.Table())
+			fmt.Fprintf(c.stdout, "no replays of %s\n", adm.Table())
 			return nil
 		}
 		tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
@@ -297,24 +298,24 @@ pending) is left as it is, and the command says so.`)
 		if err != nil {
 			return usageErr("replay cancel: %q is not a replay id (want a UUID)", o.args[0])
 		}
-		admin, done, err := c.adminFor(ctx, o, &d)
+		adm, done, err := c.adminFor(ctx, o, &d)
 		if err != nil {
 			return err
 		}
 		defer done()
-		res, err := admin.ReplayCancel(ctx, id)
-		if errors.Is(err, outbox.ErrReplayNotFound) {
-			return &exitError{code: ExitNotFound, err: fmt.Errorf("replay cancel: no replay %s in %s (see outbox replay list)", id, admin.Table())}
+		res, err := adm.ReplayCancel(ctx, id)
+		if errors.Is(err, admin.ErrReplayNotFound) {
+			return &exitError{code: ExitNotFound, err: fmt.Errorf("replay cancel: no replay %s in %s (see outbox replay list)", id, adm.Table())}
 		}
 		if err != nil {
-			return notMigrated(admin.Table(), &d, err)
+			return notMigrated(adm.Table(), &d, err)
 		}
 		if asJSON {
 			return writeJSON(c, struct {
 				Table string `json:"table"`
 				ID    string `json:"id"`
-				outbox.ReplayCancelResult
-			}{admin.Table(), id.String(), res})
+				admin.ReplayCancelResult
+			}{adm.Table(), id.String(), res})
 		}
 		if res.AlreadyFinished {
 			fmt.Fprintf(c.stdout, "replay %s had already finished (%d copy(ies) delivered, none pending): nothing to cancel, left as it was\n", id, res.Delivered)

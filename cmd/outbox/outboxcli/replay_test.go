@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/admin"
 	"github.com/pgoutbox/outbox/memory"
 )
 
@@ -77,7 +78,7 @@ func TestReplayCommands(t *testing.T) {
 		t.Errorf("status lacks the replayed line:\n%s", r.stdout)
 	}
 	r = run(t, vars, "status", "--json")
-	var st struct{ Replayed outbox.ReplayTotals }
+	var st struct{ Replayed admin.ReplayTotals }
 	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || st.Replayed.Pending != 3 || st.Replayed.Active != 1 {
 		t.Errorf("status --json replayed: %+v (%v)", st.Replayed, err)
 	}
@@ -97,7 +98,7 @@ func TestReplayCommands(t *testing.T) {
 		t.Errorf("%d rows pending after the cancel", n)
 	}
 	r = run(t, vars, "replay", "list", "--json")
-	var list []outbox.ReplayInfo
+	var list []admin.ReplayInfo
 	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil || len(list) != 1 || list[0].State != "cancelled" {
 		t.Errorf("replay list --json after cancel: %+v (%v)", list, err)
 	}

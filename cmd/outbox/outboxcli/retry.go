@@ -74,29 +74,29 @@ re-queuing the others. --dry-run counts without changing anything.`)
 		if err != nil {
 			return err
 		}
-		admin, done, err := c.adminFor(ctx, o, &d)
+		adm, done, err := c.adminFor(ctx, o, &d)
 		if err != nil {
 			return err
 		}
 		defer done()
-		if err := sel.checkErrorGroup(ctx, admin); err != nil {
-			return notMigrated(admin.Table(), &d, err)
+		if err := sel.checkErrorGroup(ctx, adm); err != nil {
+			return notMigrated(adm.Table(), &d, err)
 		}
 		start := time.Now()
 		var skipped []uuid.UUID
 		if len(s.IDs) > 0 {
-			found, err := admin.Unprocessed(ctx, s.IDs)
+			found, err := adm.Unprocessed(ctx, s.IDs)
 			if err != nil {
-				return notMigrated(admin.Table(), &d, err)
+				return notMigrated(adm.Table(), &d, err)
 			}
 			skipped = missing(s.IDs, found)
 		}
-		count, err := admin.Retry(ctx, s)
+		count, err := adm.Retry(ctx, s)
 		if err != nil {
-			return notMigrated(admin.Table(), &d, err)
+			return notMigrated(adm.Table(), &d, err)
 		}
 		if sel.asJSON {
-			out := retryJSON{Table: admin.Table(), DryRun: s.DryRun, Requeued: count}
+			out := retryJSON{Table: adm.Table(), DryRun: s.DryRun, Requeued: count}
 			for _, id := range skipped {
 				out.Skipped = append(out.Skipped, id.String())
 			}
@@ -108,7 +108,7 @@ re-queuing the others. --dry-run counts without changing anything.`)
 			if s.DryRun {
 				verb = "dry run: would re-queue"
 			}
-			fmt.Fprintf(c.stdout, "%s %d event(s) in %s [%s]\n", verb, count, admin.Table(), time.Since(start).Round(time.Millisecond))
+			fmt.Fprintf(c.stdout, "%s %d event(s) in %s [%s]\n", verb, count, adm.Table(), time.Since(start).Round(time.Millisecond))
 		}
 		if len(skipped) > 0 {
 			return idsNotDone("unknown or already published, not re-queued", skipped)
@@ -156,35 +156,35 @@ deletes nothing. The relay can do the same continuously (outbox relay
 		case batch < 1:
 			return o.settingErr("cleanup-batch", "%d: must be at least 1", batch)
 		}
-		admin, done, err := c.adminFor(ctx, o, &d)
+		adm, done, err := c.adminFor(ctx, o, &d)
 		if err != nil {
 			return err
 		}
 		defer done()
 		if dryRun {
-			n, err := admin.PublishedBefore(ctx, retention)
+			n, err := adm.PublishedBefore(ctx, retention)
 			if err != nil {
-				return notMigrated(admin.Table(), &d, err)
+				return notMigrated(adm.Table(), &d, err)
 			}
 			if asJSON {
-				return writeJSON(c, cleanupJSON{Table: admin.Table(), DryRun: true, WouldDelete: n, RetentionSeconds: retention.Seconds()})
+				return writeJSON(c, cleanupJSON{Table: adm.Table(), DryRun: true, WouldDelete: n, RetentionSeconds: retention.Seconds()})
 			}
-			fmt.Fprintf(c.stdout, "dry run: would delete %d event(s) published more than %s ago from %s; nothing was deleted\n", n, retention, admin.Table())
+			fmt.Fprintf(c.stdout, "dry run: would delete %d event(s) published more than %s ago from %s; nothing was deleted\n", n, retention, adm.Table())
 			return nil
 		}
 		start := time.Now()
 		n, err := c.withProgress(asJSON, "cleanup: deleted", func(report func(int64)) (int64, error) {
-			return admin.Cleanup(ctx, retention, batch, report)
+			return adm.Cleanup(ctx, retention, batch, report)
 		})
 		if err != nil {
-			return notMigrated(admin.Table(), &d, fmt.Errorf("%w (deleted %d before the failure)", err, n))
+			return notMigrated(adm.Table(), &d, fmt.Errorf("%w (deleted %d before the failure)", err, n))
 		}
 		if asJSON {
-			return writeJSON(c, cleanupJSON{Table: admin.Table(), Deleted: n,
+			return writeJSON(c, cleanupJSON{Table: adm.Table(), Deleted: n,
 				RetentionSeconds: retention.Seconds(), ElapsedSeconds: time.Since(start).Seconds()})
 		}
 		fmt.Fprintf(c.stdout, "deleted %d event(s) published more than %s ago from %s [%s]\n",
-			n, retention, admin.Table(), time.Since(start).Round(time.Millisecond))
+			n, retention, adm.Table(), time.Since(start).Round(time.Millisecond))
 		return nil
 	}
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/admin"
 )
 
 // The selection of events is parsed here, once, for every command that takes
@@ -95,9 +95,9 @@ func (s *selectorFlags) register(o *options, verb string) {
 }
 
 // selector checks the flags and the id arguments and returns the selector.
-func (s *selectorFlags) selector(o *options) (outbox.RetrySelector, error) {
+func (s *selectorFlags) selector(o *options) (admin.RetrySelector, error) {
 	o.fs.Visit(func(f *flag.Flag) { s.groupSet = s.groupSet || f.Name == "error-group" })
-	sel := outbox.RetrySelector{EventType: s.eventType, ErrorGroup: s.errorGroup, NoError: s.groupSet && s.errorGroup == "",
+	sel := admin.RetrySelector{EventType: s.eventType, ErrorGroup: s.errorGroup, NoError: s.groupSet && s.errorGroup == "",
 		OlderThan: s.olderThan, All: s.all, DryRun: s.dryRun}
 	var err error
 	if sel.IDs, err = eventIDs(o); err != nil {
@@ -126,11 +126,11 @@ const maxGroupsNamed = 10
 // clipped error would otherwise match nothing and exit 0. The refusal names
 // the groups the value could have meant (those it begins, or whose start
 // and end it holds around "…"), or else the known groups.
-func (s *selectorFlags) checkErrorGroup(ctx context.Context, admin *outbox.Admin) error {
+func (s *selectorFlags) checkErrorGroup(ctx context.Context, adm *admin.Admin) error {
 	if !s.groupSet {
 		return nil
 	}
-	groups, err := admin.DeadLetterGroups(ctx, s.eventType == "")
+	groups, err := adm.DeadLetterGroups(ctx, s.eventType == "")
 	if err != nil {
 		return err
 	}

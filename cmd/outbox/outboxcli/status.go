@@ -12,17 +12,18 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/admin"
 )
 
 // adminFor connects and returns an Admin on d's table.
-func (c *cli) adminFor(ctx context.Context, o *options, d *dbOptions) (*outbox.Admin, func(), error) {
-	admin, _, done, err := c.adminPoolFor(ctx, o, d)
-	return admin, done, err
+func (c *cli) adminFor(ctx context.Context, o *options, d *dbOptions) (*admin.Admin, func(), error) {
+	adm, _, done, err := c.adminPoolFor(ctx, o, d)
+	return adm, done, err
 }
 
 // adminPoolFor is adminFor, also returning the pool, for a command that
 // reads more than the Admin does.
-func (c *cli) adminPoolFor(ctx context.Context, o *options, d *dbOptions) (*outbox.Admin, *pgxpool.Pool, func(), error) {
+func (c *cli) adminPoolFor(ctx context.Context, o *options, d *dbOptions) (*admin.Admin, *pgxpool.Pool, func(), error) {
 	if d.timeout != nil {
 		if err := d.timeout.check(o); err != nil {
 			return nil, nil, nil, err
@@ -32,12 +33,12 @@ func (c *cli) adminPoolFor(ctx context.Context, o *options, d *dbOptions) (*outb
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	admin, err := outbox.NewAdmin(pool, outbox.AdminConfig{Schema: d.Schema, Table: d.Table, StatementTimeout: d.StatementTimeout})
+	adm, err := admin.New(pool, admin.Config{Schema: d.Schema, Table: d.Table, StatementTimeout: d.StatementTimeout})
 	if err != nil {
 		closePool(pool)
 		return nil, nil, nil, flagError(err)
 	}
-	return admin, pool, func() { closePool(pool) }, nil
+	return adm, pool, func() { closePool(pool) }, nil
 }
 
 func statusCommand() (*options, func(context.Context, *cli, *options) error) {
@@ -61,14 +62,14 @@ in bytes).`)
 		if len(o.args) > 0 {
 			return usageErr("status: unexpected argument %q", o.args[0])
 		}
-		admin, pool, done, err := c.adminPoolFor(ctx, o, &d)
+		adm, pool, done, err := c.adminPoolFor(ctx, o, &d)
 		if err != nil {
 			return err
 		}
 		defer done()
-		st, err := admin.Status(ctx)
+		st, err := adm.Status(ctx)
 		if err != nil {
-			return notMigrated(admin.Table(), &d, err)
+			return notMigrated(adm.Table(), &d, err)
 		}
 		slot, err := readSlot(ctx, pool, &d)
 		if err != nil {
@@ -76,8 +77,8 @@ in bytes).`)
 		}
 		// Replayed copies are counted apart; a table not yet migrated to
 		// version 5 has none, and status still works on it.
-		var replayed *outbox.ReplayTotals
-		if rt, err := admin.ReplayTotals(ctx); err == nil {
+		var replayed *admin.ReplayTotals
+		if rt, err := adm.ReplayTotals(ctx); err == nil {
 			replayed = &rt
 		} else if !errors.Is(err, outbox.ErrNotMigrated) {
 			return err
@@ -85,13 +86,13 @@ in bytes).`)
 		if asJSON {
 			return writeJSON(c, struct {
 				Table string `json:"table"`
-				*outbox.Status
-				Replayed *outbox.ReplayTotals `json:"replayed,omitempty"`
-				Source   *slotStatus          `json:"source,omitempty"`
-			}{admin.Table(), st, replayed, slot})
+				*admin.Status
+				Replayed *admin.ReplayTotals `json:"replayed,omitempty"`
+				Source   *slotStatus         `json:"source,omitempty"`
+			}{adm.Table(), st, replayed, slot})
 		}
 		w := c.stdout
-		fmt.Fprintf(w, "outbox %s\n", admin.Table())
+		fmt.Fprintf(w, "outbox %s\n", adm.Table())
 		fmt.Fprintf(w, "  pending           %d (oldest %s)\n", st.Pending, age(st.OldestPendingAge))
 		if st.Scheduled > 0 && st.NextDue != nil {
 			fmt.Fprintf(w, "  scheduled         %d event(s), next due %s\n", st.Scheduled, st.NextDue.Local().Format(time.RFC3339))
@@ -209,17 +210,17 @@ type and error. A group's error is what retry and discard take as
 		case groupBy != "" && (eventType != "" || olderThan != 0 || showPayload):
 			return usageErr("--group-by cannot be combined with --type, --older-than or --show-payload")
 		}
-		admin, done, err := c.adminFor(ctx, o, &d)
+		adm, done, err := c.adminFor(ctx, o, &d)
 		if err != nil {
 			return err
 		}
 		defer done()
 		if groupBy != "" {
-			return printDeadLetterGroups(ctx, c, admin, &d, groupBy, asJSON)
+			return printDeadLetterGroups(ctx, c, adm, &d, groupBy, asJSON)
 		}
-		recs, err := admin.DeadLetters(ctx, outbox.DeadLetterFilter{EventType: eventType, OlderThan: olderThan, Limit: limit})
+		recs, err := adm.DeadLetters(ctx, admin.DeadLetterFilter{EventType: eventType, OlderThan: olderThan, Limit: limit})
 		if err != nil {
-			return notMigrated(admin.Table(), &d, err)
+			return notMigrated(adm.Table(), &d, err)
 		}
 		if len(recs) == limit {
 			fmt.Fprintf(c.stderr, "outbox: showing the first %d dead letters; raise --limit for more\n", limit)
@@ -237,7 +238,7 @@ type and error. A group's error is what retry and discard take as
 			return writeJSON(c, out)
 		}
 		if len(recs) == 0 {
-			fmt.Fprintf(c.stdout, "no dead letters in %s\n", admin.Table())
+			fmt.Fprintf(c.stdout, "no dead letters in %s\n", adm.Table())
 			return nil
 		}
 		tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)

@@ -11,7 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/admin"
 	"github.com/pgoutbox/outbox/internal/ident"
 	"github.com/pgoutbox/outbox/internal/wal"
 )
@@ -54,7 +54,7 @@ func readSlot(ctx context.Context, pool *pgxpool.Pool, d *dbOptions) (*slotStatu
 	fail := func(err error) error {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			cc := pool.Config().ConnConfig
-			return &outbox.StatementTimeoutError{Op: "status", Timeout: timeout, Err: err,
+			return &admin.StatementTimeoutError{Op: "status", Timeout: timeout, Err: err,
 				Database: fmt.Sprintf("%s/%s", net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))), cc.Database)}
 		}
 		return fmt.Errorf("status: WAL source slot %s: %w", n.Slot, err)
@@ -83,9 +83,9 @@ func readSlot(ctx context.Context, pool *pgxpool.Pool, d *dbOptions) (*slotStatu
 	return s, nil
 }
 
-// adminTimeout is outbox.Admin's statement deadline for a pool and
+// adminTimeout is admin.Admin's statement deadline for a pool and
 // --statement-timeout: the flag, else the connection string's
-// statement_timeout plus 5s, else outbox.DefaultAdminStatementTimeout.
+// statement_timeout plus 5s, else admin.DefaultStatementTimeout.
 func adminTimeout(cfg *pgxpool.Config, flag time.Duration) time.Duration {
 	if flag > 0 {
 		return flag
@@ -98,7 +98,7 @@ func adminTimeout(cfg *pgxpool.Config, flag time.Duration) time.Duration {
 			return d + 5*time.Second
 		}
 	}
-	return outbox.DefaultAdminStatementTimeout
+	return admin.DefaultStatementTimeout
 }
 
 // print writes the slot as outbox status's "source" section.

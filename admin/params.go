@@ -1,4 +1,4 @@
-package outbox
+package admin
 
 import (
 	"github.com/google/uuid"

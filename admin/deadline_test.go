@@ -1,4 +1,4 @@
-package outbox_test
+package admin_test
 
 import (
 	"context"
@@ -8,21 +8,21 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/admin"
 	"github.com/pgoutbox/outbox/internal/tcpproxy"
 	"github.com/pgoutbox/outbox/internal/testdb"
 )
 
 // frozenAdmin returns an Admin on e's table whose pool goes through a proxy,
 // connected, and the proxy; Partition freezes the open connection.
-func frozenAdmin(t *testing.T, e *env, cfg outbox.AdminConfig, dsnParams map[string]string) (*outbox.Admin, *tcpproxy.Proxy) {
+func frozenAdmin(t *testing.T, e *env, cfg admin.Config, dsnParams map[string]string) (*admin.Admin, *tcpproxy.Proxy) {
 	t.Helper()
-	px := tcpproxy.Start(t, pgHostPort(t))
+	px := tcpproxy.Start(t, testdb.HostPort(t))
 	pcfg, err := pgxpool.ParseConfig(testdb.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
-	viaProxy(t, pcfg, px.Addr())
+	testdb.ViaProxy(t, pcfg, px.Addr())
 	pcfg.MaxConns = 1
 	maps := pcfg.ConnConfig.RuntimeParams
 	for k, v := range dsnParams {
@@ -36,8 +36,8 @@ func frozenAdmin(t *testing.T, e *env, cfg outbox.AdminConfig, dsnParams map[str
 	if err := pool.Ping(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
-	cfg.Schema = e.schema
-	a, err := outbox.NewAdmin(pool, cfg)
+	cfg.Schema = e.Schema
+	a, err := admin.New(pool, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,18 +54,18 @@ func frozenAdmin(t *testing.T, e *env, cfg outbox.AdminConfig, dsnParams map[str
 // and the database, instead of hanging until the kernel gives up.
 func TestAdminStatementDeadline(t *testing.T) {
 	e := setup(t)
-	e.write(1)
+	e.Write(1)
 	testStatementDeadlines(t, e, []deadlineCall{
-		{"status", func(c context.Context, a *outbox.Admin) error { _, err := a.Status(c); return err }},
-		{"dead letters", func(c context.Context, a *outbox.Admin) error {
-			_, err := a.DeadLetters(c, outbox.DeadLetterFilter{})
+		{"status", func(c context.Context, a *admin.Admin) error { _, err := a.Status(c); return err }},
+		{"dead letters", func(c context.Context, a *admin.Admin) error {
+			_, err := a.DeadLetters(c, admin.DeadLetterFilter{})
 			return err
 		}},
-		{"retry", func(c context.Context, a *outbox.Admin) error {
-			_, err := a.Retry(c, outbox.RetrySelector{All: true})
+		{"retry", func(c context.Context, a *admin.Admin) error {
+			_, err := a.Retry(c, admin.RetrySelector{All: true})
 			return err
 		}},
-		{"cleanup", func(c context.Context, a *outbox.Admin) error {
+		{"cleanup", func(c context.Context, a *admin.Admin) error {
 			_, err := a.Cleanup(c, 0, 10, nil)
 			return err
 		}},
@@ -79,24 +79,24 @@ func TestAdminStatementDeadlineFromDSN(t *testing.T) {
 	e := setup(t)
 	t.Run("statement_timeout", func(t *testing.T) {
 		t.Parallel()
-		a, px := frozenAdmin(t, e, outbox.AdminConfig{}, map[string]string{"statement_timeout": "500"})
+		a, px := frozenAdmin(t, e, admin.Config{}, map[string]string{"statement_timeout": "500"})
 		px.Partition()
 		start := time.Now()
 		_, err := a.Status(context.Background())
 		took := time.Since(start)
-		var te *outbox.StatementTimeoutError
+		var te *admin.StatementTimeoutError
 		if !errors.As(err, &te) || te.Timeout != 5500*time.Millisecond || took > 10*time.Second {
 			t.Fatalf("Status: err = %v after %s, want a StatementTimeoutError after 5.5s", err, took)
 		}
 	})
 	t.Run("caller deadline", func(t *testing.T) {
 		t.Parallel()
-		a, px := frozenAdmin(t, e, outbox.AdminConfig{}, nil)
+		a, px := frozenAdmin(t, e, admin.Config{}, nil)
 		px.Partition()
 		c, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		defer cancel()
 		_, err := a.Status(c)
-		var te *outbox.StatementTimeoutError
+		var te *admin.StatementTimeoutError
 		if err == nil || errors.As(err, &te) || !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Status under the caller's deadline: err = %v, want the caller's deadline, not a StatementTimeoutError", err)
 		}

@@ -1,9 +1,8 @@
-package outbox_test
+package admin_test
 
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,97 +11,12 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/nats-io/nats.go/jetstream"
-	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/admin"
 	"github.com/pgoutbox/outbox/inbox"
-	"github.com/pgoutbox/outbox/inbox/natsinbox"
-	"github.com/pgoutbox/outbox/inbox/redisinbox"
-	"github.com/pgoutbox/outbox/internal/testdb"
-	"github.com/pgoutbox/outbox/internal/testnats"
-	outboxnats "github.com/pgoutbox/outbox/nats"
-	outboxredis "github.com/pgoutbox/outbox/redis"
+	"github.com/pgoutbox/outbox/internal/testbroker"
 )
-
-// replayBroker is a broker under the end-to-end replay test: a publisher and
-// a way to read back, in broker order, everything published.
-type replayBroker struct {
-	pub  outbox.Publisher
-	read func(t *testing.T, n int) []inbox.Message
-}
-
-func natsReplayBroker(t *testing.T) replayBroker {
-	nc := testnats.Conn(t)
-	stream, prefix := testnats.Stream(t, nc)
-	pub, err := outboxnats.New(nc, outboxnats.Config{Subject: prefix + ".events"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return replayBroker{pub: pub, read: func(t *testing.T, n int) []inbox.Message {
-		cons, err := stream.OrderedConsumer(ctx(t), jetstream.OrderedConsumerConfig{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []inbox.Message
-		for len(out) < n {
-			batch, err := cons.Fetch(n-len(out), jetstream.FetchMaxWait(5*time.Second))
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := 0
-			for msg := range batch.Messages() {
-				m, err := natsinbox.ToMessage(msg)
-				if err != nil {
-					t.Fatal(err)
-				}
-				out, got = append(out, m), got+1
-			}
-			if got == 0 {
-				t.Fatalf("NATS stream holds %d messages, want %d", len(out), n)
-			}
-		}
-		return out
-	}}
-}
-
-func redisReplayBroker(t *testing.T) replayBroker {
-	opts, err := goredis.ParseURL(redisURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := goredis.NewClient(opts)
-	t.Cleanup(func() { c.Close() })
-	key := testdb.NewSchemaName("pgoutbox:test:replay")
-	t.Cleanup(func() { c.Del(context.Background(), key) })
-	pub, err := outboxredis.New(c, outboxredis.Config{Stream: key})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return replayBroker{pub: pub, read: func(t *testing.T, n int) []inbox.Message {
-		xs, err := c.XRange(ctx(t), key, "-", "+").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(xs) != n {
-			t.Fatalf("Redis stream holds %d entries, want %d", len(xs), n)
-		}
-		out := make([]inbox.Message, len(xs))
-		for i, x := range xs {
-			if out[i], err = redisinbox.ToMessage(x); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return out
-	}}
-}
-
-func redisURL() string {
-	if u := os.Getenv("REDIS_URL"); u != "" {
-		return u
-	}
-	return "redis://127.0.0.1:6379/0"
-}
 
 // TestReplayEndToEndOrdered replays every delivered event while writers keep
 // writing and an ordered relay keeps publishing, paced and in small batches,
@@ -115,12 +29,12 @@ func redisURL() string {
 func TestReplayEndToEndOrdered(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		mode   outbox.ReplayMode
-		broker func(*testing.T) replayBroker
+		mode   admin.ReplayMode
+		broker func(*testing.T) testbroker.Broker
 	}{
-		{"nats/new-id", outbox.ReplayNewID, natsReplayBroker},
-		{"redis/same-id", outbox.ReplaySameID, redisReplayBroker},
-		{"redis/new-id", outbox.ReplayNewID, redisReplayBroker},
+		{"nats/new-id", admin.ReplayNewID, testbroker.NATS},
+		{"redis/same-id", admin.ReplaySameID, testbroker.Redis},
+		{"redis/new-id", admin.ReplayNewID, testbroker.Redis},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := setup(t)
@@ -130,10 +44,10 @@ func TestReplayEndToEndOrdered(t *testing.T) {
 	}
 }
 
-func testReplayEndToEnd(t *testing.T, e *env, b replayBroker, mode outbox.ReplayMode) {
+func testReplayEndToEnd(t *testing.T, e *env, b testbroker.Broker, mode admin.ReplayMode) {
 	const aggs = 6
-	r := e.relay(b.pub, outbox.RelayConfig{Ordered: true, PollInterval: 5 * time.Millisecond, Workers: 2})
-	stop := e.run(r)
+	r := e.Relay(b.Pub, outbox.RelayConfig{Ordered: true, PollInterval: 5 * time.Millisecond, Workers: 2})
+	stop := e.Run(r)
 
 	// Writers: each aggregate's events numbered 1, 2, ... in its payload.
 	var (
@@ -151,8 +65,8 @@ func testReplayEndToEnd(t *testing.T, e *env, b replayBroker, mode outbox.Replay
 			}
 			a := i % aggs
 			next[a]++
-			err := pgx.BeginFunc(ctx(t), e.pool, func(tx pgx.Tx) error {
-				_, err := e.writer.Write(ctx(t), tx, event(fmt.Sprintf("agg-%d", a), next[a]))
+			err := pgx.BeginFunc(ctx(t), e.Pool, func(tx pgx.Tx) error {
+				_, err := e.Writer.Write(ctx(t), tx, event(fmt.Sprintf("agg-%d", a), next[a]))
 				return err
 			})
 			if err != nil {
@@ -163,11 +77,11 @@ func testReplayEndToEnd(t *testing.T, e *env, b replayBroker, mode outbox.Replay
 			time.Sleep(time.Millisecond)
 		}
 	})
-	waitFor(t, func() bool { return written.Load() >= 120 && e.count("processed_at IS NOT NULL") >= 100 })
+	waitFor(t, func() bool { return written.Load() >= 120 && e.Count("processed_at IS NOT NULL") >= 100 })
 
 	// Small batches (whole aggregates), paced: the replay runs for a while
 	// and live events keep arriving between its batches.
-	res, err := e.admin().Replay(ctx(t), outbox.ReplaySelector{AggregateType: "order", Mode: mode, Rate: 300, BatchSize: 10})
+	res, err := e.Admin().Replay(ctx(t), admin.ReplaySelector{AggregateType: "order", Mode: mode, Rate: 300, BatchSize: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,11 +91,11 @@ func testReplayEndToEnd(t *testing.T, e *env, b replayBroker, mode outbox.Replay
 	time.Sleep(50 * time.Millisecond) // live events after the replay too
 	close(stopW)
 	writerWG.Wait()
-	waitFor(t, func() bool { return e.count("processed_at IS NULL") == 0 })
+	waitFor(t, func() bool { return e.Count("processed_at IS NULL") == 0 })
 	stop()
 
 	total := int(written.Load()) + int(res.Queued)
-	msgs := b.read(t, total)
+	msgs := b.Read(t, total)
 	byAgg := map[string][]inbox.Message{}
 	for _, m := range msgs {
 		byAgg[m.AggregateID] = append(byAgg[m.AggregateID], m)
@@ -225,25 +139,25 @@ func testReplayEndToEnd(t *testing.T, e *env, b replayBroker, mode outbox.Replay
 	}
 
 	// The consumers' view.
-	if _, err := inbox.Migrate(ctx(t), e.pool, inbox.MigrateConfig{Schema: e.schema}); err != nil {
+	if _, err := inbox.Migrate(ctx(t), e.Pool, inbox.MigrateConfig{Schema: e.Schema}); err != nil {
 		t.Fatal(err)
 	}
-	old, err := inbox.New(e.pool, inbox.Config{Consumer: "old", Schema: e.schema})
+	old, err := inbox.New(e.Pool, inbox.Config{Consumer: "old", Schema: e.Schema})
 	if err != nil {
 		t.Fatal(err)
 	}
-	fresh, err := inbox.New(e.pool, inbox.Config{Consumer: "fresh", Schema: e.schema})
+	fresh, err := inbox.New(e.Pool, inbox.Config{Consumer: "fresh", Schema: e.Schema})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var oldRan, freshRan int
 	for _, m := range msgs {
-		if mode == outbox.ReplayNewID && m.IsReplay() {
+		if mode == admin.ReplayNewID && m.IsReplay() {
 			if n, ok := original[m.ReplayOf]; !ok || n != payloadN(t, m.Payload) {
 				t.Errorf("copy %s: ReplayOf %s is not the original of event %d", m.ID, m.ReplayOf, payloadN(t, m.Payload))
 			}
 		}
-		if mode == outbox.ReplaySameID && m.IsReplay() {
+		if mode == admin.ReplaySameID && m.IsReplay() {
 			if _, ok := original[m.ID]; !ok {
 				t.Errorf("same-id copy %s does not carry an original id", m.ID)
 			}
@@ -258,21 +172,10 @@ func testReplayEndToEnd(t *testing.T, e *env, b replayBroker, mode outbox.Replay
 		}
 	}
 	wantOld := int(written.Load())
-	if mode == outbox.ReplayNewID {
+	if mode == admin.ReplayNewID {
 		wantOld += copies // fresh ids: processed again, on purpose
 	}
 	if oldRan != wantOld || freshRan != copies {
 		t.Errorf("handlers ran %d times for the existing consumer (want %d) and %d for the new one (want %d)", oldRan, wantOld, freshRan, copies)
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(45 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 45s")
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -1,4 +1,4 @@
-package outbox_test
+package admin_test
 
 import (
 	"context"
@@ -7,26 +7,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/admin"
 )
-
-func (e *env) execSQL(sql string, args ...any) {
-	e.t.Helper()
-	if _, err := e.pool.Exec(ctx(e.t), sql, args...); err != nil {
-		e.t.Fatalf("%s: %v", sql, err)
-	}
-}
 
 func TestAdminPublishedPerMinute(t *testing.T) {
 	e := setup(t)
-	ids := e.writeBatch(6)
-	e.execSQL(`UPDATE outbox_events SET processed_at = now() WHERE id = ANY($1)`, ids[:2])
-	e.execSQL(`UPDATE outbox_events SET processed_at = now() - interval '10 minutes' WHERE id = ANY($1)`, ids[2:5])
+	ids := e.WriteBatch(6)
+	e.Exec(`UPDATE outbox_events SET processed_at = now() WHERE id = ANY($1)`, ids[:2])
+	e.Exec(`UPDATE outbox_events SET processed_at = now() - interval '10 minutes' WHERE id = ANY($1)`, ids[2:5])
 	var old time.Time
-	if err := e.pool.QueryRow(ctx(t), `SELECT date_trunc('minute', processed_at) FROM outbox_events WHERE id = $1`, ids[2]).Scan(&old); err != nil {
+	if err := e.Pool.QueryRow(ctx(t), `SELECT date_trunc('minute', processed_at) FROM outbox_events WHERE id = $1`, ids[2]).Scan(&old); err != nil {
 		t.Fatal(err)
 	}
-	got, err := e.admin().PublishedPerMinute(ctx(t), 60)
+	got, err := e.Admin().PublishedPerMinute(ctx(t), 60)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,40 +39,40 @@ func TestAdminPublishedPerMinute(t *testing.T) {
 	if sum != 5 {
 		t.Errorf("%d published in the hour, want 5 (the pending one is not counted)", sum)
 	}
-	if _, err := e.admin().PublishedPerMinute(ctx(t), 0); err == nil {
+	if _, err := e.Admin().PublishedPerMinute(ctx(t), 0); err == nil {
 		t.Error("0 minutes accepted")
 	}
 }
 
 func TestAdminAggregateTimelineWindow(t *testing.T) {
 	e := setup(t)
-	first := e.writeAgg("a-1", 0, 1)[0]
-	e.execSQL(`UPDATE outbox_events SET processed_at = now() - interval '1 minute' WHERE id = $1`, first)
-	dead := e.writeAgg("a-1", 1, 1)[0]
-	e.execSQL(`UPDATE outbox_events SET dead_at = now(), attempts = 10, last_error = 'offset 42 refused' WHERE id = $1`, dead)
-	later := e.writeAgg("a-1", 2, 1)[0]
-	others := e.writeBatch(3) // published after the aggregate's first event
-	e.execSQL(`UPDATE outbox_events SET processed_at = now() WHERE id = ANY($1)`, others)
-	a := e.admin()
+	first := e.WriteAgg("a-1", 0, 1)[0]
+	e.Exec(`UPDATE outbox_events SET processed_at = now() - interval '1 minute' WHERE id = $1`, first)
+	dead := e.WriteAgg("a-1", 1, 1)[0]
+	e.Exec(`UPDATE outbox_events SET dead_at = now(), attempts = 10, last_error = 'offset 42 refused' WHERE id = $1`, dead)
+	later := e.WriteAgg("a-1", 2, 1)[0]
+	others := e.WriteBatch(3) // published after the aggregate's first event
+	e.Exec(`UPDATE outbox_events SET processed_at = now() WHERE id = ANY($1)`, others)
+	a := e.Admin()
 
-	got, err := a.AggregateTimeline(ctx(t), outbox.TimelineQuery{AggregateType: "order", AggregateID: "a-1"})
+	got, err := a.AggregateTimeline(ctx(t), admin.TimelineQuery{AggregateType: "order", AggregateID: "a-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 3 || got[0].ID != first || got[0].State != outbox.StatePublished || got[1].State != outbox.StateDead ||
-		got[2].ID != later || got[2].State != outbox.StatePending {
+	if len(got) != 3 || got[0].ID != first || got[0].State != admin.StatePublished || got[1].State != admin.StateDead ||
+		got[2].ID != later || got[2].State != admin.StatePending {
 		t.Fatalf("timeline = %+v", got)
 	}
 	// Its published event is older than the 3 latest published rows: outside
 	// a window of 3, the unprocessed ones still shown.
-	got, err = a.AggregateTimeline(ctx(t), outbox.TimelineQuery{AggregateID: "a-1", PublishedWindow: 3})
+	got, err = a.AggregateTimeline(ctx(t), admin.TimelineQuery{AggregateID: "a-1", PublishedWindow: 3})
 	if err != nil || len(got) != 2 || got[0].ID != dead {
 		t.Fatalf("timeline in a window of 3 = %+v, %v", got, err)
 	}
-	if got, err := a.AggregateTimeline(ctx(t), outbox.TimelineQuery{AggregateID: "a-1", Limit: 1}); err != nil || len(got) != 1 || got[0].ID != later {
+	if got, err := a.AggregateTimeline(ctx(t), admin.TimelineQuery{AggregateID: "a-1", Limit: 1}); err != nil || len(got) != 1 || got[0].ID != later {
 		t.Errorf("timeline limited to 1 = %+v, %v; want the latest", got, err)
 	}
-	if _, err := a.AggregateTimeline(ctx(t), outbox.TimelineQuery{}); err == nil {
+	if _, err := a.AggregateTimeline(ctx(t), admin.TimelineQuery{}); err == nil {
 		t.Error("no aggregate id accepted")
 	}
 
@@ -88,37 +81,37 @@ func TestAdminAggregateTimelineWindow(t *testing.T) {
 		blocked[0].Behind != 1 || blocked[0].ErrorGroup != "offset <n> refused" {
 		t.Errorf("blocked = %+v, %v", blocked, err)
 	}
-	members, err := a.DeadLetterGroupMembers(ctx(t), outbox.RetrySelector{EventType: "order.created", ErrorGroup: "offset <n> refused"}, 0)
+	members, err := a.DeadLetterGroupMembers(ctx(t), admin.RetrySelector{EventType: "order.created", ErrorGroup: "offset <n> refused"}, 0)
 	if err != nil || len(members) != 1 || members[0].ID != dead || members[0].LastError != "offset 42 refused" {
 		t.Errorf("group members = %+v, %v", members, err)
 	}
-	if members, err := a.DeadLetterGroupMembers(ctx(t), outbox.RetrySelector{EventType: "order.paid"}, 0); err != nil || len(members) != 0 {
+	if members, err := a.DeadLetterGroupMembers(ctx(t), admin.RetrySelector{EventType: "order.paid"}, 0); err != nil || len(members) != 0 {
 		t.Errorf("members of another type = %+v, %v", members, err)
 	}
 }
 
 // TestAdminConsoleStatementDeadline: the console's reads (per-minute counts,
 // a dead-letter group, a timeline, blocked aggregates) on a connection that
-// stopped answering return within AdminConfig.StatementTimeout with a
+// stopped answering return within admin.Config.StatementTimeout with a
 // *StatementTimeoutError naming the operation and the database, like the
 // other Admin calls, instead of hanging until the kernel gives up.
 func TestAdminConsoleStatementDeadline(t *testing.T) {
 	e := setup(t)
-	e.write(1)
+	e.Write(1)
 	calls := []deadlineCall{
-		{"published per minute", func(c context.Context, a *outbox.Admin) error {
+		{"published per minute", func(c context.Context, a *admin.Admin) error {
 			_, err := a.PublishedPerMinute(c, 60)
 			return err
 		}},
-		{"dead-letter group", func(c context.Context, a *outbox.Admin) error {
-			_, err := a.DeadLetterGroupMembers(c, outbox.RetrySelector{ErrorGroup: "boom"}, 10)
+		{"dead-letter group", func(c context.Context, a *admin.Admin) error {
+			_, err := a.DeadLetterGroupMembers(c, admin.RetrySelector{ErrorGroup: "boom"}, 10)
 			return err
 		}},
-		{"timeline", func(c context.Context, a *outbox.Admin) error {
-			_, err := a.AggregateTimeline(c, outbox.TimelineQuery{AggregateID: "a-1"})
+		{"timeline", func(c context.Context, a *admin.Admin) error {
+			_, err := a.AggregateTimeline(c, admin.TimelineQuery{AggregateID: "a-1"})
 			return err
 		}},
-		{"blocked aggregates", func(c context.Context, a *outbox.Admin) error {
+		{"blocked aggregates", func(c context.Context, a *admin.Admin) error {
 			_, err := a.BlockedAggregateList(c, 10)
 			return err
 		}},
@@ -129,7 +122,7 @@ func TestAdminConsoleStatementDeadline(t *testing.T) {
 // deadlineCall is one Admin call for testStatementDeadlines.
 type deadlineCall struct {
 	op   string // as the error names it
-	call func(context.Context, *outbox.Admin) error
+	call func(context.Context, *admin.Admin) error
 }
 
 // testStatementDeadlines runs each call on a live connection (it must
@@ -141,7 +134,7 @@ func testStatementDeadlines(t *testing.T, e *env, calls []deadlineCall) {
 	for _, c := range calls {
 		t.Run(strings.ReplaceAll(c.op, " ", "_"), func(t *testing.T) {
 			t.Parallel()
-			a, px := frozenAdmin(t, e, outbox.AdminConfig{StatementTimeout: time.Second}, nil)
+			a, px := frozenAdmin(t, e, admin.Config{StatementTimeout: time.Second}, nil)
 			if err := c.call(ctx(t), a); err != nil { // the call works on a live connection
 				t.Fatal(err)
 			}
@@ -152,12 +145,12 @@ func testStatementDeadlines(t *testing.T, e *env, calls []deadlineCall) {
 			if took > 5*time.Second {
 				t.Fatalf("%s on a frozen connection took %s, want about the 1s deadline", c.op, took)
 			}
-			var te *outbox.StatementTimeoutError
+			var te *admin.StatementTimeoutError
 			if !errors.As(err, &te) || !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("err = %v (%T), want a *StatementTimeoutError", err, err)
 			}
 			msg := err.Error()
-			for _, want := range []string{"outbox: " + c.op + ": ", px.Addr(), "within 1s", "AdminConfig.StatementTimeout"} {
+			for _, want := range []string{"outbox: " + c.op + ": ", px.Addr(), "within 1s", "admin.Config.StatementTimeout"} {
 				if !strings.Contains(msg, want) {
 					t.Errorf("error %q does not name %q", msg, want)
 				}

@@ -1,4 +1,4 @@
-package outbox
+package admin
 
 import (
 	"context"
@@ -21,7 +21,7 @@ const DefaultArchiveBatch = 1000
 // retention policy says).
 func (a *Admin) Archive(ctx context.Context, olderThan time.Duration, batchSize int, progress func(moved int64)) (int64, error) {
 	if olderThan < 0 {
-		return 0, fmt.Errorf("outbox: Archive: age %s must not be negative", olderThan)
+		return 0, fmt.Errorf("admin: Archive: age %s must not be negative", olderThan)
 	}
 	if batchSize <= 0 {
 		batchSize = DefaultArchiveBatch

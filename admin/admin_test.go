@@ -1,4 +1,4 @@
-package outbox_test
+package admin_test
 
 import (
 	"errors"
@@ -9,20 +9,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/admin"
 	"github.com/pgoutbox/outbox/memory"
 )
 
-func (e *env) admin() *outbox.Admin {
-	a, err := outbox.NewAdmin(e.pool, outbox.AdminConfig{Schema: e.schema})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return a
-}
-
 // deadLetter makes the given rows dead letters through the relay itself.
 func (e *env) deadLetter(ids ...uuid.UUID) {
-	e.t.Helper()
+	e.T.Helper()
 	bad := map[uuid.UUID]bool{}
 	for _, id := range ids {
 		bad[id] = true
@@ -34,19 +27,19 @@ func (e *env) deadLetter(ids ...uuid.UUID) {
 		}
 		return nil
 	})
-	if _, err := e.relay(pub, outbox.RelayConfig{BatchSize: 1000}).ProcessBatch(ctx(e.t)); err != nil {
-		e.t.Fatal(err)
+	if _, err := e.Relay(pub, outbox.RelayConfig{BatchSize: 1000}).ProcessBatch(ctx(e.T)); err != nil {
+		e.T.Fatal(err)
 	}
 }
 
 func TestAdminStatusDeadLettersRetry(t *testing.T) {
 	e := setup(t)
-	ids := e.writeBatch(6)
+	ids := e.WriteBatch(6)
 	e.deadLetter(ids[0], ids[1])
 	// Two new pending events of another type.
-	e.writeTyped("order.paid", 2)
+	e.WriteTyped("order.paid", 2)
 
-	a := e.admin()
+	a := e.Admin()
 	st, err := a.Status(ctx(t))
 	if err != nil {
 		t.Fatal(err)
@@ -62,38 +55,38 @@ func TestAdminStatusDeadLettersRetry(t *testing.T) {
 		t.Errorf("by type = %+v", st.ByType)
 	}
 
-	dls, err := a.DeadLetters(ctx(t), outbox.DeadLetterFilter{EventType: "order.created"})
+	dls, err := a.DeadLetters(ctx(t), admin.DeadLetterFilter{EventType: "order.created"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(dls) != 2 || dls[0].ID != ids[0] || dls[1].ID != ids[1] || dls[0].LastError != "rejected by broker" || dls[0].DeadAt == nil {
 		t.Errorf("dead letters = %+v", dls)
 	}
-	if dls, _ := a.DeadLetters(ctx(t), outbox.DeadLetterFilter{EventType: "order.paid"}); len(dls) != 0 {
+	if dls, _ := a.DeadLetters(ctx(t), admin.DeadLetterFilter{EventType: "order.paid"}); len(dls) != 0 {
 		t.Errorf("type filter leaked %d rows", len(dls))
 	}
-	if dls, _ := a.DeadLetters(ctx(t), outbox.DeadLetterFilter{OlderThan: time.Hour}); len(dls) != 0 {
+	if dls, _ := a.DeadLetters(ctx(t), admin.DeadLetterFilter{OlderThan: time.Hour}); len(dls) != 0 {
 		t.Errorf("age filter: %d dead letters older than an hour", len(dls))
 	}
 
-	if n, err := a.Retry(ctx(t), outbox.RetrySelector{All: true, DryRun: true}); err != nil || n != 2 {
+	if n, err := a.Retry(ctx(t), admin.RetrySelector{All: true, DryRun: true}); err != nil || n != 2 {
 		t.Errorf("dry run = %d, %v; want 2", n, err)
 	}
-	if n := e.count("dead_at IS NOT NULL"); n != 2 {
+	if n := e.Count("dead_at IS NOT NULL"); n != 2 {
 		t.Fatalf("dry run changed rows: %d dead letters left", n)
 	}
-	if n, err := a.Retry(ctx(t), outbox.RetrySelector{IDs: []uuid.UUID{ids[0]}}); err != nil || n != 1 {
+	if n, err := a.Retry(ctx(t), admin.RetrySelector{IDs: []uuid.UUID{ids[0]}}); err != nil || n != 1 {
 		t.Errorf("retry by id = %d, %v", n, err)
 	}
-	if n, err := a.Retry(ctx(t), outbox.RetrySelector{EventType: "order.created"}); err != nil || n != 1 {
+	if n, err := a.Retry(ctx(t), admin.RetrySelector{EventType: "order.created"}); err != nil || n != 1 {
 		t.Errorf("retry by type = %d, %v; want the one remaining dead letter", n, err)
 	}
-	if _, err := a.Retry(ctx(t), outbox.RetrySelector{}); err == nil {
+	if _, err := a.Retry(ctx(t), admin.RetrySelector{}); err == nil {
 		t.Error("empty selector accepted")
 	}
 	// The re-queued rows are published by the next batch.
 	pub := memory.New()
-	res, err := e.relay(pub, outbox.RelayConfig{}).ProcessBatch(ctx(t))
+	res, err := e.Relay(pub, outbox.RelayConfig{}).ProcessBatch(ctx(t))
 	if err != nil || res.Published != 4 {
 		t.Errorf("after retry, batch = %+v, %v; want 2 retried + 2 pending published", res, err)
 	}
@@ -101,12 +94,12 @@ func TestAdminStatusDeadLettersRetry(t *testing.T) {
 
 func TestAdminCleanupInBatches(t *testing.T) {
 	e := setup(t)
-	e.writeBatch(25)
-	if _, err := e.relay(memory.New(), outbox.RelayConfig{BatchSize: 100}).ProcessBatch(ctx(t)); err != nil {
+	e.WriteBatch(25)
+	if _, err := e.Relay(memory.New(), outbox.RelayConfig{BatchSize: 100}).ProcessBatch(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
-	e.writeBatch(3) // pending rows are never deleted
-	a := e.admin()
+	e.WriteBatch(3) // pending rows are never deleted
+	a := e.Admin()
 	if n, err := a.Cleanup(ctx(t), time.Hour, 10, nil); err != nil || n != 0 {
 		t.Fatalf("cleanup with 1h retention deleted %d, %v; want 0", n, err)
 	}
@@ -118,14 +111,14 @@ func TestAdminCleanupInBatches(t *testing.T) {
 	if len(progress) != 3 || progress[0] != 10 || progress[2] != 25 {
 		t.Errorf("progress = %v, want batches of at most 10", progress)
 	}
-	if got := e.count("true"); got != 3 {
+	if got := e.Count("true"); got != 3 {
 		t.Errorf("%d rows left, want the 3 pending", got)
 	}
 }
 
 func TestAdminOnMissingTable(t *testing.T) {
 	e := setup(t)
-	a, err := outbox.NewAdmin(e.pool, outbox.AdminConfig{Schema: e.schema, Table: "nope"})
+	a, err := admin.New(e.Pool, admin.Config{Schema: e.Schema, Table: "nope"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,8 +129,8 @@ func TestAdminOnMissingTable(t *testing.T) {
 
 func TestMetrics(t *testing.T) {
 	e := setup(t)
-	e.deadLetter(e.writeBatch(1)...)
-	ids := e.writeBatch(4)
+	e.deadLetter(e.WriteBatch(1)...)
+	ids := e.WriteBatch(4)
 	reg := prometheus.NewRegistry()
 	pub := memory.New()
 	pub.FailWith(func(m *outbox.Message) error {
@@ -146,7 +139,7 @@ func TestMetrics(t *testing.T) {
 		}
 		return nil
 	})
-	r := e.relay(pub, outbox.RelayConfig{Registerer: reg, StatsInterval: 10 * time.Millisecond})
+	r := e.Relay(pub, outbox.RelayConfig{Registerer: reg, StatsInterval: 10 * time.Millisecond})
 	if _, err := r.ProcessBatch(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +167,7 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 	// The gauges come from the table, refreshed by Run.
-	stop := e.run(r)
+	stop := e.Run(r)
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) && (gauge(t, reg, "outbox_dead_letters") != 1 || gauge(t, reg, "outbox_events_pending") != 1) {
 		time.Sleep(10 * time.Millisecond)

@@ -1,4 +1,4 @@
-package outbox
+package admin
 
 import (
 	"cmp"
@@ -13,22 +13,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/internal/ident"
 	"github.com/pgoutbox/outbox/internal/store"
-)
-
-// Headers set on the copies a replay queues, besides the event's own
-// headers. They reach consumers as message headers, as every row header does
-// (inbox.Message exposes them as ReplayOf and ReplayID).
-const (
-	// HeaderReplayOf is the id of the event a new-id replay copied; absent
-	// on a same-id replay (the message id is the original id).
-	HeaderReplayOf = store.HeaderReplayOf
-	// HeaderReplayID is the replay that queued the message, in both modes.
-	HeaderReplayID = store.HeaderReplayID
-	// HeaderOriginalCreatedAt is when the original event was written (RFC
-	// 3339, microseconds): a copy's own created_at is when the replay queued
-	// it.
-	HeaderOriginalCreatedAt = store.HeaderOriginalCreatedAt
 )
 
 // ReplayMode is what consumers see of a replayed event's identity.
@@ -42,9 +29,9 @@ const (
 	// re-send within its window. The original row is moved to the archive
 	// table, since the outbox table's primary key holds one row per id.
 	ReplaySameID ReplayMode = "same-id"
-	// ReplayNewID sends a copy under a fresh id, with HeaderReplayOf (the
-	// original id) and HeaderReplayID: every consumer processes it again,
-	// on purpose, and can tell it is a replay.
+	// ReplayNewID sends a copy under a fresh id, with outbox.HeaderReplayOf
+	// (the original id) and outbox.HeaderReplayID: every consumer processes
+	// it again, on purpose, and can tell it is a replay.
 	ReplayNewID ReplayMode = "new-id"
 )
 
@@ -104,7 +91,7 @@ type ReplaySelector struct {
 // ReplayResult says what Replay did.
 type ReplayResult struct {
 	// ID is the replay's id (zero for a dry run): `outbox replay list`
-	// shows it, ReplayCancel takes it, and HeaderReplayID carries it.
+	// shows it, ReplayCancel takes it, and outbox.HeaderReplayID carries it.
 	ID uuid.UUID `json:"id"`
 	// Selected counts the events the selector matched.
 	Selected int64 `json:"selected"`
@@ -116,7 +103,7 @@ type ReplayResult struct {
 	// Cancelled says the replay was cancelled while it was queuing.
 	Cancelled bool `json:"cancelled"`
 	// Sample holds the first selected events, in seq order (dry run only).
-	Sample []Record `json:"-"`
+	Sample []outbox.Record `json:"-"`
 }
 
 // ErrReplayNotFound is returned for a replay id that is not in the replays
@@ -125,7 +112,7 @@ var ErrReplayNotFound = errors.New("no such replay")
 
 func (sel *ReplaySelector) check() error {
 	bad := func(field, format string, args ...any) error {
-		return &ConfigError{Config: "ReplaySelector", Field: field, Err: fmt.Errorf(format, args...)}
+		return &outbox.ConfigError{Config: "admin.ReplaySelector", Field: field, Err: fmt.Errorf(format, args...)}
 	}
 	filter := len(sel.IDs) > 0 || sel.EventType != "" || sel.AggregateType != "" || sel.AggregateID != "" ||
 		!sel.Since.IsZero() || !sel.Until.IsZero()
@@ -171,7 +158,7 @@ func (sel *ReplaySelector) args() []any {
 func (a *Admin) replayQueries() (*store.ReplayQueries, error) {
 	rq, err := store.NewReplay(a.names, false)
 	if err != nil {
-		return nil, configErr("AdminConfig", err)
+		return nil, ident.ConfigErr("admin.Config", err)
 	}
 	return rq, nil
 }
@@ -180,8 +167,8 @@ func (a *Admin) replayQueries() (*store.ReplayQueries, error) {
 // as copies inserted at the tail of the outbox table in their original order.
 //
 // The ordering guarantee, per aggregate, with an ordered relay
-// (RelayConfig.Ordered): the consumer receives the aggregate's events that
-// were pending when a batch of the replay committed, then the replayed
+// (outbox.RelayConfig.Ordered): the consumer receives the aggregate's events
+// that were pending when a batch of the replay committed, then the replayed
 // events in their original order, then the events written after; replayed
 // and live events are never interleaved or inverted. It rests on three
 // things: each batch holds whole aggregates (an aggregate's copies are
@@ -265,7 +252,7 @@ func (a *Admin) replayDryRun(ctx context.Context, rq *store.ReplayQueries, args 
 	if err != nil {
 		return res, a.fail(ctx, "replay", err)
 	}
-	res.Sample, err = collect(rows, func(r *Record) []any {
+	res.Sample, err = collect(rows, func(r *outbox.Record) []any {
 		return []any{&r.ID, &r.Seq, &r.AggregateType, &r.AggregateID, &r.EventType,
 			&r.Payload, headerScanner{&r.Headers}, &r.CreatedAt, &r.ProcessedAt}
 	})
@@ -355,8 +342,10 @@ func (a *Admin) replayBatch(ctx context.Context, rq *store.ReplayQueries, sel *R
 	if sel.Mode == ReplayNewID {
 		newIDs = make([]uuid.UUID, len(ids))
 		for i := range newIDs {
-			if newIDs[i], err = newID(); err != nil {
-				return 0, false, err
+			// UUIDv7, as the Writer's: time-ordered, so the copies land
+			// next to each other in the primary-key index.
+			if newIDs[i], err = uuid.NewV7(); err != nil {
+				return 0, false, fmt.Errorf("outbox: generate event id: %w", err)
 			}
 		}
 	}
@@ -556,7 +545,8 @@ type ReplayTotals struct {
 }
 
 // ReplayTotals reads the replayed rows' counts, for status pages and
-// metrics. On a table not migrated to version 5 it returns ErrNotMigrated.
+// metrics. On a table not migrated to version 5 it returns
+// outbox.ErrNotMigrated.
 func (a *Admin) ReplayTotals(ctx context.Context) (ReplayTotals, error) {
 	rq, err := a.replayQueries()
 	if err != nil {
@@ -576,8 +566,8 @@ func (a *Admin) ReplayTotals(ctx context.Context) (ReplayTotals, error) {
 // outbox_replayed_events{state="pending"|"delivered"} (copies in the outbox
 // table not yet delivered, and delivered but not yet cleaned up or
 // archived) and outbox_replays_active (replays with copies pending).
-// constLabels are added to every series, as RelayConfig.MetricLabels. The
-// relay's own counters (outbox_events_published_total and the others)
+// constLabels are added to every series, as outbox.RelayConfig.MetricLabels.
+// The relay's own counters (outbox_events_published_total and the others)
 // count replayed events with live ones. A failed query fails the scrape's
 // collection with its error (Gather returns it).
 func (a *Admin) ReplayCollector(constLabels prometheus.Labels) prometheus.Collector {

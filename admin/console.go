@@ -1,4 +1,4 @@
-package outbox
+package admin
 
 import (
 	"context"
@@ -19,11 +19,11 @@ type MinuteCount struct {
 
 // PublishedPerMinute counts the events published in each of the last minutes
 // minutes, the current (partial) minute last; minutes without any are
-// zero. Rows deleted on publish (RelayConfig.DeleteOnPublish) or by cleanup
-// are not counted.
+// zero. Rows deleted on publish (outbox.RelayConfig.DeleteOnPublish) or by
+// cleanup are not counted.
 func (a *Admin) PublishedPerMinute(ctx context.Context, minutes int) ([]MinuteCount, error) {
 	if minutes < 1 || minutes > 24*60 {
-		return nil, errors.New("outbox: PublishedPerMinute: minutes must be between 1 and 1440")
+		return nil, errors.New("admin: PublishedPerMinute: minutes must be between 1 and 1440")
 	}
 	ctx, cancel := a.bound(ctx)
 	defer cancel()
@@ -58,7 +58,7 @@ func (a *Admin) PublishedPerMinute(ctx context.Context, minutes int) ([]MinuteCo
 // limit (default 100). sel.IDs and sel.DryRun are not read: IDs are refused.
 func (a *Admin) DeadLetterGroupMembers(ctx context.Context, sel RetrySelector, limit int) ([]EventInfo, error) {
 	if len(sel.IDs) > 0 {
-		return nil, errors.New("outbox: DeadLetterGroupMembers: select a group, not IDs (read events by id with Events)")
+		return nil, errors.New("admin: DeadLetterGroupMembers: select a group, not IDs (read events by id with Events)")
 	}
 	args, _, err := deadFilter("RetrySelector", sel)
 	if err != nil {
@@ -109,7 +109,7 @@ type TimelineQuery struct {
 // Events, its cost does not grow with the number of published rows kept.
 func (a *Admin) AggregateTimeline(ctx context.Context, q TimelineQuery) ([]EventInfo, error) {
 	if q.AggregateID == "" {
-		return nil, errors.New("outbox: TimelineQuery.AggregateID: must not be empty")
+		return nil, errors.New("admin: TimelineQuery.AggregateID: must not be empty")
 	}
 	if q.Limit <= 0 {
 		q.Limit = DefaultTimelineLimit

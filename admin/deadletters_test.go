@@ -1,4 +1,4 @@
-package outbox_test
+package admin_test
 
 import (
 	"errors"
@@ -10,13 +10,14 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/admin"
 	"github.com/pgoutbox/outbox/memory"
 )
 
 // deadLetterWith makes the given rows dead letters whose last_error is
 // errFor(id), through the relay itself.
 func (e *env) deadLetterWith(errFor func(i int) string, ids ...uuid.UUID) {
-	e.t.Helper()
+	e.T.Helper()
 	bad := map[uuid.UUID]int{}
 	for i, id := range ids {
 		bad[id] = i
@@ -28,14 +29,14 @@ func (e *env) deadLetterWith(errFor func(i int) string, ids ...uuid.UUID) {
 		}
 		return nil
 	})
-	if _, err := e.relay(pub, outbox.RelayConfig{BatchSize: 1000}).ProcessBatch(ctx(e.t)); err != nil {
-		e.t.Fatal(err)
+	if _, err := e.Relay(pub, outbox.RelayConfig{BatchSize: 1000}).ProcessBatch(ctx(e.T)); err != nil {
+		e.T.Fatal(err)
 	}
 }
 
 func TestAdminDeadLetterGroupsRetryAndDiscard(t *testing.T) {
 	e := setup(t)
-	ids := e.writeBatch(6)
+	ids := e.WriteBatch(6)
 	// Four errors that differ only by numbers and ids make one group; two
 	// others make a second.
 	e.deadLetterWith(func(i int) string {
@@ -44,7 +45,7 @@ func TestAdminDeadLetterGroupsRetryAndDiscard(t *testing.T) {
 		}
 		return "schema registry: subject not found"
 	}, ids...)
-	a := e.admin()
+	a := e.Admin()
 
 	groups, err := a.DeadLetterGroups(ctx(t), false)
 	if err != nil {
@@ -63,22 +64,22 @@ func TestAdminDeadLetterGroupsRetryAndDiscard(t *testing.T) {
 	}
 
 	// A group is acted on as shown.
-	sel := outbox.RetrySelector{EventType: "order.created", ErrorGroup: groups[1].Error}
-	if n, err := a.Retry(ctx(t), outbox.RetrySelector{ErrorGroup: groups[1].Error, OlderThan: time.Hour}); err != nil || n != 0 {
+	sel := admin.RetrySelector{EventType: "order.created", ErrorGroup: groups[1].Error}
+	if n, err := a.Retry(ctx(t), admin.RetrySelector{ErrorGroup: groups[1].Error, OlderThan: time.Hour}); err != nil || n != 0 {
 		t.Errorf("retry of a group younger than the age filter = %d, %v; want 0", n, err)
 	}
 	if n, err := a.Retry(ctx(t), sel); err != nil || n != 2 {
 		t.Errorf("retry group = %d, %v; want 2", n, err)
 	}
-	dsel := outbox.DiscardSelector{ErrorGroup: groups[0].Error, DryRun: true}
+	dsel := admin.DiscardSelector{ErrorGroup: groups[0].Error, DryRun: true}
 	if res, err := a.Discard(ctx(t), dsel); err != nil || res.Discarded != 4 {
 		t.Errorf("discard dry run = %+v, %v; want 4", res, err)
 	}
-	if n := e.count("dead_at IS NOT NULL"); n != 4 {
+	if n := e.Count("dead_at IS NOT NULL"); n != 4 {
 		t.Fatalf("dry run changed rows: %d dead letters", n)
 	}
 	// By id: a pending (re-queued) event is not a dead letter and stays.
-	res, err := a.Discard(ctx(t), outbox.DiscardSelector{IDs: []uuid.UUID{ids[0], ids[4]}})
+	res, err := a.Discard(ctx(t), admin.DiscardSelector{IDs: []uuid.UUID{ids[0], ids[4]}})
 	if err != nil || res.Discarded != 1 {
 		t.Errorf("discard by id = %+v, %v; want 1 (ids[4] was re-queued)", res, err)
 	}
@@ -86,7 +87,7 @@ func TestAdminDeadLetterGroupsRetryAndDiscard(t *testing.T) {
 	if res, err := a.Discard(ctx(t), dsel); err != nil || res.Discarded != 3 {
 		t.Errorf("discard group = %+v, %v; want the 3 left", res, err)
 	}
-	if n := e.count("true"); n != 2 {
+	if n := e.Count("true"); n != 2 {
 		t.Errorf("%d rows left, want the 2 re-queued", n)
 	}
 }
@@ -95,7 +96,7 @@ func TestAdminDeadLetterGroupsRetryAndDiscard(t *testing.T) {
 // the events it held go out, in order, without waiting for the housekeeping.
 func TestAdminDiscardReleasesHeld(t *testing.T) {
 	e := setup(t)
-	xs := e.writeAgg("X", 1, 4)
+	xs := e.WriteAgg("X", 1, 4)
 	pub := memory.New()
 	pub.FailWith(func(m *outbox.Message) error {
 		if m.ID == xs[0] {
@@ -103,20 +104,20 @@ func TestAdminDiscardReleasesHeld(t *testing.T) {
 		}
 		return nil
 	})
-	r := e.relay(pub, outbox.RelayConfig{Ordered: true})
+	r := e.Relay(pub, outbox.RelayConfig{Ordered: true})
 	if _, err := r.ProcessBatch(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
-	if n := e.count(fmt.Sprintf("held_by = '%s'", xs[0])); n != 3 {
+	if n := e.Count(fmt.Sprintf("held_by = '%s'", xs[0])); n != 3 {
 		t.Fatalf("%d events held behind the dead letter, want 3", n)
 	}
-	a := e.admin()
-	infos, err := a.AggregateTimeline(ctx(t), outbox.TimelineQuery{AggregateType: "order", AggregateID: "X"})
-	if err != nil || len(infos) != 4 || infos[0].State != outbox.StateDead || infos[1].State != outbox.StateHeld ||
+	a := e.Admin()
+	infos, err := a.AggregateTimeline(ctx(t), admin.TimelineQuery{AggregateType: "order", AggregateID: "X"})
+	if err != nil || len(infos) != 4 || infos[0].State != admin.StateDead || infos[1].State != admin.StateHeld ||
 		infos[1].HeldBy == nil || *infos[1].HeldBy != xs[0] || infos[3].ID != xs[3] {
 		t.Fatalf("timeline = %+v, %v", infos, err)
 	}
-	res, err := a.Discard(ctx(t), outbox.DiscardSelector{IDs: xs[:1]})
+	res, err := a.Discard(ctx(t), admin.DiscardSelector{IDs: xs[:1]})
 	if err != nil || res.Discarded != 1 || res.Released != 3 {
 		t.Fatalf("discard = %+v, %v; want 1 discarded, 3 released", res, err)
 	}
@@ -130,7 +131,7 @@ func TestAdminDiscardReleasesHeld(t *testing.T) {
 		t.Errorf("published %s, want X2 X3 X4 in order", got)
 	}
 	infos, err = a.Events(ctx(t), xs...)
-	if err != nil || len(infos) != 3 || infos[0].State != outbox.StatePublished {
+	if err != nil || len(infos) != 3 || infos[0].State != admin.StatePublished {
 		t.Errorf("events by id after discard = %+v, %v; want 3 published", infos, err)
 	}
 	if left, err := a.Unprocessed(ctx(t), append(xs, uuid.New())); err != nil || len(left) != 0 {
@@ -140,8 +141,8 @@ func TestAdminDiscardReleasesHeld(t *testing.T) {
 
 func TestAdminSelectorsRejected(t *testing.T) {
 	e := setup(t)
-	a := e.admin()
-	for _, sel := range []outbox.RetrySelector{
+	a := e.Admin()
+	for _, sel := range []admin.RetrySelector{
 		{},
 		{IDs: []uuid.UUID{uuid.New()}, EventType: "x"},
 		{All: true, ErrorGroup: "x"},
@@ -150,7 +151,7 @@ func TestAdminSelectorsRejected(t *testing.T) {
 		if _, err := a.Retry(ctx(t), sel); err == nil {
 			t.Errorf("Retry(%+v) accepted", sel)
 		}
-		if _, err := a.Discard(ctx(t), outbox.DiscardSelector(sel)); err == nil {
+		if _, err := a.Discard(ctx(t), admin.DiscardSelector(sel)); err == nil {
 			t.Errorf("Discard(%+v) accepted", sel)
 		}
 	}
@@ -161,11 +162,11 @@ func TestAdminSelectorsRejected(t *testing.T) {
 // still means any error.
 func TestAdminEmptyErrorGroup(t *testing.T) {
 	e := setup(t)
-	ids := e.writeBatch(5)
-	e.execSQL(`UPDATE outbox_events SET dead_at = now(), attempts = 3, last_error = NULL WHERE id = $1`, ids[0])
-	e.execSQL(`UPDATE outbox_events SET dead_at = now(), attempts = 3, last_error = '' WHERE id = $1`, ids[1])
-	e.execSQL(`UPDATE outbox_events SET dead_at = now(), attempts = 3, last_error = 'boom' WHERE id = ANY($1)`, ids[2:4])
-	a := e.admin()
+	ids := e.WriteBatch(5)
+	e.Exec(`UPDATE outbox_events SET dead_at = now(), attempts = 3, last_error = NULL WHERE id = $1`, ids[0])
+	e.Exec(`UPDATE outbox_events SET dead_at = now(), attempts = 3, last_error = '' WHERE id = $1`, ids[1])
+	e.Exec(`UPDATE outbox_events SET dead_at = now(), attempts = 3, last_error = 'boom' WHERE id = ANY($1)`, ids[2:4])
+	a := e.Admin()
 	groups, err := a.DeadLetterGroups(ctx(t), false)
 	if err != nil || len(groups) != 2 || groups[0].Error != "" || groups[0].Count != 2 || groups[1].Error != "boom" {
 		t.Fatalf("groups = %+v, %v; want the empty group (2) then boom (2)", groups, err)
@@ -182,17 +183,17 @@ func TestAdminEmptyErrorGroup(t *testing.T) {
 	if n, err := a.Retry(ctx(t), sel); err != nil || n != 2 {
 		t.Errorf("retry dry run of the empty group = %d, %v; want 2", n, err)
 	}
-	if n, err := a.Retry(ctx(t), outbox.RetrySelector{EventType: "order.created", DryRun: true}); err != nil || n != 4 {
+	if n, err := a.Retry(ctx(t), admin.RetrySelector{EventType: "order.created", DryRun: true}); err != nil || n != 4 {
 		t.Errorf("retry dry run of the type (any error) = %d, %v; want 4", n, err)
 	}
-	res, err := a.Discard(ctx(t), outbox.DiscardSelector(groups[0].Selector()))
+	res, err := a.Discard(ctx(t), admin.DiscardSelector(groups[0].Selector()))
 	if err != nil || res.Discarded != 2 {
 		t.Errorf("discard the empty group = %+v, %v; want 2", res, err)
 	}
-	if n := e.count("dead_at IS NOT NULL"); n != 2 {
+	if n := e.Count("dead_at IS NOT NULL"); n != 2 {
 		t.Errorf("%d dead letters left, want the 2 with an error", n)
 	}
-	for _, bad := range []outbox.RetrySelector{
+	for _, bad := range []admin.RetrySelector{
 		{NoError: true, ErrorGroup: "boom"},
 		{All: true, NoError: true},
 		{IDs: ids[:1], NoError: true},
@@ -201,7 +202,7 @@ func TestAdminEmptyErrorGroup(t *testing.T) {
 			t.Errorf("Retry(%+v) accepted", bad)
 		}
 	}
-	if _, err := a.DeadLetterGroupMembers(ctx(t), outbox.RetrySelector{IDs: ids[:1]}, 0); err == nil {
+	if _, err := a.DeadLetterGroupMembers(ctx(t), admin.RetrySelector{IDs: ids[:1]}, 0); err == nil {
 		t.Error("DeadLetterGroupMembers with IDs accepted")
 	}
 }
@@ -211,11 +212,11 @@ func TestAdminEmptyErrorGroup(t *testing.T) {
 // causes behind one long prefix are two groups.
 func TestAdminLongErrorGroup(t *testing.T) {
 	e := setup(t)
-	ids := e.writeBatch(3)
+	ids := e.WriteBatch(3)
 	prefix := "webhook: POST https://hooks.example.com/…: " + strings.Repeat("context ", 30)
-	e.execSQL(`UPDATE outbox_events SET dead_at = now(), attempts = 1, last_error = $1 WHERE id = ANY($2)`, prefix+"400 Bad Request: amount 12 is negative", ids[:2])
-	e.execSQL(`UPDATE outbox_events SET dead_at = now(), attempts = 1, last_error = $1 WHERE id = $2`, prefix+"400 Bad Request: currency missing", ids[2])
-	a := e.admin()
+	e.Exec(`UPDATE outbox_events SET dead_at = now(), attempts = 1, last_error = $1 WHERE id = ANY($2)`, prefix+"400 Bad Request: amount 12 is negative", ids[:2])
+	e.Exec(`UPDATE outbox_events SET dead_at = now(), attempts = 1, last_error = $1 WHERE id = $2`, prefix+"400 Bad Request: currency missing", ids[2])
+	a := e.Admin()
 	groups, err := a.DeadLetterGroups(ctx(t), true)
 	if err != nil || len(groups) != 2 {
 		t.Fatalf("groups = %+v, %v; want 2", groups, err)
@@ -225,7 +226,7 @@ func TestAdminLongErrorGroup(t *testing.T) {
 		!strings.HasSuffix(g.Error, "<n> Bad Request: amount <n> is negative") || !strings.Contains(g.Error, " ... ") {
 		t.Errorf("long group = %q (%d runes)", g.Error, len([]rune(g.Error)))
 	}
-	if n, err := a.Retry(ctx(t), outbox.RetrySelector{ErrorGroup: g.Error, DryRun: true}); err != nil || n != 2 {
+	if n, err := a.Retry(ctx(t), admin.RetrySelector{ErrorGroup: g.Error, DryRun: true}); err != nil || n != 2 {
 		t.Errorf("retry by the long group = %d, %v; want 2", n, err)
 	}
 }

@@ -1,4 +1,4 @@
-package outbox_test
+package admin_test
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/admin"
+	"github.com/pgoutbox/outbox/internal/configcheck"
 	"github.com/pgoutbox/outbox/internal/testdb"
 	"github.com/pgoutbox/outbox/memory"
 )
@@ -21,16 +23,16 @@ import (
 // writeAggN writes events n = from..to of aggregate agg, one transaction
 // each, and returns their ids.
 func (e *env) writeAggN(agg string, from, to int) []uuid.UUID {
-	e.t.Helper()
+	e.T.Helper()
 	var ids []uuid.UUID
 	for n := from; n <= to; n++ {
-		err := pgx.BeginFunc(ctx(e.t), e.pool, func(tx pgx.Tx) error {
-			got, err := e.writer.Write(ctx(e.t), tx, event(agg, n))
+		err := pgx.BeginFunc(ctx(e.T), e.Pool, func(tx pgx.Tx) error {
+			got, err := e.Writer.Write(ctx(e.T), tx, event(agg, n))
 			ids = append(ids, got...)
 			return err
 		})
 		if err != nil {
-			e.t.Fatal(err)
+			e.T.Fatal(err)
 		}
 	}
 	return ids
@@ -38,17 +40,17 @@ func (e *env) writeAggN(agg string, from, to int) []uuid.UUID {
 
 // drain runs batches of r until one publishes nothing.
 func (e *env) drain(r *outbox.Relay) {
-	e.t.Helper()
+	e.T.Helper()
 	for range 1000 {
-		res, err := r.ProcessBatch(ctx(e.t))
+		res, err := r.ProcessBatch(ctx(e.T))
 		if err != nil {
-			e.t.Fatal(err)
+			e.T.Fatal(err)
 		}
 		if res.Claimed == 0 {
 			return
 		}
 	}
-	e.t.Fatal("drain: the outbox never emptied")
+	e.T.Fatal("drain: the outbox never emptied")
 }
 
 // payloadN is the "n" of an event written by event().
@@ -67,17 +69,17 @@ func payloadN(t *testing.T, payload []byte) int {
 // replay selects the originals only, never the first replay's copies.
 func TestReplayNewIDQueuesCopiesInOriginalOrder(t *testing.T) {
 	e := setup(t)
-	a := e.admin()
+	a := e.Admin()
 	var orig []uuid.UUID
 	for i := range 3 { // interleave two aggregates
 		orig = append(orig, e.writeAggN("A", i, i)...)
 		orig = append(orig, e.writeAggN("B", i, i)...)
 	}
 	pub := memory.New()
-	r := e.relay(pub, outbox.RelayConfig{})
+	r := e.Relay(pub, outbox.RelayConfig{})
 	e.drain(r)
 
-	res, err := a.Replay(ctx(t), outbox.ReplaySelector{AggregateType: "order", Mode: outbox.ReplayNewID})
+	res, err := a.Replay(ctx(t), admin.ReplaySelector{AggregateType: "order", Mode: admin.ReplayNewID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +91,7 @@ func TestReplayNewIDQueuesCopiesInOriginalOrder(t *testing.T) {
 		of, rid  string
 		atTheEnd bool
 	}
-	rows, err := e.pool.Query(ctx(t), `SELECT id, headers->>'outbox-replay-of', headers->>'outbox-replay-id', seq > (SELECT max(seq) FROM outbox_events WHERE replay_id IS NULL)
+	rows, err := e.Pool.Query(ctx(t), `SELECT id, headers->>'outbox-replay-of', headers->>'outbox-replay-id', seq > (SELECT max(seq) FROM outbox_events WHERE replay_id IS NULL)
 FROM outbox_events WHERE replay_id = $1 ORDER BY seq`, res.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -126,7 +128,7 @@ FROM outbox_events WHERE replay_id = $1 ORDER BY seq`, res.ID)
 		}
 	}
 
-	again, err := a.Replay(ctx(t), outbox.ReplaySelector{AggregateID: "A", Mode: outbox.ReplayNewID})
+	again, err := a.Replay(ctx(t), admin.ReplaySelector{AggregateID: "A", Mode: admin.ReplayNewID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,20 +142,20 @@ FROM outbox_events WHERE replay_id = $1 ORDER BY seq`, res.ID)
 // row to the archive, and skips an event whose copy is still pending.
 func TestReplaySameIDKeepsTheID(t *testing.T) {
 	e := setup(t)
-	a := e.admin()
+	a := e.Admin()
 	ids := e.writeAggN("S", 1, 3)
 	pub := memory.New()
-	r := e.relay(pub, outbox.RelayConfig{})
+	r := e.Relay(pub, outbox.RelayConfig{})
 	e.drain(r)
 
-	res, err := a.Replay(ctx(t), outbox.ReplaySelector{IDs: ids[:2], Mode: outbox.ReplaySameID})
+	res, err := a.Replay(ctx(t), admin.ReplaySelector{IDs: ids[:2], Mode: admin.ReplaySameID})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.Selected != 2 || res.Queued != 2 {
 		t.Fatalf("replay = %+v, want 2 queued", res)
 	}
-	if n := e.count(fmt.Sprintf("replay_id = '%s' AND processed_at IS NULL", res.ID)); n != 2 {
+	if n := e.Count(fmt.Sprintf("replay_id = '%s' AND processed_at IS NULL", res.ID)); n != 2 {
 		t.Errorf("%d pending copies, want 2", n)
 	}
 	archived, err := a.ArchivedCount(ctx(t))
@@ -161,7 +163,7 @@ func TestReplaySameIDKeepsTheID(t *testing.T) {
 		t.Errorf("archive holds %d rows (%v), want the 2 originals", archived, err)
 	}
 	// Replaying again while the copies are pending: nothing to add.
-	dup, err := a.Replay(ctx(t), outbox.ReplaySelector{IDs: ids[:2], Mode: outbox.ReplaySameID})
+	dup, err := a.Replay(ctx(t), admin.ReplaySelector{IDs: ids[:2], Mode: admin.ReplaySameID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +181,7 @@ func TestReplaySameIDKeepsTheID(t *testing.T) {
 		t.Errorf("same-id copy headers %v: want replay-id and no replay-of", got[0].Headers)
 	}
 	// The originals are still selected once (from the archive), not twice.
-	dry, err := a.Replay(ctx(t), outbox.ReplaySelector{AggregateID: "S", Mode: outbox.ReplaySameID, DryRun: true})
+	dry, err := a.Replay(ctx(t), admin.ReplaySelector{AggregateID: "S", Mode: admin.ReplaySameID, DryRun: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,17 +193,17 @@ func TestReplaySameIDKeepsTheID(t *testing.T) {
 // TestReplayDryRunChangesNothing: a dry run counts and samples in seq order.
 func TestReplayDryRunChangesNothing(t *testing.T) {
 	e := setup(t)
-	a := e.admin()
+	a := e.Admin()
 	ids := e.writeAggN("D", 1, 5)
-	e.drain(e.relay(memory.New(), outbox.RelayConfig{}))
-	res, err := a.Replay(ctx(t), outbox.ReplaySelector{EventType: "order.created", Mode: outbox.ReplayNewID, DryRun: true, Sample: 2})
+	e.drain(e.Relay(memory.New(), outbox.RelayConfig{}))
+	res, err := a.Replay(ctx(t), admin.ReplaySelector{EventType: "order.created", Mode: admin.ReplayNewID, DryRun: true, Sample: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.Selected != 5 || res.Queued != 0 || len(res.Sample) != 2 || res.Sample[0].ID != ids[0] || res.Sample[1].ID != ids[1] {
 		t.Fatalf("dry run = %+v, want 5 selected and the first 2 as sample", res)
 	}
-	if n := e.count("replay_id IS NOT NULL"); n != 0 {
+	if n := e.Count("replay_id IS NOT NULL"); n != 0 {
 		t.Errorf("dry run queued %d copies", n)
 	}
 	list, err := a.ReplayList(ctx(t), 0)
@@ -209,7 +211,7 @@ func TestReplayDryRunChangesNothing(t *testing.T) {
 		t.Errorf("dry run recorded replays %v (%v)", list, err)
 	}
 	// Nothing delivered in the window: nothing selected.
-	none, err := a.Replay(ctx(t), outbox.ReplaySelector{Since: time.Now().Add(time.Hour), Mode: outbox.ReplayNewID, DryRun: true})
+	none, err := a.Replay(ctx(t), admin.ReplaySelector{Since: time.Now().Add(time.Hour), Mode: admin.ReplayNewID, DryRun: true})
 	if err != nil || none.Selected != 0 {
 		t.Errorf("future --since selected %d (%v)", none.Selected, err)
 	}
@@ -217,23 +219,20 @@ func TestReplayDryRunChangesNothing(t *testing.T) {
 
 func TestReplaySelectorErrors(t *testing.T) {
 	e := setup(t)
-	a := e.admin()
+	a := e.Admin()
 	now := time.Now()
 	for _, tc := range []struct {
-		sel   outbox.ReplaySelector
+		sel   admin.ReplaySelector
 		field string
 	}{
-		{outbox.ReplaySelector{All: true}, "Mode"},
-		{outbox.ReplaySelector{All: true, Mode: "copy"}, "Mode"},
-		{outbox.ReplaySelector{Mode: outbox.ReplayNewID}, "All"},
-		{outbox.ReplaySelector{Since: now, Until: now.Add(-time.Hour), Mode: outbox.ReplayNewID}, "Until"},
-		{outbox.ReplaySelector{All: true, Rate: -1, Mode: outbox.ReplayNewID}, "Rate"},
+		{admin.ReplaySelector{All: true}, "Mode"},
+		{admin.ReplaySelector{All: true, Mode: "copy"}, "Mode"},
+		{admin.ReplaySelector{Mode: admin.ReplayNewID}, "All"},
+		{admin.ReplaySelector{Since: now, Until: now.Add(-time.Hour), Mode: admin.ReplayNewID}, "Until"},
+		{admin.ReplaySelector{All: true, Rate: -1, Mode: admin.ReplayNewID}, "Rate"},
 	} {
 		_, err := a.Replay(ctx(t), tc.sel)
-		var ce *outbox.ConfigError
-		if !errors.As(err, &ce) || ce.Field != tc.field {
-			t.Errorf("Replay(%+v) = %v, want a ConfigError on %s", tc.sel, err, tc.field)
-		}
+		configcheck.Refused(t, fmt.Sprintf("Replay(%+v)", tc.sel), err, "admin.ReplaySelector", tc.field)
 	}
 }
 
@@ -242,12 +241,12 @@ func TestReplaySelectorErrors(t *testing.T) {
 // shows the replay cancelled; list shows a finished replay as done.
 func TestReplayCancelRemovesPendingCopies(t *testing.T) {
 	e := setup(t)
-	a := e.admin()
+	a := e.Admin()
 	e.writeAggN("C", 1, 4)
 	pub := memory.New()
-	r := e.relay(pub, outbox.RelayConfig{BatchSize: 1})
+	r := e.Relay(pub, outbox.RelayConfig{BatchSize: 1})
 	e.drain(r)
-	res, err := a.Replay(ctx(t), outbox.ReplaySelector{AggregateID: "C", Mode: outbox.ReplayNewID})
+	res, err := a.Replay(ctx(t), admin.ReplaySelector{AggregateID: "C", Mode: admin.ReplayNewID})
 	if err != nil || res.Queued != 4 {
 		t.Fatalf("replay = %+v, %v", res, err)
 	}
@@ -265,21 +264,21 @@ func TestReplayCancelRemovesPendingCopies(t *testing.T) {
 	if cres.Removed != 3 || cres.Delivered != 1 {
 		t.Errorf("cancel = %+v, want 3 removed, 1 delivered", cres)
 	}
-	if n := e.count("processed_at IS NULL"); n != 0 {
+	if n := e.Count("processed_at IS NULL"); n != 0 {
 		t.Errorf("%d rows pending after the cancel", n)
 	}
-	if n := e.count("replay_id IS NULL"); n != 4 {
+	if n := e.Count("replay_id IS NULL"); n != 4 {
 		t.Errorf("%d originals left, want 4", n)
 	}
 	list, _ = a.ReplayList(ctx(t), 10)
 	if list[0].State != "cancelled" || list[0].Cancelled != 3 {
 		t.Errorf("after cancel: %+v", list[0])
 	}
-	if _, err := a.ReplayCancel(ctx(t), uuid.New()); !errors.Is(err, outbox.ErrReplayNotFound) {
+	if _, err := a.ReplayCancel(ctx(t), uuid.New()); !errors.Is(err, admin.ErrReplayNotFound) {
 		t.Errorf("cancel of an unknown replay: %v", err)
 	}
 
-	done, err := a.Replay(ctx(t), outbox.ReplaySelector{AggregateID: "C", Mode: outbox.ReplayNewID})
+	done, err := a.Replay(ctx(t), admin.ReplaySelector{AggregateID: "C", Mode: admin.ReplayNewID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,13 +308,13 @@ func TestReplayCancelRemovesPendingCopies(t *testing.T) {
 // the events written after the replay.
 func TestReplayOrderedAfterPendingBeforeLive(t *testing.T) {
 	e := setup(t)
-	a := e.admin()
+	a := e.Admin()
 	e.writeAggN("X", 1, 3)
 	pub := memory.New()
-	r := e.relay(pub, outbox.RelayConfig{Ordered: true, BatchSize: 100})
+	r := e.Relay(pub, outbox.RelayConfig{Ordered: true, BatchSize: 100})
 	e.drain(r)
 	e.writeAggN("X", 4, 4) // pending when the replay runs
-	if _, err := a.Replay(ctx(t), outbox.ReplaySelector{AggregateID: "X", Mode: outbox.ReplayNewID}); err != nil {
+	if _, err := a.Replay(ctx(t), admin.ReplaySelector{AggregateID: "X", Mode: admin.ReplayNewID}); err != nil {
 		t.Fatal(err)
 	}
 	e.writeAggN("X", 5, 5) // live, after the replay
@@ -339,9 +338,9 @@ func TestReplayOrderedAfterPendingBeforeLive(t *testing.T) {
 // failing event held in ordered mode.
 func TestCancelEvents(t *testing.T) {
 	e := setup(t)
-	a := e.admin()
+	a := e.Admin()
 	published := e.writeAggN("P", 1, 1)
-	e.drain(e.relay(memory.New(), outbox.RelayConfig{}))
+	e.drain(e.Relay(memory.New(), outbox.RelayConfig{}))
 	held := e.writeAggN("H", 1, 3)
 	pending := e.writeAggN("Q", 1, 1)
 	// An ordered relay whose broker refuses H1 for good: H1 becomes a dead
@@ -353,11 +352,11 @@ func TestCancelEvents(t *testing.T) {
 		}
 		return nil
 	})
-	r := e.relay(pub, outbox.RelayConfig{Ordered: true})
+	r := e.Relay(pub, outbox.RelayConfig{Ordered: true})
 	if _, err := r.ProcessBatch(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
-	if n := e.count("held_by IS NOT NULL"); n != 2 {
+	if n := e.Count("held_by IS NOT NULL"); n != 2 {
 		t.Fatalf("%d held events, want H2 and H3 held behind dead H1", n)
 	}
 	// Q1 is in the queue too, unless that batch published it; write another.
@@ -387,9 +386,9 @@ func TestCancelEvents(t *testing.T) {
 // batches, leaves pending rows alone, and replay selects archived events.
 func TestArchiveMovesAndReplayReadsIt(t *testing.T) {
 	e := setup(t)
-	a := e.admin()
+	a := e.Admin()
 	ids := e.writeAggN("R", 1, 5)
-	r := e.relay(memory.New(), outbox.RelayConfig{})
+	r := e.Relay(memory.New(), outbox.RelayConfig{})
 	e.drain(r)
 	e.writeAggN("R", 6, 6) // pending: never archived
 	var calls int
@@ -397,7 +396,7 @@ func TestArchiveMovesAndReplayReadsIt(t *testing.T) {
 	if err != nil || n != 5 || calls != 3 {
 		t.Fatalf("archive moved %d in %d batches (%v), want 5 in 3", n, calls, err)
 	}
-	if got := e.count("true"); got != 1 {
+	if got := e.Count("true"); got != 1 {
 		t.Errorf("%d rows left in the outbox table, want the pending one", got)
 	}
 	if got, _ := a.ArchivedCount(ctx(t)); got != 5 {
@@ -406,7 +405,7 @@ func TestArchiveMovesAndReplayReadsIt(t *testing.T) {
 	if n, err := a.Archive(ctx(t), time.Hour, 2, nil); err != nil || n != 0 {
 		t.Errorf("archive older than 1h moved %d (%v)", n, err)
 	}
-	res, err := a.Replay(ctx(t), outbox.ReplaySelector{IDs: ids, Mode: outbox.ReplayNewID})
+	res, err := a.Replay(ctx(t), admin.ReplaySelector{IDs: ids, Mode: admin.ReplayNewID})
 	if err != nil || res.Queued != 5 {
 		t.Fatalf("replay from the archive = %+v, %v", res, err)
 	}
@@ -420,13 +419,13 @@ func TestArchiveMovesAndReplayReadsIt(t *testing.T) {
 // delivered.
 func TestReplayCollector(t *testing.T) {
 	e := setup(t)
-	a := e.admin()
+	a := e.Admin()
 	e.writeAggN("M", 1, 3)
-	r := e.relay(memory.New(), outbox.RelayConfig{})
+	r := e.Relay(memory.New(), outbox.RelayConfig{})
 	e.drain(r)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(a.ReplayCollector(prometheus.Labels{"table": "t"}))
-	if _, err := a.Replay(ctx(t), outbox.ReplaySelector{All: true, Mode: outbox.ReplayNewID}); err != nil {
+	if _, err := a.Replay(ctx(t), admin.ReplaySelector{All: true, Mode: admin.ReplayNewID}); err != nil {
 		t.Fatal(err)
 	}
 	read := func() (pending, delivered, active float64) {
@@ -470,30 +469,30 @@ func TestReplayCollector(t *testing.T) {
 // before the copies.
 func TestReplayWaitsForWritersInFlight(t *testing.T) {
 	e := setup(t)
-	a := e.admin()
+	a := e.Admin()
 	e.writeAggN("W", 1, 3)
 	pub := memory.New()
-	r := e.relay(pub, outbox.RelayConfig{Ordered: true})
+	r := e.Relay(pub, outbox.RelayConfig{Ordered: true})
 	e.drain(r)
 
-	tx, err := e.pool.Begin(ctx(t))
+	tx, err := e.Pool.Begin(ctx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx(t)) //nolint:errcheck
-	if _, err := e.writer.Write(ctx(t), tx, event("W", 4)); err != nil {
+	if _, err := e.Writer.Write(ctx(t), tx, event("W", 4)); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() {
-		_, err := a.Replay(ctx(t), outbox.ReplaySelector{AggregateID: "W", Mode: outbox.ReplayNewID, LockTimeout: time.Minute})
+		_, err := a.Replay(ctx(t), admin.ReplaySelector{AggregateID: "W", Mode: admin.ReplayNewID, LockTimeout: time.Minute})
 		done <- err
 	}()
 	// The replay's lock request waits behind the writer.
 	waitFor(t, func() bool {
 		var waiting int
-		err := e.pool.QueryRow(ctx(t), `SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = $1::regclass`,
-			e.schema+".outbox_events").Scan(&waiting)
+		err := e.Pool.QueryRow(ctx(t), `SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = $1::regclass`,
+			e.Schema+".outbox_events").Scan(&waiting)
 		return err == nil && waiting > 0
 	})
 	e.drain(r) // nothing to claim meanwhile: no copy is queued yet
@@ -529,11 +528,11 @@ func TestReplayLongestTableName(t *testing.T) {
 	if _, err := outbox.Migrate(ctx(t), pool, outbox.MigrateConfig{Schema: schema, Table: table}); err != nil {
 		t.Fatal(err)
 	}
-	a, err := outbox.NewAdmin(pool, outbox.AdminConfig{Schema: schema, Table: table})
+	a, err := admin.New(pool, admin.Config{Schema: schema, Table: table})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Replay(ctx(t), outbox.ReplaySelector{All: true, Mode: outbox.ReplayNewID}); err != nil {
+	if _, err := a.Replay(ctx(t), admin.ReplaySelector{All: true, Mode: admin.ReplayNewID}); err != nil {
 		t.Error(err)
 	}
 	if _, err := a.Archive(ctx(t), 0, 0, nil); err != nil {
@@ -545,17 +544,17 @@ func TestReplayLongestTableName(t *testing.T) {
 // at the next batch, and no copy stays pending.
 func TestReplayCancelWhileQueuing(t *testing.T) {
 	e := setup(t)
-	a := e.admin()
+	a := e.Admin()
 	for i := range 6 {
 		e.writeAggN(fmt.Sprint("Q", i), 1, 2)
 	}
-	e.drain(e.relay(memory.New(), outbox.RelayConfig{}))
+	e.drain(e.Relay(memory.New(), outbox.RelayConfig{}))
 	first := make(chan struct{})
 	var once bool
-	done := make(chan outbox.ReplayResult, 1)
+	done := make(chan admin.ReplayResult, 1)
 	var replayErr error
 	go func() {
-		res, err := a.Replay(ctx(t), outbox.ReplaySelector{All: true, Mode: outbox.ReplayNewID, Rate: 4, BatchSize: 1,
+		res, err := a.Replay(ctx(t), admin.ReplaySelector{All: true, Mode: admin.ReplayNewID, Rate: 4, BatchSize: 1,
 			Progress: func(int64) {
 				if !once {
 					once = true
@@ -577,7 +576,7 @@ func TestReplayCancelWhileQueuing(t *testing.T) {
 	if replayErr != nil || !res.Cancelled || res.Queued >= res.Selected {
 		t.Fatalf("replay = %+v, %v; want it cancelled before queuing all %d", res, replayErr, res.Selected)
 	}
-	if n := e.count("processed_at IS NULL"); n != 0 {
+	if n := e.Count("processed_at IS NULL"); n != 0 {
 		t.Errorf("%d copies pending after the cancel", n)
 	}
 	list, _ = a.ReplayList(ctx(t), 1)
@@ -587,41 +586,41 @@ func TestReplayCancelWhileQueuing(t *testing.T) {
 }
 
 // TestAdminReplayStatementDeadline: Replay (dry run and real), ReplayList,
-// ReplayCancel, ReplayTotals, Cancel and Archive (per batch) on a connection that stopped
-// answering return within AdminConfig.StatementTimeout with a
+// ReplayCancel, ReplayTotals, Cancel and Archive (per batch) on a connection
+// that stopped answering return within admin.Config.StatementTimeout with a
 // *StatementTimeoutError, like the other Admin calls.
 func TestAdminReplayStatementDeadline(t *testing.T) {
 	e := setup(t)
-	e.write(1)
+	e.Write(1)
 	testStatementDeadlines(t, e, []deadlineCall{
-		{"replay", func(c context.Context, a *outbox.Admin) error {
-			_, err := a.Replay(c, outbox.ReplaySelector{Mode: outbox.ReplayNewID, All: true, DryRun: true})
+		{"replay", func(c context.Context, a *admin.Admin) error {
+			_, err := a.Replay(c, admin.ReplaySelector{Mode: admin.ReplayNewID, All: true, DryRun: true})
 			return err
 		}},
-		{"replay", func(c context.Context, a *outbox.Admin) error {
-			_, err := a.Replay(c, outbox.ReplaySelector{Mode: outbox.ReplayNewID, EventType: "no.such.type"})
+		{"replay", func(c context.Context, a *admin.Admin) error {
+			_, err := a.Replay(c, admin.ReplaySelector{Mode: admin.ReplayNewID, EventType: "no.such.type"})
 			return err
 		}},
-		{"replay list", func(c context.Context, a *outbox.Admin) error {
+		{"replay list", func(c context.Context, a *admin.Admin) error {
 			_, err := a.ReplayList(c, 10)
 			return err
 		}},
-		{"replay cancel", func(c context.Context, a *outbox.Admin) error {
+		{"replay cancel", func(c context.Context, a *admin.Admin) error {
 			_, err := a.ReplayCancel(c, uuid.New())
-			if errors.Is(err, outbox.ErrReplayNotFound) {
+			if errors.Is(err, admin.ErrReplayNotFound) {
 				return nil
 			}
 			return err
 		}},
-		{"replay totals", func(c context.Context, a *outbox.Admin) error {
+		{"replay totals", func(c context.Context, a *admin.Admin) error {
 			_, err := a.ReplayTotals(c)
 			return err
 		}},
-		{"cancel", func(c context.Context, a *outbox.Admin) error {
+		{"cancel", func(c context.Context, a *admin.Admin) error {
 			_, err := a.Cancel(c, uuid.New())
 			return err
 		}},
-		{"archive", func(c context.Context, a *outbox.Admin) error {
+		{"archive", func(c context.Context, a *admin.Admin) error {
 			_, err := a.Archive(c, time.Hour, 10, nil)
 			return err
 		}},

@@ -1,4 +1,4 @@
-package outbox_test
+package admin_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/outbox"
+	"github.com/pgoutbox/outbox/admin"
 	"github.com/pgoutbox/outbox/memory"
 )
 
@@ -49,12 +50,12 @@ func ExampleAdmin_Replay() {
 		return
 	}
 
-	admin, err := outbox.NewAdmin(pool, outbox.AdminConfig{})
+	a, err := admin.New(pool, admin.Config{})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	res, err := admin.Replay(ctx, outbox.ReplaySelector{AggregateType: "order", AggregateID: "R-42", Mode: outbox.ReplayNewID})
+	res, err := a.Replay(ctx, admin.ReplaySelector{AggregateType: "order", AggregateID: "R-42", Mode: admin.ReplayNewID})
 	if err != nil {
 		fmt.Println(err)
 		return

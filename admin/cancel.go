@@ -1,4 +1,4 @@
-package outbox
+package admin
 
 import (
 	"context"
@@ -31,7 +31,7 @@ type CancelResult struct {
 func (a *Admin) Cancel(ctx context.Context, ids ...uuid.UUID) (CancelResult, error) {
 	res := CancelResult{Cancelled: []uuid.UUID{}, Published: []uuid.UUID{}, Unknown: []uuid.UUID{}}
 	if len(ids) == 0 {
-		return res, errors.New("outbox: Cancel: no event id given")
+		return res, errors.New("admin: Cancel: no event id given")
 	}
 	ctx, cancel := a.bound(ctx)
 	defer cancel()

@@ -1,4 +1,4 @@
-package outbox
+package admin
 
 import (
 	"cmp"
@@ -15,38 +15,40 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/engine"
 	"github.com/pgoutbox/outbox/internal/ident"
 	"github.com/pgoutbox/outbox/internal/store"
 	"github.com/pgoutbox/outbox/internal/wal"
 )
 
-// DefaultAdminStatementTimeout bounds each Admin call when
-// AdminConfig.StatementTimeout is zero and the pool sets no statement_timeout.
-const DefaultAdminStatementTimeout = 30 * time.Second
+// DefaultStatementTimeout bounds each Admin call when
+// Config.StatementTimeout is zero and the pool sets no statement_timeout.
+const DefaultStatementTimeout = 30 * time.Second
 
-// adminTimeoutGrace is what an Admin call waits beyond the server's own
+// timeoutGrace is what an Admin call waits beyond the server's own
 // statement_timeout, so the server's clean cancellation wins when the server
 // is there to send it.
-const adminTimeoutGrace = 5 * time.Second
+const timeoutGrace = 5 * time.Second
 
-// AdminConfig names the outbox table, as in WriterConfig, and bounds the
+// Config names the outbox table, as in outbox.WriterConfig, and bounds the
 // statements an Admin runs.
-type AdminConfig struct {
+type Config struct {
 	Schema string
 	Table  string
 	// StatementTimeout bounds each Admin call (each batch, for Cleanup): past
 	// it the call returns an error naming the database and the operation,
 	// and the connection is dropped, instead of waiting for a server that
 	// stopped answering (a dead host or a partition is otherwise only
-	// noticed by the kernel, minutes later; see SetTCPTimeouts). A deadline
-	// on the caller's ctx still applies. Negative means no bound beyond ctx.
-	// Defaults to DefaultAdminStatementTimeout (30s), or, when the pool's
+	// noticed by the kernel, minutes later; see outbox.SetTCPTimeouts). A
+	// deadline on the caller's ctx still applies. Negative means no bound
+	// beyond ctx.
+	// Defaults to DefaultStatementTimeout (30s), or, when the pool's
 	// connections set statement_timeout (a run-time parameter in the
 	// connection string), that plus 5s.
 	StatementTimeout time.Duration
 	// StuckAfter is how long events may be due before Status reports them
-	// Waiting. Defaults to DefaultStuckAfter (1m), the relay's default.
+	// Waiting. Defaults to outbox.DefaultStuckAfter (1m), the relay's default.
 	StuckAfter time.Duration
 }
 
@@ -63,7 +65,7 @@ type Waiting struct {
 }
 
 // StatementTimeoutError is returned by an Admin call that outlived
-// AdminConfig.StatementTimeout. errors.Is(err, context.DeadlineExceeded)
+// Config.StatementTimeout. errors.Is(err, context.DeadlineExceeded)
 // holds.
 type StatementTimeoutError struct {
 	Op       string        // the Admin operation ("status", "retry", ...)
@@ -73,15 +75,15 @@ type StatementTimeoutError struct {
 }
 
 func (e *StatementTimeoutError) Error() string {
-	return fmt.Sprintf("outbox: %s: no answer from the database %s within %s (AdminConfig.StatementTimeout); the connection was dropped: %v",
+	return fmt.Sprintf("outbox: %s: no answer from the database %s within %s (admin.Config.StatementTimeout); the connection was dropped: %v",
 		e.Op, e.Database, e.Timeout, e.Err)
 }
 
 func (e *StatementTimeoutError) Unwrap() []error { return []error{e.Err, context.DeadlineExceeded} }
 
-// errAdminDeadline is the cause of an Admin call's own deadline, told apart
+// errDeadline is the cause of an Admin call's own deadline, told apart
 // from the caller's.
-var errAdminDeadline = errors.New("outbox: admin statement deadline")
+var errDeadline = errors.New("admin: statement deadline")
 
 // Admin is the operator's side of the outbox: status, dead letters,
 // manual retry and discard, cleanup. The `outbox` command is built on it;
@@ -99,21 +101,21 @@ type Admin struct {
 	stuckAfter time.Duration
 }
 
-// NewAdmin validates cfg and returns an Admin.
-func NewAdmin(pool *pgxpool.Pool, cfg AdminConfig) (*Admin, error) {
+// New validates cfg and returns an Admin.
+func New(pool *pgxpool.Pool, cfg Config) (*Admin, error) {
 	if pool == nil {
-		return nil, errors.New("outbox: NewAdmin: pool is nil")
+		return nil, errors.New("admin: New: pool is nil")
 	}
 	n, err := ident.New(cfg.Schema, cfg.Table)
 	if err != nil {
-		return nil, configErr("AdminConfig", err)
+		return nil, ident.ConfigErr("admin.Config", err)
 	}
-	timeout := cmp.Or(cfg.StatementTimeout, defaultAdminTimeout(pool.Config()))
+	timeout := cmp.Or(cfg.StatementTimeout, defaultTimeout(pool.Config()))
 	if cfg.StuckAfter < 0 {
-		return nil, &ConfigError{Config: "AdminConfig", Field: "StuckAfter", Err: fmt.Errorf("%s: must not be negative", cfg.StuckAfter)}
+		return nil, &outbox.ConfigError{Config: "admin.Config", Field: "StuckAfter", Err: fmt.Errorf("%s: must not be negative", cfg.StuckAfter)}
 	}
 	return &Admin{pool: pool, names: n, q: store.New(n, false), aq: store.NewAdmin(n, false), timeout: timeout,
-		stuckAfter: cmp.Or(cfg.StuckAfter, DefaultStuckAfter)}, nil
+		stuckAfter: cmp.Or(cfg.StuckAfter, outbox.DefaultStuckAfter)}, nil
 }
 
 // deleting returns the statements for deleting unpublished events: with
@@ -131,22 +133,22 @@ func (a *Admin) deleting(ctx context.Context) (*store.AdminQueries, *store.Repla
 	m := a.migrated9.Load()
 	rq, err := store.NewReplay(a.names, m)
 	if err != nil {
-		return nil, nil, configErr("AdminConfig", err)
+		return nil, nil, ident.ConfigErr("admin.Config", err)
 	}
 	return store.NewAdmin(a.names, m), rq, nil
 }
 
-// defaultAdminTimeout is AdminConfig.StatementTimeout's default for pool.
-func defaultAdminTimeout(cfg *pgxpool.Config) time.Duration {
+// defaultTimeout is Config.StatementTimeout's default for pool.
+func defaultTimeout(cfg *pgxpool.Config) time.Duration {
 	if v, ok := cfg.ConnConfig.RuntimeParams["statement_timeout"]; ok {
 		if ms, err := strconv.ParseInt(v, 10, 64); err == nil && ms > 0 {
-			return time.Duration(ms)*time.Millisecond + adminTimeoutGrace
+			return time.Duration(ms)*time.Millisecond + timeoutGrace
 		}
 		if d, err := time.ParseDuration(v); err == nil && d > 0 {
-			return d + adminTimeoutGrace
+			return d + timeoutGrace
 		}
 	}
-	return DefaultAdminStatementTimeout
+	return DefaultStatementTimeout
 }
 
 // bound returns ctx with the call's statement deadline.
@@ -154,7 +156,7 @@ func (a *Admin) bound(ctx context.Context) (context.Context, context.CancelFunc)
 	if a.timeout <= 0 {
 		return context.WithCancel(ctx)
 	}
-	return context.WithTimeoutCause(ctx, a.timeout, errAdminDeadline)
+	return context.WithTimeoutCause(ctx, a.timeout, errDeadline)
 }
 
 // boundPerBatch is bound for a call made of batches (Cleanup, Archive): the
@@ -166,7 +168,7 @@ func (a *Admin) boundPerBatch(ctx context.Context, progress func(int64)) (_ cont
 	if a.timeout <= 0 {
 		return ctx, progress, func() { cancel(nil) }
 	}
-	timer := time.AfterFunc(a.timeout, func() { cancel(errAdminDeadline) })
+	timer := time.AfterFunc(a.timeout, func() { cancel(errDeadline) })
 	each = func(n int64) {
 		timer.Reset(a.timeout)
 		if progress != nil {
@@ -179,7 +181,7 @@ func (a *Admin) boundPerBatch(ctx context.Context, progress func(int64)) (_ cont
 // fail is wrap for a call bounded by bound: past the statement deadline it
 // says so, naming the database.
 func (a *Admin) fail(ctx context.Context, op string, err error) error {
-	if context.Cause(ctx) == errAdminDeadline {
+	if context.Cause(ctx) == errDeadline {
 		cc := a.pool.Config().ConnConfig
 		return &StatementTimeoutError{
 			Op: op, Database: fmt.Sprintf("%s/%s", net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))), cc.Database),
@@ -204,7 +206,7 @@ func collect[T any](rows pgx.Rows, fields func(v *T) []any) ([]T, error) {
 // passed its statement deadline, else err unchanged: for steps whose errors
 // the caller wraps itself.
 func (a *Admin) timedOut(ctx context.Context, op string, err error) error {
-	if err != nil && context.Cause(ctx) == errAdminDeadline {
+	if err != nil && context.Cause(ctx) == errDeadline {
 		return a.fail(ctx, op, err)
 	}
 	return err
@@ -223,12 +225,12 @@ func unstorable(err error) bool {
 
 func (a *Admin) wrap(op string, err error) error {
 	if engine.IsUndefined(err) {
-		if ferr := foreignTable(context.Background(), a.pool, a.names); ferr != nil {
+		if ferr := store.ForeignTable(context.Background(), a.pool, a.names); ferr != nil {
 			return ferr
 		}
-		return fmt.Errorf("outbox: %s: table %s: %w (run `outbox migrate`): %v", op, a.names.QTable, ErrNotMigrated, err)
+		return fmt.Errorf("outbox: %s: table %s: %w (run `outbox migrate`): %v", op, a.names.QTable, outbox.ErrNotMigrated, err)
 	}
-	return fmt.Errorf("outbox: %s: %w", op, explainPrivilege(a.pool, a.names, adminJob(a.names, op), err))
+	return fmt.Errorf("outbox: %s: %w", op, explainPrivilege(a.pool, a.names, jobOf(a.names, op), err))
 }
 
 // TypeStatus is the state of one event type.
@@ -261,14 +263,15 @@ type Status struct {
 	// dead letter is re-queued and published.
 	BlockedAggregates int64 `json:"blocked_aggregates"`
 	// Scheduled counts events written with a later delivery time
-	// (Event.DeliverAt or Delay) and not yet due; NextDue is the earliest of
-	// their times (nil if none). They are not counted in Pending.
+	// (outbox.Event.DeliverAt or Delay) and not yet due; NextDue is the
+	// earliest of their times (nil if none). They are not counted in
+	// Pending.
 	Scheduled int64        `json:"scheduled"`
 	NextDue   *time.Time   `json:"next_due,omitempty"`
 	ByType    []TypeStatus `json:"by_type"`
 	// Waiting is set when events have been due (pending, not scheduled,
-	// retry due) for AdminConfig.StuckAfter or longer: the relays are
-	// stuck or far behind. Its causes are those the database shows.
+	// retry due) for Config.StuckAfter or longer: the relays are stuck or
+	// far behind. Its causes are those the database shows.
 	Waiting *Waiting `json:"waiting,omitempty"`
 }
 
@@ -374,14 +377,14 @@ type DeadLetterFilter struct {
 }
 
 // DeadLetters lists dead letters in insertion order.
-func (a *Admin) DeadLetters(ctx context.Context, f DeadLetterFilter) ([]Record, error) {
+func (a *Admin) DeadLetters(ctx context.Context, f DeadLetterFilter) ([]outbox.Record, error) {
 	ctx, cancel := a.bound(ctx)
 	defer cancel()
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
 	if f.OlderThan < 0 {
-		return nil, fmt.Errorf("outbox: DeadLetterFilter.OlderThan: %s must not be negative", f.OlderThan)
+		return nil, fmt.Errorf("admin: DeadLetterFilter.OlderThan: %s must not be negative", f.OlderThan)
 	}
 	rows, err := a.pool.Query(ctx, a.q.DeadLetters, f.EventType, f.OlderThan, f.Limit)
 	if unstorable(err) {
@@ -390,7 +393,7 @@ func (a *Admin) DeadLetters(ctx context.Context, f DeadLetterFilter) ([]Record, 
 	if err != nil {
 		return nil, a.fail(ctx, "dead letters", err)
 	}
-	out, err := collect(rows, func(r *Record) []any {
+	out, err := collect(rows, func(r *outbox.Record) []any {
 		return []any{&r.ID, &r.Seq, &r.AggregateType, &r.AggregateID, &r.EventType, &r.Payload,
 			headerScanner{&r.Headers}, &r.Attempts, &r.CreatedAt, &r.ProcessedAt, &r.RetryAfter, &r.DeadAt, &r.LastError}
 	})
@@ -438,17 +441,17 @@ func deadFilter(what string, sel RetrySelector) (args []any, byID bool, err erro
 	filter := sel.EventType != "" || group || sel.OlderThan != 0
 	switch {
 	case sel.OlderThan < 0:
-		return nil, false, fmt.Errorf("outbox: %s.OlderThan: %s must not be negative", what, sel.OlderThan)
+		return nil, false, fmt.Errorf("admin: %s.OlderThan: %s must not be negative", what, sel.OlderThan)
 	case sel.NoError && sel.ErrorGroup != "":
-		return nil, false, fmt.Errorf("outbox: %s: NoError selects the dead letters without an error; it cannot be combined with ErrorGroup %q", what, sel.ErrorGroup)
+		return nil, false, fmt.Errorf("admin: %s: NoError selects the dead letters without an error; it cannot be combined with ErrorGroup %q", what, sel.ErrorGroup)
 	case len(sel.IDs) > 0 && (filter || sel.All):
-		return nil, false, fmt.Errorf("outbox: %s: IDs cannot be combined with EventType, ErrorGroup, NoError, OlderThan or All", what)
+		return nil, false, fmt.Errorf("admin: %s: IDs cannot be combined with EventType, ErrorGroup, NoError, OlderThan or All", what)
 	case len(sel.IDs) > 0:
 		return []any{uuidArgs(sel.IDs)}, true, nil
 	case sel.All && (sel.EventType != "" || group):
-		return nil, false, fmt.Errorf("outbox: %s: All cannot be combined with EventType, ErrorGroup or NoError", what)
+		return nil, false, fmt.Errorf("admin: %s: All cannot be combined with EventType, ErrorGroup or NoError", what)
 	case !sel.All && !filter:
-		return nil, false, fmt.Errorf("outbox: %s: set IDs, All, or at least one of EventType, ErrorGroup, NoError, OlderThan", what)
+		return nil, false, fmt.Errorf("admin: %s: set IDs, All, or at least one of EventType, ErrorGroup, NoError, OlderThan", what)
 	}
 	// NULL selects any error; '' the group of the dead letters without one.
 	var errorGroup *string
@@ -592,7 +595,7 @@ const (
 
 // EventInfo is one event as an operator sees it.
 type EventInfo struct {
-	Record
+	outbox.Record
 	State EventState
 	// HeldBy is the failing event that holds this one back (StateHeld).
 	HeldBy *uuid.UUID
@@ -642,14 +645,15 @@ func (a *Admin) Unprocessed(ctx context.Context, ids []uuid.UUID) ([]uuid.UUID, 
 }
 
 // Cleanup deletes rows processed more than olderThan ago, batchSize rows per
-// statement (default 1000), calling progress with the running total after
-// each batch. It returns how many rows it deleted.
+// statement (default outbox.DefaultCleanupBatch, as the relay's), calling
+// progress with the running total after each batch. It returns how many
+// rows it deleted.
 func (a *Admin) Cleanup(ctx context.Context, olderThan time.Duration, batchSize int, progress func(deleted int64)) (int64, error) {
 	if olderThan < 0 {
-		return 0, fmt.Errorf("outbox: Cleanup: retention %s must not be negative", olderThan)
+		return 0, fmt.Errorf("admin: Cleanup: retention %s must not be negative", olderThan)
 	}
 	if batchSize <= 0 {
-		batchSize = DefaultCleanupBatch
+		batchSize = outbox.DefaultCleanupBatch
 	}
 	ctx, each, stop := a.boundPerBatch(ctx, progress)
 	defer stop()
@@ -665,7 +669,7 @@ func (a *Admin) Cleanup(ctx context.Context, olderThan time.Duration, batchSize 
 // (a dry run). Pending events and dead letters are not counted.
 func (a *Admin) PublishedBefore(ctx context.Context, olderThan time.Duration) (int64, error) {
 	if olderThan < 0 {
-		return 0, fmt.Errorf("outbox: PublishedBefore: age %s must not be negative", olderThan)
+		return 0, fmt.Errorf("admin: PublishedBefore: age %s must not be negative", olderThan)
 	}
 	ctx, cancel := a.bound(ctx)
 	defer cancel()
