@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -141,6 +142,9 @@ func (h *harness) drainOnce(ctx context.Context, spec relaySpec, schema string, 
 	}
 	spec.Expect = n
 	if h.opt.DrainProfile != "" {
+		if err := os.MkdirAll(h.opt.DrainProfile, 0o755); err != nil {
+			return relayResult{}, 0, err
+		}
 		spec.Profile = filepath.Join(h.opt.DrainProfile, spec.AppName+".pprof")
 	}
 	child, err := spawnRelay(ctx, spec)

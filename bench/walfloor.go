@@ -92,12 +92,13 @@ func (h *harness) decodeFloor(ctx context.Context, schema, slot string, n int) (
 	return fr, nil
 }
 
-// The streaming floor: the same backlog streamed by a walsender to
-// pg_recvlogical, PostgreSQL's own client, which writes what it receives
-// to /dev/null and confirms only at the end. No relay can stream faster
-// than the walsender sends: this is the WAL source's ceiling, where the
-// decode floor above is the server's decoding alone. It runs on a second
-// copy of the slot, before the relay drains.
+// The pg_recvlogical row: the same backlog streamed by a walsender to
+// PostgreSQL's own client, which reads as fast as it can, writes what it
+// receives to /dev/null and confirms only at the end. It is what streaming
+// costs the server with the simplest reader, beside the decode floor's
+// decoding alone. How a reader reads changes that cost: one that reads
+// whenever data arrives makes the walsender send more often. It runs on a
+// second copy of the slot, before the relay drains.
 
 // streamFloor streams slot to pg_recvlogical until the server's WAL
 // position as of now, timing it, with the walsender's CPU per event.

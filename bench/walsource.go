@@ -171,9 +171,9 @@ func walFloorLabel(perTx int) string {
 	return "server decode floor: pg_logical_slot_peek_binary_changes of a copy of the slot, " + perTxName(perTx)
 }
 
-// walStreamFloorLabel names the server streaming floor of a shape.
+// walStreamFloorLabel names the pg_recvlogical row of a shape.
 func walStreamFloorLabel(perTx int) string {
-	return "server streaming floor: a walsender streaming a copy of the slot to pg_recvlogical, " + perTxName(perTx)
+	return "pg_recvlogical: a walsender streaming a copy of the slot to PostgreSQL's own client, " + perTxName(perTx)
 }
 
 func walLatLabel(src string, rate, perTx int) string {
@@ -257,7 +257,7 @@ func (h *harness) walDrainOnce(ctx context.Context, r *results, label, src, pub 
 
 		sf, err := h.streamFloor(ctx, s, streamSlot, n)
 		if err != nil {
-			return 0, 0, fmt.Errorf("server streaming floor: %w", err)
+			return 0, 0, fmt.Errorf("pg_recvlogical row: %w", err)
 		}
 		h.dropFloor(ctx, streamSlot)
 		sr := r.walDrain(walStreamFloorLabel(perTx), n)
@@ -282,6 +282,9 @@ func (h *harness) walDrainOnce(ctx context.Context, r *results, label, src, pub 
 		spec.Walsender = h.walsenderApp(s)
 	}
 	if h.opt.WALProfile != "" {
+		if err := os.MkdirAll(h.opt.WALProfile, 0o755); err != nil {
+			return 0, 0, err
+		}
 		spec.TraceSQL = true
 		spec.Profile = filepath.Join(h.opt.WALProfile, profileName(label)+".pprof")
 	}
@@ -654,7 +657,7 @@ func (r *results) printWAL(w io.Writer, opt options) {
 	}
 	if len(r.walDrains) > 0 {
 		fmt.Fprintf(w, "### 6. WAL source: drain of a backlog already in the WAL (committed while the slot existed and no relay ran), beside the table source and Watermill's forwarder draining the same backlog, and the server's own decoding of it\n\n")
-		fmt.Fprintf(w, "Each shape's floor is the server decoding that backlog itself: `pg_logical_slot_peek_binary_changes` with pgoutput and the relay's publication, on a copy of the relay's slot made before the fill, timed before the relay runs (its CPU column is that backend's). The WAL rows' last ratio is to it. The streaming floor is a walsender streaming a second such copy to pg_recvlogical, PostgreSQL's own client, which discards what it receives: no relay streams faster (its CPU column is the walsender's).\n\n")
+		fmt.Fprintf(w, "Each shape's floor is the server decoding that backlog itself: `pg_logical_slot_peek_binary_changes` with pgoutput and the relay's publication, on a copy of the relay's slot made before the fill, timed before the relay runs (its CPU column is that backend's). The WAL rows' last ratio is to it. The pg_recvlogical row is a walsender streaming a second such copy to PostgreSQL's own client, which reads as fast as it can and discards what it receives: what streaming costs the server with the simplest reader (its CPU column is the walsender's).\n\n")
 		fmt.Fprintf(w, "| relay → publisher, backlog shape | backlog | events/s | transactions/s | / table source (same publisher, shape, run) | / server decode floor (same shape, run) | relay peak RSS | relay CPU µs/event | delivery verified |\n|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
 		for _, f := range r.walDrains {
 			ratio, floor := fmtRatio(f.Ratio), fmtRatio(f.FloorRatio)
