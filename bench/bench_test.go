@@ -159,7 +159,7 @@ func TestQuick(t *testing.T) {
 					t.Errorf("%d WAL drain rows, want 4", walRows)
 				}
 				// Per shape: 5 drains and the decode floor; 4 latencies.
-				// The streaming floor counts nothing: it is not verified.
+				// The pg_recvlogical row counts nothing: it is not verified.
 				if n := strings.Count(md, "✅ 1/1 runs"); n != 16 {
 					t.Errorf("%d verified rows, want 16 (2 shapes of 5 drains and a floor, 4 latencies)", n)
 				}
