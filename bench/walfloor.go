@@ -62,14 +62,22 @@ type floorResult struct {
 const decodeFloorSQL = `SELECT count(*), count(*) FILTER (WHERE get_byte(data, 0) = 73)
 FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL, 'proto_version', '1', 'publication_names', $2)`
 
+// publication is the name of schema's WAL source publication.
+func (h *harness) publication(schema string) (string, error) {
+	names, err := ident.New(schema, "")
+	if err != nil {
+		return "", err
+	}
+	return wal.NamesFor(names, h.pool.Config().ConnConfig.Database).Publication, nil
+}
+
 // decodeFloor times decodeFloorSQL on slot, for schema's publication.
 func (h *harness) decodeFloor(ctx context.Context, schema, slot string, n int) (floorResult, error) {
 	var fr floorResult
-	names, err := ident.New(schema, "")
+	pub, err := h.publication(schema)
 	if err != nil {
 		return fr, err
 	}
-	pub := wal.NamesFor(names, h.pool.Config().ConnConfig.Database).Publication
 	conn, err := h.pool.Acquire(ctx)
 	if err != nil {
 		return fr, err
@@ -104,11 +112,10 @@ func (h *harness) decodeFloor(ctx context.Context, schema, slot string, n int) (
 // position as of now, timing it, with the walsender's CPU per event.
 func (h *harness) streamFloor(ctx context.Context, schema, slot string, n int) (floorResult, error) {
 	var fr floorResult
-	names, err := ident.New(schema, "")
+	pub, err := h.publication(schema)
 	if err != nil {
 		return fr, err
 	}
-	pub := wal.NamesFor(names, h.pool.Config().ConnConfig.Database).Publication
 	var end string
 	if err := h.pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&end); err != nil {
 		return fr, err
