@@ -10,6 +10,7 @@ import (
 
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/admin"
+	"github.com/pgoutbox/outbox/internal/testkit"
 	"github.com/pgoutbox/outbox/memory"
 )
 
@@ -168,10 +169,9 @@ func TestMetrics(t *testing.T) {
 	}
 	// The gauges come from the table, refreshed by Run.
 	stop := e.Run(r)
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) && (gauge(t, reg, "outbox_dead_letters") != 1 || gauge(t, reg, "outbox_events_pending") != 1) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(t, 10*time.Second, "the dead-letter and pending gauges at 1", func() bool {
+		return gauge(t, reg, "outbox_dead_letters") == 1 && gauge(t, reg, "outbox_events_pending") == 1
+	})
 	stop()
 	if v := gauge(t, reg, "outbox_dead_letters"); v != 1 {
 		t.Errorf("outbox_dead_letters = %v, want 1", v)

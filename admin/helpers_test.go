@@ -17,9 +17,8 @@ func setup(t *testing.T) *env {
 
 // The shared helpers that take no env.
 var (
-	ctx     = testenv.Ctx
-	event   = testenv.Event
-	gauge   = testenv.Gauge
-	waitFor = testenv.WaitFor
-	aggIDs  = testenv.AggIDs
+	ctx    = testenv.Ctx
+	event  = testenv.Event
+	gauge  = testenv.Gauge
+	aggIDs = testenv.AggIDs
 )

@@ -16,6 +16,7 @@ import (
 	"github.com/pgoutbox/outbox/admin"
 	"github.com/pgoutbox/outbox/inbox"
 	"github.com/pgoutbox/outbox/internal/testbroker"
+	"github.com/pgoutbox/outbox/internal/testkit"
 )
 
 // TestReplayEndToEndOrdered replays every delivered event while writers keep
@@ -77,7 +78,9 @@ func testReplayEndToEnd(t *testing.T, e *env, b testbroker.Broker, mode admin.Re
 			time.Sleep(time.Millisecond)
 		}
 	})
-	waitFor(t, func() bool { return written.Load() >= 120 && e.Count("processed_at IS NOT NULL") >= 100 })
+	testkit.Eventually(t, 45*time.Second, "120 written and 100 relayed", func() bool {
+		return written.Load() >= 120 && e.Count("processed_at IS NOT NULL") >= 100
+	})
 
 	// Small batches (whole aggregates), paced: the replay runs for a while
 	// and live events keep arriving between its batches.
@@ -91,7 +94,7 @@ func testReplayEndToEnd(t *testing.T, e *env, b testbroker.Broker, mode admin.Re
 	time.Sleep(50 * time.Millisecond) // live events after the replay too
 	close(stopW)
 	writerWG.Wait()
-	waitFor(t, func() bool { return e.Count("processed_at IS NULL") == 0 })
+	testkit.Eventually(t, 45*time.Second, "every event relayed", func() bool { return e.Count("processed_at IS NULL") == 0 })
 	stop()
 
 	total := int(written.Load()) + int(res.Queued)

@@ -17,6 +17,7 @@ import (
 	"github.com/pgoutbox/outbox/admin"
 	"github.com/pgoutbox/outbox/internal/configcheck"
 	"github.com/pgoutbox/outbox/internal/testdb"
+	"github.com/pgoutbox/outbox/internal/testkit"
 	"github.com/pgoutbox/outbox/memory"
 )
 
@@ -489,7 +490,7 @@ func TestReplayWaitsForWritersInFlight(t *testing.T) {
 		done <- err
 	}()
 	// The replay's lock request waits behind the writer.
-	waitFor(t, func() bool {
+	testkit.Eventually(t, 45*time.Second, "the replay's lock request waiting behind the writer", func() bool {
 		var waiting int
 		err := e.Pool.QueryRow(ctx(t), `SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = $1::regclass`,
 			e.Schema+".outbox_events").Scan(&waiting)

@@ -225,15 +225,3 @@ func Gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Fatalf("metric %s not registered", name)
 	return 0
 }
-
-// WaitFor waits until cond holds, failing the test after 45s.
-func WaitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(45 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 45s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
