@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,12 +22,39 @@ import (
 	"github.com/pgoutbox/outbox/internal/testdb"
 )
 
-// URL returns the NATS server's URL.
+// URL returns the NATS server's URL, once an anchor stream is there.
 func URL() string {
-	if u := os.Getenv("NATS_URL"); u != "" {
-		return u
+	u := "nats://127.0.0.1:4222"
+	if e := os.Getenv("NATS_URL"); e != "" {
+		u = e
 	}
-	return "nats://127.0.0.1:4222"
+	anchorOnce.Do(func() { anchor(u) })
+	return u
+}
+
+var anchorOnce sync.Once
+
+// anchor makes sure a file-storage stream that no test deletes exists.
+// nats-server (2.9) removes its account's stream directory when the last
+// file stream is deleted, and a stream created at that moment fails with
+// "error creating store for stream" (10049): parallel test processes that
+// create and delete streams hit it. With one stream always there, the
+// directory stays. Best effort: a server that is down fails the tests
+// anyway.
+func anchor(url string) {
+	nc, err := natsgo.Connect(url, natsgo.Timeout(5*time.Second))
+	if err != nil {
+		return
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, _ = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "PGOUTBOX_TEST_ANCHOR",
+		Subjects: []string{"pgoutbox-test-anchor"}, Storage: jetstream.FileStorage, MaxMsgs: 1})
 }
 
 // Conn connects to NATS and closes the connection when the test ends.
