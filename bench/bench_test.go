@@ -145,6 +145,14 @@ func TestQuick(t *testing.T) {
 						t.Errorf("output lacks %q", want)
 					}
 				}
+				// The pg_recvlogical rows measured something.
+				for _, line := range strings.Split(md, "\n") {
+					if strings.HasPrefix(line, "| pg_recvlogical: ") {
+						if cells := strings.Split(line, "|"); len(cells) < 5 || strings.TrimSpace(cells[3]) == "–" || strings.TrimSpace(cells[3]) == "0" {
+							t.Errorf("pg_recvlogical row without a rate: %s", line)
+						}
+					}
+				}
 				// Both WAL rows of a shape against its floor.
 				walRows := 0
 				for _, line := range strings.Split(md, "\n") {
