@@ -290,9 +290,20 @@ func TestStreamSecondReaderBusyThenTakesOver(t *testing.T) {
 	b := setup(t)
 	first := b.open(t, b.config())
 	b.insert(t, "a", "before")
-	if err := first.Ack(next(t, first).LSN); err != nil {
+	before := next(t, first)
+	if err := first.Ack(before.LSN); err != nil {
 		t.Fatal(err)
 	}
+	// The ack reaches the server with the next status report: only then is
+	// "before" not sent again.
+	testkit.Eventually(t, 10*time.Second, "a status report carrying the ack", func() bool {
+		var ok bool
+		if err := b.pool.QueryRow(context.Background(), `SELECT confirmed_flush_lsn >= $1::pg_lsn FROM pg_replication_slots WHERE slot_name = $2`,
+			before.LSN.String(), b.names.Slot).Scan(&ok); err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	})
 	_, err := Open(context.Background(), b.config())
 	var be *SlotBusyError
 	if !isBusy(err) || !errors.As(err, &be) || be.PID == 0 || be.Slot != b.names.Slot {
