@@ -160,14 +160,19 @@ type Querier interface {
 // the search_path's) exists and may be used, whether table $2 exists in
 // it, and whether it has privilege $3 on the table, or on every column of
 // $4 (NULL: table-level only). The oid forms never raise an error on a
-// missing object or privilege.
+// missing object or privilege. The names are compared as name, so that
+// the catalogs' indexes answer: a sequential scan of a bloated pg_class
+// outlasts a tight statement_timeout, and the relay could never start.
+// The text comparison beside it keeps a name longer than 63 bytes from
+// matching its truncation.
 const privilegeCheck = `WITH s AS (
     SELECT n.oid FROM pg_namespace AS n
-    WHERE n.nspname::text = CASE WHEN $1::text = '' THEN (SELECT m.nspname::text FROM pg_namespace AS m, pg_class AS c
-                                                       WHERE c.oid = to_regclass(quote_ident($2::text)) AND m.oid = c.relnamespace)
-                                 ELSE $1::text END),
+    WHERE n.nspname = CASE WHEN $1::text = '' THEN (SELECT m.nspname FROM pg_namespace AS m, pg_class AS c
+                                                  WHERE c.oid = to_regclass(quote_ident($2::text)) AND m.oid = c.relnamespace)
+                           ELSE $1::text::name END
+      AND ($1::text = '' OR n.nspname::text = $1::text)),
 t AS (
-    SELECT c.oid FROM pg_class AS c, s WHERE c.relnamespace = s.oid AND c.relname::text = $2::text)
+    SELECT c.oid FROM pg_class AS c, s WHERE c.relnamespace = s.oid AND c.relname = $2::text::name AND c.relname::text = $2::text)
 SELECT current_user::text,
        (SELECT nspname::text FROM pg_namespace WHERE oid = (SELECT oid FROM s)),
        COALESCE((SELECT has_schema_privilege(oid, 'USAGE') FROM s), false),

@@ -75,3 +75,42 @@ func TestCheck(t *testing.T) {
 	exec("GRANT DELETE ON " + qs + ".outbox_events TO " + qr)
 	want("")
 }
+
+// The check reaches pg_class and pg_namespace through their indexes: a
+// sequential scan of a catalog that DDL has bloated can outlast a tight
+// statement_timeout, and the relay would never start (found by the
+// reliability suite's scenario 11 on a loaded machine).
+func TestCheckUsesCatalogIndexes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := testdb.Schema(t)
+	pool := testdb.Pool(t, "")
+	if _, err := pool.Exec(ctx, "CREATE TABLE "+pgx.Identifier{schema}.Sanitize()+".outbox_events (id int)"); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ name, schema string }{{"named schema", schema}, {"search_path", ""}} {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		if _, err := tx.Exec(ctx, "SET LOCAL enable_seqscan = off; SET LOCAL search_path = "+pgx.Identifier{schema}.Sanitize()); err != nil {
+			t.Fatal(err)
+		}
+		rows, err := tx.Query(ctx, "EXPLAIN "+store.PrivilegeCheckSQL, c.schema, "outbox_events", "SELECT", []string{"id"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := strings.Join(plan, "\n")
+		for _, catalog := range []string{"pg_class", "pg_namespace"} {
+			if strings.Contains(text, "Seq Scan on "+catalog) {
+				t.Errorf("%s: the check scans %s sequentially:\n%s", c.name, catalog, text)
+			}
+		}
+		_ = tx.Rollback(ctx)
+	}
+}
