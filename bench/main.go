@@ -98,7 +98,7 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 	fs.IntVar(&opt.Runs, "runs", 0, "runs of every figure; tables show medians (default 3, --quick 1)")
 	fs.IntVar(&opt.Events, "events", 0, "drain backlog (default 1M, --quick 100k)")
 	fs.IntVar(&opt.BaselineCap, "baseline-events", 0, "the baseline's drain backlog (default min(events, 30k), --quick 5k: its relay is 3-6x slower)")
-	fs.BoolVar(&opt.Extra, "extra", false, "also pgoutbox configured otherwise: BatchSize 100 (the baseline's), DeleteOnPublish, Workers 4, relay sessions with synchronous_commit=off, Notifier Interval 20ms, polling only; the WAL source with BatchDelay off (write, wal)")
+	fs.BoolVar(&opt.Extra, "extra", false, "also pgoutbox configured otherwise: BatchSize 100 (the baseline's), DeleteOnPublish, Workers 4, relay sessions with synchronous_commit=off, Notifier Interval 20ms, polling only; both sources with BatchDelay off (write; wal: latency)")
 	fs.StringVar(&only, "only", "", "comma-separated subset of drain,write,latency,growth,brokers,wal,walsize,cpu (default: all but wal, walsize and cpu)")
 	fs.StringVar(&brokers, "brokers", strings.Join(allBrokers, ","), "brokers: the drains besides the in-memory reference, a subset of "+strings.Join(allBrokers, ","))
 	fs.IntVar(&opt.BrokerEvents, "broker-events", 0, "brokers: backlog of each drain (default min(events, 100k), --quick min(events, 20k))")
