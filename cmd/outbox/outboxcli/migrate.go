@@ -26,6 +26,7 @@ type migrateFlags struct {
 	exitCode bool
 	source   string
 	parted   bool
+	schemas  string
 }
 
 func migrateCommand() (*options, func(context.Context, *cli, *options) error) {
@@ -60,7 +61,14 @@ With --source wal --partitioned, a table that does not exist yet is created
 partitioned by seq ranges: the relay streaming its slot then drops delivered
 events a partition at a time (--rotate-events, --rotate-interval on outbox
 relay), so the table stays small with no vacuum. An existing unpartitioned
-table is refused (exit 2), never converted.`)
+table is refused (exit 2), never converted.
+
+With --schemas 'tenant_*' (names or patterns, comma-separated; * is any
+run of characters, ? one), migrate and migrate status run on the outbox
+table of every schema of the database that matches: a schema per tenant.
+Each schema is migrated as a single migrate would be, in its own
+transaction under its own lock; one that fails is reported and the others
+go on (exit 1 if any failed). The table source only, for now.`)
 	f.register(o)
 	o.subs = []string{"up", "status", "sql", "drop-wal"}
 	return o, func(ctx context.Context, c *cli, o *options) error { return c.migrate(ctx, o, &f) }
@@ -75,7 +83,8 @@ func (f *migrateFlags) register(o *options) {
 	// serves both commands.
 	o.fs.StringVar(&f.source, "source", "table", "the relay's event source: table, or wal to create (migrate) or print (migrate sql) the publication and replication slot too")
 	o.fs.BoolVar(&f.parted, "partitioned", false, "with --source wal: create the outbox table partitioned, so the relay drops delivered events a partition at a time (a new table only)")
-	o.flagOnly("print", "json", "exit-code", "partitioned")
+	o.fs.StringVar(&f.schemas, "schemas", "", "migrate and migrate status: every schema whose name matches one of these comma-separated names or patterns (tenant_*; * any run of characters, ? one), instead of --schema")
+	o.flagOnly("print", "json", "exit-code", "partitioned", "schemas")
 }
 
 // migrate checks the flags and runs the subcommand: sql (no database),
@@ -89,6 +98,9 @@ func (c *cli) migrate(ctx context.Context, o *options, f *migrateFlags) error {
 	}
 	if f.parted && f.source != "wal" {
 		return usageErr("migrate: --partitioned needs --source wal: only the WAL source's relay rotates the partitions")
+	}
+	if f.schemas != "" {
+		return c.migrateSchemas(ctx, o, f)
 	}
 	mc := outbox.MigrateConfig{Schema: f.d.Schema, Table: f.d.Table, Partitioned: f.parted}
 	if f.print || o.sub == "sql" {
@@ -143,10 +155,6 @@ func migrateUp(ctx context.Context, c *cli, pool *pgxpool.Pool, mc outbox.Migrat
 	}
 	version := all[len(all)-1].Version
 	if asJSON {
-		type appliedJSON struct {
-			Version int    `json:"version"`
-			Name    string `json:"name"`
-		}
 		out := make([]appliedJSON, len(applied))
 		for i, m := range applied {
 			out[i] = appliedJSON{Version: m.Version, Name: m.Name}
