@@ -285,12 +285,20 @@ func TestOrderedRandomized(t *testing.T) {
 	close(stopKiller)
 	kills := <-killerDone
 	br.setFaults(false)
-	deadline := time.Now().Add(90*time.Second + time.Duration(events)*time.Millisecond)
-	for e.count("processed_at IS NULL") > 0 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	defer func() { // a failed wait leaves them running
+		for i, r := range relays {
+			if r != nil {
+				kill(i, r)
+			}
+		}
+	}()
+	pending := 0
+	testkit.Eventually(testkit.WithDetail(t, func() string { return fmt.Sprintf("%d events pending", pending) }),
+		90*time.Second+time.Duration(events)*time.Millisecond, "every event relayed once the faults stop",
+		func() bool { pending = e.count("processed_at IS NULL"); return pending == 0 })
 	for i, r := range relays {
 		kill(i, r)
+		relays[i] = nil
 	}
 	lost, dups, inversions, acks := br.check(t, e)
 	t.Logf("events=%d aggregates=%d relays=4 kills=%d acks=%d duplicates=%d lost=%d inversions=%d",
