@@ -23,6 +23,7 @@ import (
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/internal/tcpproxy"
 	"github.com/pgoutbox/outbox/internal/testdb"
+	"github.com/pgoutbox/outbox/internal/testenv"
 	"github.com/pgoutbox/outbox/internal/testkit"
 	"github.com/pgoutbox/outbox/memory"
 )
@@ -235,6 +236,7 @@ func TestCrashBetweenPublishAndMark(t *testing.T) {
 	if n := e.count("processed_at IS NOT NULL"); n != 0 {
 		t.Fatalf("%d rows marked although the mark's session was killed", n)
 	}
+	testenv.WaitUnlocked(t, e.pool, 5) // the killed session's locks
 	res, err := r.ProcessBatch(ctx(t))
 	if err != nil || res.Published != 5 {
 		t.Fatalf("retry batch = %+v, %v", res, err)

@@ -20,6 +20,7 @@ import (
 	"github.com/pgoutbox/outbox"
 	"github.com/pgoutbox/outbox/admin"
 	"github.com/pgoutbox/outbox/internal/testdb"
+	"github.com/pgoutbox/outbox/internal/testkit"
 )
 
 // Env is one test's isolated outbox: its own schema, migrated.
@@ -224,4 +225,18 @@ func Gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	t.Fatalf("metric %s not registered", name)
 	return 0
+}
+
+// WaitUnlocked waits until n rows of outbox_events (on pool's search_path)
+// can be locked. A session that ended on the client side (cancelled,
+// terminated) keeps its row locks until its backend has exited, and until
+// then a claim, which skips locked rows, finds nothing.
+func WaitUnlocked(t *testing.T, pool *pgxpool.Pool, n int) {
+	t.Helper()
+	free := 0
+	testkit.Eventually(testkit.WithDetail(t, func() string { return fmt.Sprintf("%d of %d rows unlocked", free, n) }),
+		10*time.Second, "the rows an ended session held unlocked", func() bool {
+			err := pool.QueryRow(Ctx(t), `SELECT count(*) FROM (SELECT 1 FROM outbox_events FOR UPDATE SKIP LOCKED) r`).Scan(&free)
+			return err == nil && free == n
+		})
 }
